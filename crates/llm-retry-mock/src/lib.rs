@@ -1,0 +1,1 @@
+//! A scripted, fault-injecting LLM upstream on loopback.

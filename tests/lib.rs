@@ -1,0 +1,1 @@
+//! End-to-end tests for llm-retry live in `tests/`.
