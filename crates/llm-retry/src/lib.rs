@@ -6,3 +6,20 @@
 
 pub mod classify;
 pub mod hint;
+
+pub mod backoff;
+pub mod budget;
+pub mod replay;
+
+mod error;
+mod hooks;
+mod report;
+
+pub use error::{BoxError, ErrorKind, RetryError};
+pub use hooks::{on_retry, NoHooks, OnRetry, RetryEvent, RetryHooks};
+pub use replay::ReplayBody;
+pub use report::{RetryReport, StopReason};
+pub mod policy;
+pub use policy::{RetryPolicy, RetryPolicyBuilder};
+mod retry;
+pub use retry::{ResponseFuture, Retry, RetryBody, RetryLayer};

@@ -7,12 +7,14 @@
 //!
 //! See DESIGN.md's decision table; [`classify_response`] implements it.
 
+mod context;
+mod phrase;
 mod provider;
 mod status;
 mod transport;
 
 pub use provider::{ContextOverflow, ProviderError};
-pub use status::classify_response;
+pub use status::{classify_response, should_retry_header};
 pub use transport::classify_error;
 
 use http::StatusCode;

@@ -2,9 +2,74 @@
 //! `x-should-retry`, rate-limit reset headers and body phrases into a
 //! [`ServerHint`].
 //!
-//! Pure and saturating: no input, however malformed, panics.
+//! Pure and saturating: no input, however malformed, panics. The clock is
+//! passed in as `now`, so every result is reproducible in tests.
+//!
+//! # Precedence
+//!
+//! [`parse_hint`] takes the wait from the first of these sources that holds a
+//! valid value; a header that is present but invalid is ignored and the next
+//! source is consulted:
+//!
+//! 1. `retry-after-ms`: milliseconds, fraction allowed (`1500`, `250.5`).
+//! 2. `Retry-After`: seconds, fraction allowed (`1`, `0.5`), or an HTTP-date
+//!    read as the time left from `now` (a past date is a zero wait).
+//! 3. OpenAI `x-ratelimit-reset-requests` / `x-ratelimit-reset-tokens`: Go
+//!    durations ([`parse_go_duration`]).
+//! 4. Anthropic `anthropic-ratelimit-{requests,tokens,input-tokens,
+//!    output-tokens}-reset`: RFC 3339 timestamps ([`parse_rfc3339`]) read as
+//!    the time left from `now`.
+//! 5. A "try again in …" phrase (`6ms`, `1.5s`, `20 seconds`) in the first
+//!    64 KiB of the body, only when no header named a wait.
+//!
+//! For 3 and 4, the limits whose `*-remaining` header is exactly zero decide
+//! (the longest of their resets); if none is known to be exhausted, or none of
+//! the exhausted ones has a valid reset, the longest valid reset is used.
+//!
+//! `x-should-retry` (`true`/`false`, any case) is read independently of the
+//! wait. For every header the first valid value wins when it is repeated.
+//!
+//! # Saturation
+//!
+//! Negative, NaN, infinite, exponent, signed, empty, non-ASCII and otherwise
+//! malformed values are ignored. Well-formed but huge values saturate at
+//! [`MAX_HINT`], so a caller can compare the wait with its own limit and
+//! report how long the server asked for. Arithmetic is exact integer decimal
+//! arithmetic; no float is ever converted unchecked.
+//!
+//! # Example
+//!
+//! ```
+//! use http::{HeaderMap, HeaderValue};
+//! use llm_retry::hint::{parse_hint, WaitSource};
+//! use std::time::{Duration, SystemTime};
+//!
+//! let mut headers = HeaderMap::new();
+//! headers.insert("retry-after", HeaderValue::from_static("2.5"));
+//! headers.insert("x-should-retry", HeaderValue::from_static("true"));
+//! let hint = parse_hint(&headers, None, SystemTime::now());
+//! assert_eq!(hint.should_retry, Some(true));
+//! let wait = hint.wait.expect("a wait");
+//! assert_eq!(wait.duration, Duration::from_millis(2500));
+//! assert_eq!(wait.source, WaitSource::RetryAfterSeconds);
+//! ```
 
-use http::HeaderMap;
+mod body;
+mod go_duration;
+mod headers;
+mod number;
+#[cfg(test)]
+mod proptests;
+mod ratelimit;
+mod retry_after;
+mod rfc3339;
+
+pub use go_duration::parse_go_duration;
+pub use number::{saturating_secs_f64, MAX_HINT};
+pub use retry_after::parse_retry_after;
+pub use rfc3339::parse_rfc3339;
+
+use http::{header::RETRY_AFTER, HeaderMap};
 use std::time::{Duration, SystemTime};
 
 /// What the server said about retrying.
@@ -46,6 +111,149 @@ pub enum WaitSource {
 }
 
 /// Reads every signal in `headers` (and `body`, when given) against `now`.
-pub fn parse_hint(_headers: &HeaderMap, _body: Option<&[u8]>, _now: SystemTime) -> ServerHint {
-    ServerHint::default()
+///
+/// The wait comes from the first valid source in this order (see the
+/// [module docs](self) for formats): `retry-after-ms` > `Retry-After` >
+/// `x-ratelimit-reset-*` > `anthropic-ratelimit-*-reset` > a "try again in …"
+/// phrase in `body`. Present but invalid headers are skipped. The body is
+/// only scanned (its first 64 KiB) when no header named a wait. Never panics;
+/// any wait is at most [`MAX_HINT`].
+pub fn parse_hint(headers: &HeaderMap, body: Option<&[u8]>, now: SystemTime) -> ServerHint {
+    ServerHint {
+        should_retry: headers::should_retry(headers),
+        wait: header_wait(headers, now).or_else(|| body_wait(body?)),
+    }
+}
+
+/// The wait named by headers, by precedence.
+fn header_wait(headers: &HeaderMap, now: SystemTime) -> Option<ServerWait> {
+    headers::first_valid(headers, "retry-after-ms", retry_after::parse_retry_after_ms)
+        .or_else(|| {
+            headers::first_valid(headers, RETRY_AFTER.as_str(), |v| parse_retry_after(v, now))
+        })
+        .or_else(|| ratelimit::openai_reset(headers))
+        .or_else(|| ratelimit::anthropic_reset(headers, now))
+}
+
+/// The wait named by a phrase in the body.
+fn body_wait(body: &[u8]) -> Option<ServerWait> {
+    Some(ServerWait {
+        duration: body::parse_body_phrase(body)?,
+        source: WaitSource::BodyPhrase,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+    use std::time::UNIX_EPOCH;
+
+    /// 2026-11-29T21:40:00Z.
+    fn now() -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(1_795_988_400)
+    }
+
+    /// Header name/value pairs of one case.
+    type Headers<'a> = &'a [(&'static str, &'a [u8])];
+    /// Headers, body, expected wait.
+    type Case<'a> = (Headers<'a>, Option<&'a [u8]>, Option<ServerWait>);
+
+    fn hint(pairs: &[(&'static str, &[u8])], body: Option<&[u8]>) -> ServerHint {
+        let mut headers = HeaderMap::new();
+        for (name, value) in pairs {
+            headers.append(*name, HeaderValue::from_bytes(value).expect("valid bytes"));
+        }
+        parse_hint(&headers, body, now())
+    }
+
+    fn wait(ms: u64, source: WaitSource) -> Option<ServerWait> {
+        let duration = Duration::from_millis(ms);
+        Some(ServerWait { duration, source })
+    }
+
+    const MS: &str = "retry-after-ms";
+    const RA: &str = "retry-after";
+    const OAI: &str = "x-ratelimit-reset-requests";
+    const ANT: &str = "anthropic-ratelimit-requests-reset";
+    const T53: &[u8] = b"2026-11-29T21:40:53Z";
+    const BODY: Option<&[u8]> = Some(b"Please try again in 6ms.");
+
+    #[test]
+    fn precedence_table() {
+        use WaitSource::*;
+        let cases: &[Case<'_>] = &[
+            (
+                &[(MS, b"1500"), (RA, b"9"), (OAI, b"7s"), (ANT, T53)],
+                BODY,
+                wait(1500, RetryAfterMs),
+            ),
+            (
+                &[(RA, b"9"), (OAI, b"7s"), (ANT, T53)],
+                BODY,
+                wait(9000, RetryAfterSeconds),
+            ),
+            (
+                &[(RA, b"Sun, 29 Nov 2026 21:40:09 GMT")],
+                None,
+                wait(9000, RetryAfterDate),
+            ),
+            (
+                &[(OAI, b"7s"), (ANT, T53)],
+                BODY,
+                wait(7000, RateLimitReset),
+            ),
+            (&[(ANT, T53)], BODY, wait(53_000, AnthropicRateLimitReset)),
+            (&[], BODY, wait(6, BodyPhrase)),
+            (
+                &[(MS, b"-1"), (RA, b"2")],
+                None,
+                wait(2000, RetryAfterSeconds),
+            ),
+            (
+                &[
+                    (MS, b"NaN"),
+                    (RA, b"soon"),
+                    (OAI, b"1x"),
+                    (ANT, b"2026-02-30T00:00:00Z"),
+                ],
+                BODY,
+                wait(6, BodyPhrase),
+            ),
+            (&[(MS, b"\xff\x31"), (RA, b"   ")], None, None),
+            (&[(RA, b"0")], BODY, wait(0, RetryAfterSeconds)),
+            (
+                &[(RA, b"bad"), (RA, b"3")],
+                None,
+                wait(3000, RetryAfterSeconds),
+            ),
+            (
+                &[(RA, b"4"), (RA, b"3")],
+                None,
+                wait(4000, RetryAfterSeconds),
+            ),
+            (&[], Some(b"no phrase here"), None),
+            (&[], None, None),
+        ];
+        for (pairs, body, want) in cases {
+            assert_eq!(hint(pairs, *body).wait, *want, "headers {pairs:?}");
+        }
+    }
+
+    #[test]
+    fn huge_values_saturate() {
+        let huge: &[u8] = b"99999999999999999999999999999999999";
+        for name in [MS, RA, OAI] {
+            let got = hint(&[(name, huge)], None).wait.map(|w| w.duration);
+            assert_eq!(got, Some(MAX_HINT), "header {name}");
+        }
+    }
+
+    #[test]
+    fn should_retry_is_independent_of_wait() {
+        let got = hint(&[("x-should-retry", b"false"), (RA, b"1")], None);
+        assert_eq!(got.should_retry, Some(false));
+        assert_eq!(got.wait, wait(1000, WaitSource::RetryAfterSeconds));
+        assert_eq!(hint(&[], None), ServerHint::default());
+    }
 }

@@ -1,0 +1,245 @@
+//! What to answer, per path: [`Script`] and [`Route`], and the pure
+//! selection of the nth reply.
+//!
+//! A script is plain data: every [`MockServer`](crate::MockServer) started
+//! from it keeps its own per-route request counters, so one script can start
+//! many independent servers.
+
+use crate::reply::Reply;
+
+/// Default cap on a request body: 64 MiB.
+pub const DEFAULT_MAX_REQUEST_BODY: usize = 64 * 1024 * 1024;
+
+/// The whole behaviour of a mock server: routes by exact path, an optional
+/// fallback, a seed for [`Route::mix`], and a request-body cap.
+///
+/// ```
+/// use llm_retry_mock::{Reply, Route, Script};
+///
+/// let script = Script::new()
+///     .route("/v1/messages", Route::sequence([Reply::overloaded(), Reply::anthropic_ok("hi")]))
+///     .route("/v1/chat/completions", Route::always(Reply::openai_ok("hi")))
+///     .fallback(Route::always(Reply::status(418)))
+///     .seed(7)
+///     .max_request_body(1 << 20);
+/// # let _ = script;
+/// ```
+#[derive(Debug, Clone)]
+pub struct Script {
+    pub(crate) routes: Vec<(String, Route)>,
+    pub(crate) fallback: Option<Route>,
+    pub(crate) seed: u64,
+    pub(crate) max_request_body: usize,
+}
+
+impl Default for Script {
+    fn default() -> Script {
+        Script::new()
+    }
+}
+
+impl Script {
+    /// An empty script: every path gets a `404` Anthropic-style
+    /// `not_found_error`, seed 0, 64 MiB body cap.
+    pub fn new() -> Script {
+        Script {
+            routes: Vec::new(),
+            fallback: None,
+            seed: 0,
+            max_request_body: DEFAULT_MAX_REQUEST_BODY,
+        }
+    }
+
+    /// Answers requests whose path (without the query) is exactly `path`
+    /// with `route`. Routing the same path again replaces the earlier route.
+    pub fn route(mut self, path: &str, route: Route) -> Script {
+        match self.routes.iter_mut().find(|(p, _)| p == path) {
+            Some(slot) => slot.1 = route,
+            None => self.routes.push((path.to_owned(), route)),
+        }
+        self
+    }
+
+    /// Answers every path without a route with `route` instead of a 404.
+    pub fn fallback(mut self, route: Route) -> Script {
+        self.fallback = Some(route);
+        self
+    }
+
+    /// Seeds [`Route::mix`]: the same seed gives the same choice for the nth
+    /// request to a route, on every run and platform (default 0).
+    pub fn seed(mut self, seed: u64) -> Script {
+        self.seed = seed;
+        self
+    }
+
+    /// Caps request bodies at `bytes` (default 64 MiB). A larger request is
+    /// recorded with its body cut at the cap and answered `413`
+    /// (`request_too_large`) without consuming a route's reply.
+    pub fn max_request_body(mut self, bytes: usize) -> Script {
+        self.max_request_body = bytes;
+        self
+    }
+}
+
+/// How one path answers successive requests.
+///
+/// A route with no replies at all (an empty sequence or mix) answers `500`
+/// with an `api_error` saying so.
+#[derive(Debug, Clone)]
+pub struct Route {
+    kind: RouteKind,
+}
+
+#[derive(Debug, Clone)]
+enum RouteKind {
+    Sequence { replies: Vec<Reply>, then: Option<Reply> },
+    Mix { choices: Vec<(u32, Reply)>, total: u64 },
+}
+
+impl Route {
+    /// Every request gets `reply`.
+    pub fn always(reply: Reply) -> Route {
+        Route::sequence([reply])
+    }
+
+    /// The nth request to the route gets the nth reply; after the end, the
+    /// last reply repeats.
+    pub fn sequence(replies: impl IntoIterator<Item = Reply>) -> Route {
+        Route {
+            kind: RouteKind::Sequence {
+                replies: replies.into_iter().collect(),
+                then: None,
+            },
+        }
+    }
+
+    /// The nth request gets the nth reply; every request after the end gets
+    /// `then`.
+    pub fn sequence_then(replies: impl IntoIterator<Item = Reply>, then: Reply) -> Route {
+        Route {
+            kind: RouteKind::Sequence {
+                replies: replies.into_iter().collect(),
+                then: Some(then),
+            },
+        }
+    }
+
+    /// Each request gets a reply chosen at random with probability
+    /// proportional to its weight. The choice for the nth request to the
+    /// route depends only on the script's [`Script::seed`], the path and
+    /// `n`, so a run is reproducible even when requests interleave
+    /// differently. Zero-weight replies are never chosen, unless every
+    /// weight is zero: then the choice is uniform.
+    pub fn mix(weighted: impl IntoIterator<Item = (u32, Reply)>) -> Route {
+        let choices: Vec<(u32, Reply)> = weighted.into_iter().collect();
+        let total = choices.iter().map(|(w, _)| u64::from(*w)).sum();
+        Route {
+            kind: RouteKind::Mix { choices, total },
+        }
+    }
+
+    /// The reply for the `nth` (0-based) request; `salt` separates routes.
+    pub(crate) fn pick(&self, nth: u64, seed: u64, salt: u64) -> Option<&Reply> {
+        match &self.kind {
+            RouteKind::Sequence { replies, then } => {
+                let nth = usize::try_from(nth).unwrap_or(usize::MAX);
+                replies
+                    .get(nth)
+                    .or(then.as_ref())
+                    .or_else(|| replies.last())
+            }
+            RouteKind::Mix { choices, total } => {
+                let roll = splitmix64(splitmix64(seed ^ salt) ^ nth);
+                if *total == 0 {
+                    let len = u64::try_from(choices.len()).ok().filter(|l| *l > 0)?;
+                    let i = usize::try_from(roll % len).ok()?;
+                    return choices.get(i).map(|(_, r)| r);
+                }
+                let mut point = roll % total;
+                for (weight, reply) in choices {
+                    let weight = u64::from(*weight);
+                    if point < weight {
+                        return Some(reply);
+                    }
+                    point -= weight;
+                }
+                None
+            }
+        }
+    }
+}
+
+/// SplitMix64: a tiny, portable, well-mixed 64-bit hash.
+pub(crate) fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// FNV-1a over the path: a stable per-route salt.
+pub(crate) fn path_salt(path: &str) -> u64 {
+    path.bytes().fold(0xCBF2_9CE4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01B3)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn code(reply: Option<&Reply>) -> u16 {
+        match reply {
+            Some(Reply::Response(r)) => r.status().as_u16(),
+            Some(Reply::ResetBeforeHeaders { .. }) => 0,
+            None => 1,
+        }
+    }
+
+    #[test]
+    fn sequence_repeats_last() {
+        let route = Route::sequence([Reply::status(500), Reply::status(200)]);
+        let got: Vec<u16> = (0..4).map(|n| code(route.pick(n, 0, 0))).collect();
+        assert_eq!(got, [500, 200, 200, 200]);
+        assert_eq!(code(route.pick(u64::MAX, 0, 0)), 200);
+    }
+
+    #[test]
+    fn sequence_then_and_empty() {
+        let route = Route::sequence_then([Reply::status(503)], Reply::status(201));
+        let got: Vec<u16> = (0..3).map(|n| code(route.pick(n, 0, 0))).collect();
+        assert_eq!(got, [503, 201, 201]);
+        assert_eq!(code(Route::sequence([]).pick(0, 0, 0)), 1);
+        assert_eq!(code(Route::sequence_then([], Reply::status(204)).pick(5, 0, 0)), 204);
+        assert_eq!(code(Route::mix([]).pick(0, 0, 0)), 1);
+    }
+
+    #[test]
+    fn mix_is_seeded_and_weighted() {
+        let route = Route::mix([(3, Reply::status(200)), (1, Reply::status(529)), (0, Reply::status(418))]);
+        let run = |seed| -> Vec<u16> { (0..400).map(|n| code(route.pick(n, seed, 9))).collect() };
+        assert_eq!(run(1), run(1));
+        assert_ne!(run(1), run(2));
+        let got = run(1);
+        let ok = got.iter().filter(|c| **c == 200).count();
+        assert!(!got.contains(&418));
+        assert!((240..=360).contains(&ok), "{ok} of 400 should be ~300");
+    }
+
+    #[test]
+    fn all_zero_weights_are_uniform() {
+        let route = Route::mix([(0, Reply::status(200)), (0, Reply::status(500))]);
+        let got: Vec<u16> = (0..100).map(|n| code(route.pick(n, 3, 0))).collect();
+        assert!(got.contains(&200) && got.contains(&500));
+    }
+
+    #[test]
+    fn route_replaces_same_path() {
+        let script = Script::new()
+            .route("/a", Route::always(Reply::status(500)))
+            .route("/a", Route::always(Reply::status(200)));
+        assert_eq!(script.routes.len(), 1);
+        assert_eq!(code(script.routes[0].1.pick(0, 0, 0)), 200);
+    }
+}

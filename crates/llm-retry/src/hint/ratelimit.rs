@@ -1,0 +1,189 @@
+//! Rate-limit reset headers: OpenAI `x-ratelimit-reset-*` (Go durations) and
+//! Anthropic `anthropic-ratelimit-*-reset` (RFC 3339 timestamps).
+//!
+//! Each response may describe several limits (requests, tokens, …). The wait
+//! is the longest reset among the limits whose `*-remaining` header is
+//! exactly zero; when no exhausted limit has a valid reset, the longest of
+//! all valid resets.
+
+use super::go_duration::parse_go_duration;
+use super::headers::{first_valid, known_zero, text};
+use super::retry_after::until;
+use super::rfc3339::parse_rfc3339;
+use super::{ServerWait, WaitSource};
+use http::HeaderMap;
+use std::time::{Duration, SystemTime};
+
+/// OpenAI limits as `(reset header, remaining header)`.
+const OPENAI: [(&str, &str); 2] = [
+    (
+        "x-ratelimit-reset-requests",
+        "x-ratelimit-remaining-requests",
+    ),
+    ("x-ratelimit-reset-tokens", "x-ratelimit-remaining-tokens"),
+];
+
+/// Anthropic limits as `(reset header, remaining header)`.
+const ANTHROPIC: [(&str, &str); 4] = [
+    (
+        "anthropic-ratelimit-requests-reset",
+        "anthropic-ratelimit-requests-remaining",
+    ),
+    (
+        "anthropic-ratelimit-tokens-reset",
+        "anthropic-ratelimit-tokens-remaining",
+    ),
+    (
+        "anthropic-ratelimit-input-tokens-reset",
+        "anthropic-ratelimit-input-tokens-remaining",
+    ),
+    (
+        "anthropic-ratelimit-output-tokens-reset",
+        "anthropic-ratelimit-output-tokens-remaining",
+    ),
+];
+
+/// The wait named by OpenAI's `x-ratelimit-reset-*` headers.
+pub(crate) fn openai_reset(headers: &HeaderMap) -> Option<ServerWait> {
+    let limits = OPENAI.iter().map(|(reset, remaining)| {
+        let wait = first_valid(headers, reset, |v| parse_go_duration(text(v)?));
+        (wait, known_zero(headers, remaining))
+    });
+    let duration = pick(limits)?;
+    Some(ServerWait {
+        duration,
+        source: WaitSource::RateLimitReset,
+    })
+}
+
+/// The wait named by Anthropic's `anthropic-ratelimit-*-reset` headers.
+pub(crate) fn anthropic_reset(headers: &HeaderMap, now: SystemTime) -> Option<ServerWait> {
+    let limits = ANTHROPIC.iter().map(|(reset, remaining)| {
+        let at = first_valid(headers, reset, |v| parse_rfc3339(text(v)?));
+        (at.map(|at| until(at, now)), known_zero(headers, remaining))
+    });
+    let duration = pick(limits)?;
+    Some(ServerWait {
+        duration,
+        source: WaitSource::AnthropicRateLimitReset,
+    })
+}
+
+/// Longest reset among exhausted limits, else longest among all.
+fn pick(limits: impl Iterator<Item = (Option<Duration>, bool)>) -> Option<Duration> {
+    let (mut exhausted, mut any) = (None, None);
+    for (wait, is_exhausted) in limits {
+        any = any.max(wait);
+        if is_exhausted {
+            exhausted = exhausted.max(wait);
+        }
+    }
+    exhausted.or(any)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+    use std::time::UNIX_EPOCH;
+
+    /// Header name/value pairs of one case.
+    type Headers<'a> = &'a [(&'static str, &'a str)];
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.append(*name, HeaderValue::from_str(value).expect("valid value"));
+        }
+        map
+    }
+
+    fn secs(n: u64) -> Option<Duration> {
+        Some(Duration::from_secs(n))
+    }
+
+    const RQ: &str = "x-ratelimit-reset-requests";
+    const TK: &str = "x-ratelimit-reset-tokens";
+    const RQ_LEFT: &str = "x-ratelimit-remaining-requests";
+    const TK_LEFT: &str = "x-ratelimit-remaining-tokens";
+
+    #[test]
+    fn openai_selection_table() {
+        let cases: &[(Headers<'_>, Option<Duration>)] = &[
+            (&[(RQ, "1s"), (TK, "6m0s")], secs(360)),
+            (
+                &[(RQ, "1s"), (TK, "6m0s"), (RQ_LEFT, "0"), (TK_LEFT, "900")],
+                secs(1),
+            ),
+            (
+                &[(RQ, "1s"), (TK, "6m0s"), (RQ_LEFT, "5"), (TK_LEFT, "0")],
+                secs(360),
+            ),
+            (
+                &[(RQ, "20s"), (TK, "6s"), (RQ_LEFT, "0"), (TK_LEFT, "0")],
+                secs(20),
+            ),
+            (
+                &[(RQ, "20s"), (TK, "6s"), (RQ_LEFT, "3"), (TK_LEFT, "4")],
+                secs(20),
+            ),
+            (&[(TK, "6s"), (RQ_LEFT, "0")], secs(6)),
+            (&[(RQ, "bogus"), (TK, "2s"), (RQ_LEFT, "0")], secs(2)),
+            (&[(RQ, "12ms")], Some(Duration::from_millis(12))),
+            (&[(RQ, "-1s"), (TK, "")], None),
+            (&[(RQ_LEFT, "0")], None),
+            (&[], None),
+        ];
+        for (pairs, want) in cases {
+            let got = openai_reset(&headers(pairs)).map(|w| w.duration);
+            assert_eq!(got, *want, "headers {pairs:?}");
+        }
+    }
+
+    #[test]
+    fn anthropic_selection_table() {
+        let now = UNIX_EPOCH + Duration::from_secs(1_795_988_400); // 21:40:00Z
+        let rq = "anthropic-ratelimit-requests-reset";
+        let tk = "anthropic-ratelimit-tokens-reset";
+        let inp = "anthropic-ratelimit-input-tokens-reset";
+        let out = "anthropic-ratelimit-output-tokens-reset";
+        let rq_left = "anthropic-ratelimit-requests-remaining";
+        let out_left = "anthropic-ratelimit-output-tokens-remaining";
+        let t10 = "2026-11-29T21:40:10Z";
+        let t53 = "2026-11-29T21:40:53Z";
+        let cases: &[(Headers<'_>, Option<Duration>)] = &[
+            (&[(rq, t10)], secs(10)),
+            (&[(rq, t10), (tk, t53)], secs(53)),
+            (&[(rq, t10), (tk, t53), (rq_left, "0")], secs(10)),
+            (
+                &[(rq, t10), (out, t53), (rq_left, "0"), (out_left, "0")],
+                secs(53),
+            ),
+            (
+                &[(inp, "2026-11-29T21:40:00.5Z")],
+                Some(Duration::from_millis(500)),
+            ),
+            (&[(inp, "2026-11-29T23:40:02+02:00")], secs(2)),
+            (&[(rq, "2026-11-29T21:39:00Z")], secs(0)),
+            (&[(rq, "not a date"), (tk, t10)], secs(10)),
+            (&[(rq, "2026-02-30T00:00:00Z")], None),
+            (&[(rq_left, "0")], None),
+        ];
+        for (pairs, want) in cases {
+            let got = anthropic_reset(&headers(pairs), now).map(|w| w.duration);
+            assert_eq!(got, *want, "headers {pairs:?}");
+        }
+    }
+
+    #[test]
+    fn sources_are_labelled() {
+        let map = headers(&[
+            (RQ, "1s"),
+            ("anthropic-ratelimit-requests-reset", "2026-11-29T21:40:53Z"),
+        ]);
+        let openai = openai_reset(&map).map(|w| w.source);
+        assert_eq!(openai, Some(WaitSource::RateLimitReset));
+        let anthropic = anthropic_reset(&map, UNIX_EPOCH).map(|w| w.source);
+        assert_eq!(anthropic, Some(WaitSource::AnthropicRateLimitReset));
+    }
+}

@@ -1,0 +1,99 @@
+//! Observing the retry loop: one trait, no-op by default.
+//!
+//! Hooks run inline on the request's task; keep them quick (record a metric,
+//! send to a channel). They never see request headers, so no secret can
+//! reach them.
+
+use crate::classify::Classification;
+use crate::hint::ServerWait;
+use crate::report::RetryReport;
+use http::StatusCode;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Fired before each wait: what failed and what happens next.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct RetryEvent {
+    /// The retry about to happen (1 for the first retry).
+    pub retry: u32,
+    /// The configured maximum number of retries.
+    pub max_retries: u32,
+    /// How long the loop will sleep first.
+    pub delay: Duration,
+    /// The server-named wait behind `delay`, if any.
+    pub server_wait: Option<ServerWait>,
+    /// The failed attempt's status, if a response arrived.
+    pub status: Option<StatusCode>,
+    /// The failed attempt's error text, if no response arrived.
+    pub error: Option<String>,
+    /// How the failure was classified.
+    pub class: Classification,
+}
+
+/// Callbacks on the retry loop. Every method defaults to doing nothing.
+pub trait RetryHooks: Send + Sync + 'static {
+    /// Before each wait (`api_retry_start`).
+    fn on_retry(&self, _event: &RetryEvent) {}
+    /// After a success that needed at least one retry (`api_retry_end`).
+    fn on_recovered(&self, _report: &RetryReport) {}
+    /// When the loop stops without success.
+    fn on_give_up(&self, _report: &RetryReport) {}
+}
+
+/// Hooks that do nothing.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoHooks;
+
+impl RetryHooks for NoHooks {}
+
+/// Shared, type-erased hooks as the layer stores them.
+#[derive(Clone)]
+pub(crate) struct SharedHooks(pub(crate) Arc<dyn RetryHooks>);
+
+impl fmt::Debug for SharedHooks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("RetryHooks")
+    }
+}
+
+impl Default for SharedHooks {
+    fn default() -> Self {
+        SharedHooks(Arc::new(NoHooks))
+    }
+}
+
+/// Hooks built from a closure called on every retry.
+///
+/// ```
+/// let hooks = llm_retry::on_retry(|event: &llm_retry::RetryEvent| {
+///     eprintln!("retry {} in {:?}", event.retry, event.delay);
+/// });
+/// # let _ = hooks;
+/// ```
+pub fn on_retry<F>(f: F) -> OnRetry<F>
+where
+    F: Fn(&RetryEvent) + Send + Sync + 'static,
+{
+    OnRetry(f)
+}
+
+/// See [`on_retry`].
+#[derive(Clone, Copy)]
+pub struct OnRetry<F>(F);
+
+impl<F> fmt::Debug for OnRetry<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("OnRetry")
+    }
+}
+
+impl<F> RetryHooks for OnRetry<F>
+where
+    F: Fn(&RetryEvent) + Send + Sync + 'static,
+{
+    fn on_retry(&self, event: &RetryEvent) {
+        (self.0)(event)
+    }
+}

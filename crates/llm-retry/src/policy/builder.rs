@@ -1,0 +1,206 @@
+//! Building a [`RetryPolicy`], rejecting invalid configuration up front.
+
+use super::{Config, RetryPolicy, WallClock, DEFAULT_ERROR_BODY_PEEK};
+use crate::backoff::{Backoff, Jitter};
+use crate::budget::Limits;
+use crate::replay::DEFAULT_MAX_REPLAY_BODY;
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+/// Builds a [`RetryPolicy`]. Every setter has a documented default.
+#[must_use]
+pub struct RetryPolicyBuilder {
+    initial_backoff: Duration,
+    max_backoff: Duration,
+    jitter: Jitter,
+    limits: Limits,
+    max_replay_body: usize,
+    error_body_peek: usize,
+    seed: Option<u64>,
+    clock: Option<WallClock>,
+}
+
+impl Default for RetryPolicyBuilder {
+    fn default() -> Self {
+        let backoff = Backoff::default();
+        RetryPolicyBuilder {
+            initial_backoff: backoff.initial(),
+            max_backoff: backoff.max(),
+            jitter: backoff.jitter(),
+            limits: Limits::default(),
+            max_replay_body: DEFAULT_MAX_REPLAY_BODY,
+            error_body_peek: DEFAULT_ERROR_BODY_PEEK,
+            seed: None,
+            clock: None,
+        }
+    }
+}
+
+impl fmt::Debug for RetryPolicyBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RetryPolicyBuilder")
+            .field("initial_backoff", &self.initial_backoff)
+            .field("max_backoff", &self.max_backoff)
+            .field("jitter", &self.jitter)
+            .field("limits", &self.limits)
+            .field("max_replay_body", &self.max_replay_body)
+            .field("seed", &self.seed)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RetryPolicyBuilder {
+    /// Retries after the first attempt (default 10).
+    pub fn max_retries(mut self, n: u32) -> Self {
+        self.limits.max_retries = n;
+        self
+    }
+
+    /// Bound on a request's total time, waits included (default 300 s).
+    pub fn max_elapsed(mut self, d: Duration) -> Self {
+        self.limits.max_elapsed = d;
+        self
+    }
+
+    /// Longest server-named wait honoured (default 120 s); a longer demand
+    /// ends the request at once.
+    pub fn max_server_wait(mut self, d: Duration) -> Self {
+        self.limits.max_server_wait = d;
+        self
+    }
+
+    /// First computed backoff step (default 500 ms).
+    pub fn initial_backoff(mut self, d: Duration) -> Self {
+        self.initial_backoff = d;
+        self
+    }
+
+    /// Largest computed backoff step before jitter (default 32 s).
+    pub fn max_backoff(mut self, d: Duration) -> Self {
+        self.max_backoff = d;
+        self
+    }
+
+    /// Jitter on computed steps (default +0–25 %).
+    pub fn jitter(mut self, jitter: Jitter) -> Self {
+        self.jitter = jitter;
+        self
+    }
+
+    /// Request-body replay cap in bytes (default 16 MiB). A larger body is
+    /// still sent once; it is just not retried.
+    pub fn max_replay_body(mut self, bytes: usize) -> Self {
+        self.max_replay_body = bytes;
+        self
+    }
+
+    /// Bytes of a failed response's body read to classify it (default 64 KiB).
+    pub fn error_body_peek(mut self, bytes: usize) -> Self {
+        self.error_body_peek = bytes;
+        self
+    }
+
+    /// Seeds the jitter RNG, making delays reproducible (default: from the OS).
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// The wall clock used for HTTP-date and RFC 3339 hints (default `SystemTime::now`).
+    pub fn wall_clock<F>(mut self, clock: F) -> Self
+    where
+        F: Fn() -> SystemTime + Send + Sync + 'static,
+    {
+        self.clock = Some(Arc::new(clock));
+        self
+    }
+
+    /// Validates the configuration.
+    pub fn build(self) -> Result<RetryPolicy, ConfigError> {
+        if self.max_backoff < self.initial_backoff {
+            return Err(ConfigError::new(format!(
+                "max_backoff ({:?}) is shorter than initial_backoff ({:?})",
+                self.max_backoff, self.initial_backoff
+            )));
+        }
+        if let Jitter::Proportional { fraction } = self.jitter {
+            if !(0.0..=1.0).contains(&fraction) {
+                return Err(ConfigError::new(format!(
+                    "jitter fraction {fraction} is outside [0, 1]"
+                )));
+            }
+        }
+        if self.limits.max_elapsed.is_zero() {
+            return Err(ConfigError::new("max_elapsed must be positive".into()));
+        }
+        let rng = match self.seed {
+            Some(seed) => SmallRng::seed_from_u64(seed),
+            None => SmallRng::from_os_rng(),
+        };
+        Ok(RetryPolicy {
+            config: Arc::new(Config {
+                backoff: Backoff::new(self.initial_backoff, self.max_backoff, self.jitter),
+                limits: self.limits,
+                max_replay_body: self.max_replay_body,
+                error_body_peek: self.error_body_peek,
+                rng: Mutex::new(rng),
+                clock: self.clock.unwrap_or_else(|| Arc::new(SystemTime::now)),
+            }),
+        })
+    }
+}
+
+/// An invalid [`RetryPolicyBuilder`] setting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    message: String,
+}
+
+impl ConfigError {
+    fn new(message: String) -> ConfigError {
+        ConfigError { message }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid retry policy: {}", self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inverted_backoff_bounds_are_rejected() {
+        let err = RetryPolicy::builder()
+            .initial_backoff(Duration::from_secs(10))
+            .max_backoff(Duration::from_secs(1))
+            .build()
+            .expect_err("must reject");
+        assert!(err.to_string().contains("max_backoff"), "{err}");
+    }
+
+    #[test]
+    fn out_of_range_jitter_and_zero_deadline_are_rejected() {
+        let jitter = Jitter::Proportional { fraction: 2.0 };
+        assert!(RetryPolicy::builder().jitter(jitter).build().is_err());
+        assert!(RetryPolicy::builder().max_elapsed(Duration::ZERO).build().is_err());
+    }
+
+    #[test]
+    fn defaults_match_the_documented_values() {
+        let p = RetryPolicy::default();
+        assert_eq!(p.limits().max_retries, 10);
+        assert_eq!(p.limits().max_server_wait, Duration::from_secs(120));
+        assert_eq!(p.limits().max_elapsed, Duration::from_secs(300));
+        assert_eq!(p.max_replay_body(), 16 * 1024 * 1024);
+        assert_eq!(p.backoff().base(1), Duration::from_millis(500));
+    }
+}

@@ -1,0 +1,127 @@
+//! One attempt's outcome → accept, stop, or retry after a delay.
+
+use super::{RetryPolicy, RetryState};
+use crate::backoff::spread_server_wait;
+use crate::budget::Refusal;
+use crate::classify::{classify_error, classify_response, Classification, ProviderError};
+use crate::hint::{parse_hint, ServerHint, ServerWait};
+use crate::report::StopReason;
+use http::{HeaderMap, StatusCode};
+use std::error::Error;
+use std::time::Duration;
+
+/// What an attempt produced.
+#[derive(Debug, Clone, Copy)]
+pub enum Outcome<'a> {
+    /// A response arrived.
+    Response {
+        /// Its status.
+        status: StatusCode,
+        /// Its headers.
+        headers: &'a HeaderMap,
+        /// The start of its body, when it was read (failed responses only).
+        body: Option<&'a [u8]>,
+    },
+    /// No response: the attempt failed with an error.
+    Error(&'a (dyn Error + 'static)),
+}
+
+/// What to do after an attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// The outcome is a success: hand it to the caller.
+    Accept,
+    /// Send again after `delay`.
+    Retry {
+        /// How long to sleep first.
+        delay: Duration,
+        /// The server-named wait the delay honours, if any.
+        server_wait: Option<ServerWait>,
+    },
+    /// Hand the outcome to the caller as final.
+    Stop(StopReason),
+}
+
+/// The policy's reading of one outcome and its decision.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Judgement {
+    /// How the outcome was classified.
+    pub class: Classification,
+    /// The provider error in the body, if one was read.
+    pub provider: Option<ProviderError>,
+    /// What the server said about retrying.
+    pub hint: ServerHint,
+    /// What to do next.
+    pub decision: Decision,
+}
+
+impl RetryPolicy {
+    /// Judges an attempt's outcome for a request whose account is `state`
+    /// (with the attempt already counted), `elapsed` after its first send.
+    pub fn judge(&self, state: &RetryState, outcome: Outcome<'_>, elapsed: Duration) -> Judgement {
+        let (class, provider, hint) = match outcome {
+            Outcome::Response { status, headers, body } => {
+                let provider = body.and_then(ProviderError::parse);
+                let class = classify_response(status, headers, provider.as_ref());
+                let hint = if class.is_retryable() {
+                    parse_hint(headers, body, self.now())
+                } else {
+                    ServerHint::default()
+                };
+                (class, provider, hint)
+            }
+            Outcome::Error(error) => (classify_error(error), None, ServerHint::default()),
+        };
+        let decision = match &class {
+            Classification::Success => Decision::Accept,
+            Classification::Fatal(kind) => Decision::Stop(StopReason::NotRetryable(kind.clone())),
+            Classification::Retryable(_) => self
+                .plan_retry(state.attempts(), hint.wait, elapsed)
+                .unwrap_or_else(|refusal| Decision::Stop(refusal.into())),
+        };
+        Judgement { class, provider, hint, decision }
+    }
+
+    fn plan_retry(
+        &self,
+        retry: u32,
+        server_wait: Option<ServerWait>,
+        elapsed: Duration,
+    ) -> Result<Decision, Refusal> {
+        let limits = self.limits();
+        limits.admit_retry(retry.max(1))?;
+        let delay = {
+            let mut rng = self
+                .config
+                .rng
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            match server_wait {
+                Some(wait) => {
+                    limits.admit_server_wait(wait.duration)?;
+                    spread_server_wait(wait.duration, &mut *rng)
+                }
+                None => self.backoff().delay(retry.max(1), &mut *rng),
+            }
+        };
+        limits.admit_wait(elapsed, delay)?;
+        Ok(Decision::Retry { delay, server_wait })
+    }
+}
+
+impl From<Refusal> for StopReason {
+    fn from(refusal: Refusal) -> StopReason {
+        match refusal {
+            Refusal::Retries { max_retries } => StopReason::RetriesExhausted { max_retries },
+            Refusal::ServerWait { asked, limit } => StopReason::ServerWaitTooLong { asked, limit },
+            Refusal::Deadline { elapsed, wait, limit } => {
+                StopReason::DeadlineReached { elapsed, wait, limit }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "judge_tests.rs"]
+mod tests;

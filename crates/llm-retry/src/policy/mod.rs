@@ -1,0 +1,107 @@
+//! The decision: classification + server hint + backoff + bounds.
+//!
+//! [`RetryPolicy::judge`] is pure: given the request's [`RetryState`] and an
+//! attempt's [`Outcome`], it says whether to accept the outcome, stop, or
+//! retry after a given delay. [`RetryLayer`](crate::RetryLayer) drives it;
+//! it also implements [`tower::retry::Policy`] so tower's own retry layer
+//! can use it (classifying on status and headers only, since tower's policy
+//! cannot read a response body).
+
+mod builder;
+mod judge;
+mod state;
+mod tower_policy;
+
+pub use builder::{ConfigError, RetryPolicyBuilder};
+pub use judge::{Decision, Judgement, Outcome};
+pub use state::RetryState;
+
+use crate::backoff::Backoff;
+use crate::budget::Limits;
+use rand::rngs::SmallRng;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+/// A source of wall-clock time, for `Retry-After` HTTP-dates and RFC 3339 resets.
+pub type WallClock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
+
+/// Default cap on the error body read to classify a failed response.
+pub const DEFAULT_ERROR_BODY_PEEK: usize = 64 * 1024;
+
+/// How failed attempts are retried. Cheap to clone; clones share the RNG.
+///
+/// ```
+/// use llm_retry::RetryPolicy;
+/// use std::time::Duration;
+///
+/// let policy = RetryPolicy::builder()
+///     .max_retries(5)
+///     .max_elapsed(Duration::from_secs(60))
+///     .build()
+///     .expect("valid policy");
+/// assert_eq!(policy.limits().max_retries, 5);
+/// ```
+#[derive(Clone)]
+pub struct RetryPolicy {
+    config: Arc<Config>,
+}
+
+struct Config {
+    backoff: Backoff,
+    limits: Limits,
+    max_replay_body: usize,
+    error_body_peek: usize,
+    rng: Mutex<SmallRng>,
+    clock: WallClock,
+}
+
+impl RetryPolicy {
+    /// Starts a builder with the defaults.
+    pub fn builder() -> RetryPolicyBuilder {
+        RetryPolicyBuilder::default()
+    }
+
+    /// The backoff used when the server names no wait.
+    pub fn backoff(&self) -> &Backoff {
+        &self.config.backoff
+    }
+
+    /// The per-request bounds.
+    pub fn limits(&self) -> &Limits {
+        &self.config.limits
+    }
+
+    /// The request-body replay cap in bytes.
+    pub fn max_replay_body(&self) -> usize {
+        self.config.max_replay_body
+    }
+
+    /// How many bytes of a failed response's body are read to classify it.
+    pub fn error_body_peek(&self) -> usize {
+        self.config.error_body_peek
+    }
+
+    fn now(&self) -> SystemTime {
+        (self.config.clock)()
+    }
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicyBuilder::default()
+            .build()
+            .unwrap_or_else(|_| unreachable!("the default configuration is valid"))
+    }
+}
+
+impl fmt::Debug for RetryPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RetryPolicy")
+            .field("backoff", &self.config.backoff)
+            .field("limits", &self.config.limits)
+            .field("max_replay_body", &self.config.max_replay_body)
+            .field("error_body_peek", &self.config.error_body_peek)
+            .finish_non_exhaustive()
+    }
+}

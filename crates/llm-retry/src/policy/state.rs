@@ -1,0 +1,101 @@
+//! What one logical request has spent so far.
+
+use super::judge::Judgement;
+use crate::classify::{Classification, RetryableKind};
+use crate::report::{RetryReport, StopReason};
+use http::StatusCode;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// The running account of one logical request, from its first send.
+#[derive(Debug, Clone)]
+pub struct RetryState {
+    started: Instant,
+    attempts: u32,
+    total_wait: Duration,
+    server_waits_honoured: u32,
+    consecutive_overloads: u32,
+    last_status: Option<StatusCode>,
+    last_error_type: Option<String>,
+    last_class: Option<Classification>,
+}
+
+impl Default for RetryState {
+    fn default() -> Self {
+        RetryState::new()
+    }
+}
+
+impl RetryState {
+    /// A fresh account starting now (tokio's clock, so paused-clock tests see virtual time).
+    pub fn new() -> RetryState {
+        RetryState {
+            started: Instant::now(),
+            attempts: 0,
+            total_wait: Duration::ZERO,
+            server_waits_honoured: 0,
+            consecutive_overloads: 0,
+            last_status: None,
+            last_error_type: None,
+            last_class: None,
+        }
+    }
+
+    /// Sends made so far.
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    /// Time since the account started.
+    pub fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// Overloads in a row, ending at the last attempt.
+    pub fn consecutive_overloads(&self) -> u32 {
+        self.consecutive_overloads
+    }
+
+    /// Counts a send.
+    pub fn record_send(&mut self) {
+        self.attempts = self.attempts.saturating_add(1);
+    }
+
+    /// Records the judged outcome of the last send.
+    pub fn record_outcome(&mut self, status: Option<StatusCode>, judgement: &Judgement) {
+        self.last_status = status;
+        self.last_error_type = judgement
+            .provider
+            .as_ref()
+            .and_then(|p| p.kind.clone().or_else(|| p.code.clone()));
+        self.consecutive_overloads = match judgement.class {
+            Classification::Retryable(RetryableKind::Overloaded) => {
+                self.consecutive_overloads.saturating_add(1)
+            }
+            _ => 0,
+        };
+        self.last_class = Some(judgement.class.clone());
+    }
+
+    /// Records a wait about to be slept.
+    pub fn record_wait(&mut self, delay: Duration, server_named: bool) {
+        self.total_wait = self.total_wait.saturating_add(delay);
+        if server_named {
+            self.server_waits_honoured = self.server_waits_honoured.saturating_add(1);
+        }
+    }
+
+    /// The report of this request, stopping for `stop`.
+    pub fn report(&self, stop: StopReason) -> RetryReport {
+        RetryReport {
+            attempts: self.attempts,
+            total_wait: self.total_wait,
+            elapsed: self.elapsed(),
+            server_waits_honoured: self.server_waits_honoured,
+            last_status: self.last_status,
+            last_error_type: self.last_error_type.clone(),
+            last_class: self.last_class.clone(),
+            stop,
+        }
+    }
+}

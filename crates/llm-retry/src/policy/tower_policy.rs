@@ -1,0 +1,87 @@
+//! [`tower::retry::Policy`] for [`RetryPolicy`], so a plain
+//! `tower::retry::RetryLayer::new(RetryPolicy::default())` works.
+//!
+//! tower's policy sees the response but cannot read its body, so this path
+//! classifies on status and headers alone (provider error bodies and body
+//! phrases are read by [`RetryLayer`](crate::RetryLayer) only). The
+//! per-request account travels in the stored request clone's extensions.
+
+use super::{Decision, Outcome, RetryPolicy, RetryState};
+use crate::error::BoxError;
+use crate::replay::ReplayBody;
+use http::{Request, Response};
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+
+/// The wait between attempts under tower's retry layer.
+#[derive(Debug)]
+pub struct PolicySleep {
+    sleep: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl Future for PolicySleep {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        self.sleep.as_mut().poll(cx)
+    }
+}
+
+impl<B, ResBody> tower::retry::Policy<Request<ReplayBody<B>>, Response<ResBody>, BoxError>
+    for RetryPolicy
+{
+    type Future = PolicySleep;
+
+    fn retry(
+        &mut self,
+        req: &mut Request<ReplayBody<B>>,
+        result: &mut Result<Response<ResBody>, BoxError>,
+    ) -> Option<PolicySleep> {
+        let status = result.as_ref().ok().map(|r| r.status());
+        let decision = {
+            let state = req.extensions_mut().get_mut::<RetryState>()?;
+            let outcome = match result {
+                Ok(res) => Outcome::Response { status: res.status(), headers: res.headers(), body: None },
+                Err(e) => Outcome::Error(&**e),
+            };
+            let judgement = self.judge(state, outcome, state.elapsed());
+            state.record_outcome(status, &judgement);
+            judgement.decision
+        };
+        let Decision::Retry { delay, server_wait } = decision else {
+            return None;
+        };
+        if req.body().is_capped() {
+            return None;
+        }
+        let state = req.extensions_mut().get_mut::<RetryState>()?;
+        state.record_wait(delay, server_wait.is_some());
+        state.record_send();
+        tracing::info!(
+            retry = state.attempts() - 1,
+            delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+            status = status.map(|s| s.as_u16()),
+            "llm-retry: retrying"
+        );
+        Some(PolicySleep { sleep: Box::pin(tokio::time::sleep(delay)) })
+    }
+
+    fn clone_request(&mut self, req: &Request<ReplayBody<B>>) -> Option<Request<ReplayBody<B>>> {
+        let body = req.body().try_clone()?;
+        let mut clone = Request::new(body);
+        *clone.method_mut() = req.method().clone();
+        *clone.uri_mut() = req.uri().clone();
+        *clone.version_mut() = req.version();
+        *clone.headers_mut() = req.headers().clone();
+        *clone.extensions_mut() = req.extensions().clone();
+        if clone.extensions().get::<RetryState>().is_none() {
+            let mut state = RetryState::new();
+            state.record_send();
+            clone.extensions_mut().insert(state);
+        }
+        Some(clone)
+    }
+}
+

@@ -1,0 +1,208 @@
+//! The replayable body wrapper.
+
+use super::shared::{Shared, Source};
+use crate::error::BoxError;
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use std::fmt;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+
+/// A request body that can be sent more than once. See the [module docs](self).
+pub struct ReplayBody<B> {
+    shared: Arc<Mutex<Shared<B>>>,
+    /// Index of the next chunk this clone yields.
+    next: usize,
+    trailers_yielded: bool,
+}
+
+/// Why a [`ReplayBody`] clone could not produce the body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReplayError {
+    /// The body grew past the replay cap, so its start is gone.
+    TooLarge {
+        /// The cap in bytes.
+        cap: usize,
+    },
+    /// An earlier send's body failed; the rest of the body is unknown.
+    SourceFailed,
+}
+
+impl fmt::Display for ReplayError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReplayError::TooLarge { cap } => {
+                write!(f, "request body exceeds the {cap}-byte replay buffer")
+            }
+            ReplayError::SourceFailed => f.write_str("request body failed during an earlier send"),
+        }
+    }
+}
+
+impl std::error::Error for ReplayError {}
+
+impl<B> ReplayBody<B> {
+    /// Wraps `body`, keeping at most `cap` bytes for replays.
+    pub fn new(body: B, cap: usize) -> ReplayBody<B> {
+        ReplayBody {
+            shared: Arc::new(Mutex::new(Shared::new(body, cap))),
+            next: 0,
+            trailers_yielded: false,
+        }
+    }
+
+    /// A clone that yields the body from its first byte, or `None` when the
+    /// body can no longer be replayed (past the cap, or the source failed).
+    pub fn try_clone(&self) -> Option<ReplayBody<B>> {
+        if !lock(&self.shared).replayable() {
+            return None;
+        }
+        Some(ReplayBody {
+            shared: Arc::clone(&self.shared),
+            next: 0,
+            trailers_yielded: false,
+        })
+    }
+
+    /// A clone from the first byte, whether or not it can still be replayed
+    /// (reading a clone that cannot fails with a [`ReplayError`]).
+    pub(crate) fn replica(&self) -> ReplayBody<B> {
+        ReplayBody { shared: Arc::clone(&self.shared), next: 0, trailers_yielded: false }
+    }
+
+    /// Whether the body has grown past its replay cap.
+    pub fn is_capped(&self) -> bool {
+        lock(&self.shared).capped
+    }
+
+    /// The replay cap in bytes.
+    pub fn cap(&self) -> usize {
+        lock(&self.shared).cap
+    }
+}
+
+impl<B> fmt::Debug for ReplayBody<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shared = lock(&self.shared);
+        f.debug_struct("ReplayBody")
+            .field("next", &self.next)
+            .field("buffered_bytes", &shared.buffered_bytes)
+            .field("capped", &shared.capped)
+            .finish()
+    }
+}
+
+/// Locks the shared state; a poisoned lock still holds consistent data
+/// because no method panics while holding it.
+fn lock<B>(shared: &Mutex<Shared<B>>) -> MutexGuard<'_, Shared<B>> {
+    shared.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl<B> Body for ReplayBody<B>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        let mut shared = lock(&this.shared);
+
+        if this.next < shared.discarded {
+            let cap = shared.cap;
+            return Poll::Ready(Some(Err(ReplayError::TooLarge { cap }.into())));
+        }
+        if let Some(chunk) = shared.chunks.get(this.next - shared.discarded) {
+            let chunk = chunk.clone();
+            this.next += 1;
+            return Poll::Ready(Some(Ok(Frame::data(chunk))));
+        }
+        match shared.source {
+            Source::Done => {
+                if this.trailers_yielded {
+                    return Poll::Ready(None);
+                }
+                this.trailers_yielded = true;
+                return Poll::Ready(shared.trailers.clone().map(|t| Ok(Frame::trailers(t))));
+            }
+            Source::Failed => return Poll::Ready(Some(Err(ReplayError::SourceFailed.into()))),
+            Source::Streaming => {}
+        }
+
+        // This clone is at the live edge: pull the next frame from the source.
+        let Some(inner) = shared.inner.as_mut() else {
+            return Poll::Ready(Some(Err(ReplayError::SourceFailed.into())));
+        };
+        match inner.as_mut().poll_frame(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(None) => {
+                shared.source = Source::Done;
+                shared.inner = None;
+                this.trailers_yielded = true;
+                Poll::Ready(None)
+            }
+            Poll::Ready(Some(Err(e))) => {
+                shared.source = Source::Failed;
+                shared.inner = None;
+                Poll::Ready(Some(Err(e.into())))
+            }
+            Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                Ok(chunk) => {
+                    shared.keep(&chunk);
+                    this.next = shared.seen();
+                    Poll::Ready(Some(Ok(Frame::data(chunk))))
+                }
+                Err(frame) => {
+                    if let Some(trailers) = frame.trailers_ref() {
+                        shared.trailers = Some(trailers.clone());
+                        this.trailers_yielded = true;
+                    }
+                    Poll::Ready(Some(Ok(frame)))
+                }
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        let shared = lock(&self.shared);
+        if self.next < shared.seen() {
+            return false;
+        }
+        match shared.source {
+            Source::Done => self.trailers_yielded || shared.trailers.is_none(),
+            Source::Failed => false,
+            Source::Streaming => shared.inner.as_ref().is_some_and(|b| b.is_end_stream()),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let shared = lock(&self.shared);
+        if self.next < shared.discarded {
+            return SizeHint::default();
+        }
+        let kept = shared.kept_bytes_from(self.next);
+        match (shared.source, shared.inner.as_ref()) {
+            (Source::Streaming, Some(inner)) => {
+                let hint = inner.size_hint();
+                let mut out = SizeHint::new();
+                out.set_lower(hint.lower().saturating_add(kept));
+                if let Some(upper) = hint.upper() {
+                    out.set_upper(upper.saturating_add(kept));
+                }
+                out
+            }
+            _ => SizeHint::with_exact(kept),
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "tests.rs"]
+mod tests;

@@ -1,0 +1,82 @@
+//! The buffer every clone of one [`ReplayBody`](super::ReplayBody) reads from.
+
+use bytes::Bytes;
+use http::HeaderMap;
+use std::pin::Pin;
+
+/// Where the inner body stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Source {
+    /// More frames may come from the inner body.
+    Streaming,
+    /// The inner body ended; every chunk is known.
+    Done,
+    /// The inner body failed; nothing more will come.
+    Failed,
+}
+
+/// State shared by all clones.
+///
+/// Chunk `i` of the body (counting from the start) lives at
+/// `chunks[i - discarded]`; chunks below `discarded` were dropped when the
+/// cap was crossed.
+pub(super) struct Shared<B> {
+    pub(super) inner: Option<Pin<Box<B>>>,
+    pub(super) source: Source,
+    pub(super) chunks: Vec<Bytes>,
+    pub(super) discarded: usize,
+    pub(super) buffered_bytes: usize,
+    pub(super) cap: usize,
+    pub(super) capped: bool,
+    pub(super) trailers: Option<HeaderMap>,
+}
+
+impl<B> Shared<B> {
+    pub(super) fn new(inner: B, cap: usize) -> Shared<B> {
+        Shared {
+            inner: Some(Box::pin(inner)),
+            source: Source::Streaming,
+            chunks: Vec::new(),
+            discarded: 0,
+            buffered_bytes: 0,
+            cap,
+            capped: false,
+            trailers: None,
+        }
+    }
+
+    /// Total chunks seen so far, dropped ones included.
+    pub(super) fn seen(&self) -> usize {
+        self.discarded + self.chunks.len()
+    }
+
+    /// Whether a fresh clone could still yield the whole body.
+    pub(super) fn replayable(&self) -> bool {
+        !self.capped && self.source != Source::Failed
+    }
+
+    /// Keeps a chunk the inner body just produced, or crosses the cap.
+    pub(super) fn keep(&mut self, chunk: &Bytes) {
+        if self.capped {
+            self.discarded += 1;
+            return;
+        }
+        if self.buffered_bytes.saturating_add(chunk.len()) > self.cap {
+            self.capped = true;
+            self.discarded = self.seen() + 1;
+            self.chunks = Vec::new();
+            self.buffered_bytes = 0;
+            return;
+        }
+        self.buffered_bytes += chunk.len();
+        self.chunks.push(chunk.clone());
+    }
+
+    /// Bytes kept from chunk `from` on.
+    pub(super) fn kept_bytes_from(&self, from: usize) -> u64 {
+        let start = from.saturating_sub(self.discarded);
+        self.chunks
+            .get(start..)
+            .map_or(0, |rest| rest.iter().map(|c| c.len() as u64).sum())
+    }
+}

@@ -1,0 +1,108 @@
+#![allow(clippy::unwrap_used)]
+
+use super::*;
+use http_body_util::{BodyExt, Full, StreamBody};
+
+fn chunked(parts: &[&'static str]) -> impl Body<Data = Bytes, Error = BoxError> {
+    let frames: Vec<Result<Frame<Bytes>, BoxError>> = parts
+        .iter()
+        .map(|p| Ok(Frame::data(Bytes::from_static(p.as_bytes()))))
+        .collect();
+    StreamBody::new(futures_util::stream::iter(frames))
+}
+
+async fn collect<B>(body: B) -> Result<Bytes, BoxError>
+where
+    B: Body<Data = Bytes, Error = BoxError>,
+{
+    Ok(body.collect().await?.to_bytes())
+}
+
+#[tokio::test]
+async fn full_body_replays_without_copying() {
+    let original = Bytes::from_static(b"{\"model\":\"x\"}");
+    let first = ReplayBody::new(Full::new(original.clone()), 1024);
+    assert_eq!(first.size_hint().exact(), Some(original.len() as u64));
+    let second = first.try_clone().unwrap();
+    let sent = collect(first).await.unwrap();
+    assert_eq!(sent, original);
+    // The replay hands out the very same allocation.
+    let replayed = collect(second).await.unwrap();
+    assert_eq!(replayed.as_ptr(), original.as_ptr());
+}
+
+#[tokio::test]
+async fn streamed_body_replays_byte_identical_with_exact_size() {
+    let first = ReplayBody::new(chunked(&["ab", "cd", "ef"]), 1024);
+    let second = first.try_clone().unwrap();
+    assert_eq!(collect(first).await.unwrap(), "abcdef");
+    assert_eq!(second.size_hint().exact(), Some(6));
+    assert_eq!(collect(second).await.unwrap(), "abcdef");
+}
+
+#[tokio::test]
+async fn replay_continues_where_an_early_stop_left_off() {
+    let mut first = ReplayBody::new(chunked(&["ab", "cd", "ef"]), 1024);
+    let second = first.try_clone().unwrap();
+    let frame = first.frame().await.unwrap().unwrap();
+    assert_eq!(frame.into_data().unwrap(), "ab");
+    drop(first);
+    assert_eq!(collect(second).await.unwrap(), "abcdef");
+}
+
+#[tokio::test]
+async fn past_the_cap_the_send_completes_but_no_replay_is_offered() {
+    let first = ReplayBody::new(chunked(&["abcd", "efgh", "ij"]), 6);
+    let early_clone = first.try_clone().unwrap();
+    assert_eq!(collect(first).await.unwrap(), "abcdefghij");
+    assert!(early_clone.is_capped());
+    assert!(early_clone.try_clone().is_none());
+    let err = collect(early_clone).await.unwrap_err();
+    assert_eq!(err.to_string(), "request body exceeds the 6-byte replay buffer");
+}
+
+#[tokio::test]
+async fn body_exactly_at_the_cap_is_replayable() {
+    let first = ReplayBody::new(chunked(&["abc", "def"]), 6);
+    let second = first.try_clone().unwrap();
+    assert_eq!(collect(first).await.unwrap(), "abcdef");
+    assert_eq!(collect(second).await.unwrap(), "abcdef");
+}
+
+#[tokio::test]
+async fn a_failed_source_is_not_replayable() {
+    let frames: Vec<Result<Frame<Bytes>, BoxError>> =
+        vec![Ok(Frame::data(Bytes::from_static(b"ab"))), Err("boom".into())];
+    let first = ReplayBody::new(StreamBody::new(futures_util::stream::iter(frames)), 1024);
+    let second = first.try_clone().unwrap();
+    assert!(collect(first).await.is_err());
+    assert!(second.try_clone().is_none());
+    assert!(collect(second).await.is_err());
+}
+
+#[tokio::test]
+async fn trailers_are_replayed_once_after_the_data() {
+    let mut trailers = http::HeaderMap::new();
+    trailers.insert("x-checksum", http::HeaderValue::from_static("42"));
+    let frames: Vec<Result<Frame<Bytes>, BoxError>> = vec![
+        Ok(Frame::data(Bytes::from_static(b"ab"))),
+        Ok(Frame::trailers(trailers.clone())),
+    ];
+    let first = ReplayBody::new(StreamBody::new(futures_util::stream::iter(frames)), 1024);
+    let second = first.try_clone().unwrap();
+    let a = first.collect().await.unwrap();
+    assert_eq!(a.trailers(), Some(&trailers));
+    let b = second.collect().await.unwrap();
+    assert_eq!(b.trailers(), Some(&trailers));
+    assert_eq!(b.to_bytes(), "ab");
+}
+
+#[tokio::test]
+async fn empty_body_is_end_of_stream_and_replayable() {
+    let first = ReplayBody::new(http_body_util::Empty::<Bytes>::new(), 16);
+    assert!(first.is_end_stream());
+    let second = first.try_clone().unwrap();
+    assert_eq!(collect(first).await.unwrap(), "");
+    assert!(second.is_end_stream());
+    assert_eq!(collect(second).await.unwrap(), "");
+}

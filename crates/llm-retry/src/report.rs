@@ -1,0 +1,194 @@
+//! What happened to a logical request: every attempt counted, why it stopped.
+
+use crate::classify::{Classification, FatalKind};
+use http::StatusCode;
+use std::fmt;
+use std::time::Duration;
+
+/// Why the retry loop stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StopReason {
+    /// The last attempt succeeded.
+    Succeeded,
+    /// The last outcome is not worth another attempt.
+    NotRetryable(FatalKind),
+    /// Every allowed retry was spent.
+    RetriesExhausted {
+        /// The configured number of retries.
+        max_retries: u32,
+    },
+    /// The server asked for a longer wait than the policy honours.
+    ServerWaitTooLong {
+        /// The wait the server named.
+        asked: Duration,
+        /// The longest honoured wait.
+        limit: Duration,
+    },
+    /// The next wait would have ended past the request's deadline.
+    DeadlineReached {
+        /// Time spent when the wait would have started.
+        elapsed: Duration,
+        /// The wait that was not started.
+        wait: Duration,
+        /// The deadline.
+        limit: Duration,
+    },
+    /// The inner service failed instead of becoming ready for a resend.
+    ServiceFailed,
+    /// The request body grew past the replay buffer, so it cannot be sent again.
+    BodyNotReplayable {
+        /// The replay buffer's cap in bytes.
+        cap: usize,
+    },
+}
+
+impl fmt::Display for StopReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StopReason::Succeeded => f.write_str("succeeded"),
+            StopReason::NotRetryable(kind) => write!(f, "not retryable: {}", DisplayFatal(kind)),
+            StopReason::RetriesExhausted { max_retries } => {
+                write!(f, "all {max_retries} retries spent")
+            }
+            StopReason::ServerWaitTooLong { asked, limit } => write!(
+                f,
+                "server asked to wait {}, more than the {} limit",
+                Secs(*asked),
+                Secs(*limit)
+            ),
+            StopReason::DeadlineReached { elapsed, wait, limit } => write!(
+                f,
+                "a {} wait after {} would cross the {} deadline",
+                Secs(*wait),
+                Secs(*elapsed),
+                Secs(*limit)
+            ),
+            StopReason::ServiceFailed => f.write_str("the inner service failed before a resend"),
+            StopReason::BodyNotReplayable { cap } => write!(
+                f,
+                "request body is larger than the {cap}-byte replay buffer and cannot be resent"
+            ),
+        }
+    }
+}
+
+struct DisplayFatal<'a>(&'a FatalKind);
+
+impl fmt::Display for DisplayFatal<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            FatalKind::ServerDeclined(s) => write!(f, "server sent x-should-retry: false on {s}"),
+            FatalKind::QuotaExhausted(s) => write!(f, "quota or billing limit reached ({s})"),
+            FatalKind::ContextOverflow(_) => f.write_str("prompt exceeds the context window"),
+            FatalKind::Unauthorized => f.write_str("credentials rejected (401)"),
+            FatalKind::Status(s) => write!(f, "status {s}"),
+        }
+    }
+}
+
+/// A duration printed in seconds with one decimal, e.g. `93.2 s`.
+pub(crate) struct Secs(pub(crate) Duration);
+
+impl fmt::Display for Secs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let secs = self.0.as_secs_f64();
+        if secs.fract() == 0.0 {
+            write!(f, "{secs:.0} s")
+        } else {
+            write!(f, "{secs:.1} s")
+        }
+    }
+}
+
+/// The account of one logical request: attached to the final response's
+/// extensions and carried by every [`RetryError`](crate::RetryError).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RetryReport {
+    /// Sends made, the first included.
+    pub attempts: u32,
+    /// Time spent sleeping between attempts.
+    pub total_wait: Duration,
+    /// Time from the first send to the final answer.
+    pub elapsed: Duration,
+    /// Waits that honoured a server-named delay.
+    pub server_waits_honoured: u32,
+    /// The status of the last response, if the last attempt got one.
+    pub last_status: Option<StatusCode>,
+    /// The provider's `error.type` (or `error.code`) of the last response.
+    pub last_error_type: Option<String>,
+    /// The classification of the last outcome.
+    pub last_class: Option<Classification>,
+    /// Why the loop stopped.
+    pub stop: StopReason,
+}
+
+impl RetryReport {
+    /// Whether more than one attempt was made.
+    pub fn retried(&self) -> bool {
+        self.attempts > 1
+    }
+}
+
+impl fmt::Display for RetryReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let noun = if self.attempts == 1 { "attempt" } else { "attempts" };
+        if self.stop == StopReason::Succeeded {
+            write!(f, "succeeded after {} {noun} in {}", self.attempts, Secs(self.elapsed))?;
+        } else {
+            write!(f, "gave up after {} {noun} in {}", self.attempts, Secs(self.elapsed))?;
+            match (self.last_status, &self.last_error_type) {
+                (Some(s), Some(t)) => write!(f, ": last status {} {t}", s.as_u16())?,
+                (Some(s), None) => write!(f, ": last status {}", s.as_u16())?,
+                (None, Some(t)) => write!(f, ": last error {t}")?,
+                (None, None) => {}
+            }
+            write!(f, " ({})", self.stop)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(stop: StopReason) -> RetryReport {
+        RetryReport {
+            attempts: 10,
+            total_wait: Duration::from_secs(90),
+            elapsed: Duration::from_millis(93_200),
+            server_waits_honoured: 0,
+            last_status: Some(StatusCode::from_u16(529).expect("valid")),
+            last_error_type: Some("overloaded_error".into()),
+            last_class: None,
+            stop,
+        }
+    }
+
+    #[test]
+    fn give_up_message_names_attempts_time_status_and_reason() {
+        let r = report(StopReason::RetriesExhausted { max_retries: 9 });
+        assert_eq!(
+            r.to_string(),
+            "gave up after 10 attempts in 93.2 s: last status 529 overloaded_error (all 9 retries spent)"
+        );
+    }
+
+    #[test]
+    fn long_server_wait_message_names_both_numbers() {
+        let stop = StopReason::ServerWaitTooLong {
+            asked: Duration::from_secs(200),
+            limit: Duration::from_secs(120),
+        };
+        assert_eq!(stop.to_string(), "server asked to wait 200 s, more than the 120 s limit");
+    }
+
+    #[test]
+    fn short_durations_keep_a_decimal() {
+        assert_eq!(Secs(Duration::from_millis(1500)).to_string(), "1.5 s");
+        assert_eq!(Secs(Duration::from_millis(93_240)).to_string(), "93.2 s");
+        assert_eq!(Secs(Duration::from_secs(2)).to_string(), "2 s");
+    }
+}

@@ -1,0 +1,154 @@
+//! Per-request bookkeeping shared by every state of the response future:
+//! the request template, the account, hooks and tracing.
+
+use crate::error::{BoxError, RetryError};
+use crate::hooks::{RetryEvent, SharedHooks};
+use crate::policy::{Decision, Outcome, RetryPolicy, RetryState};
+use crate::replay::ReplayBody;
+use crate::report::{RetryReport, StopReason};
+use http::{request, Request, StatusCode};
+use std::time::Duration;
+use tracing::Span;
+
+/// What the future does after an outcome was judged.
+pub(super) enum Step {
+    /// Sleep, then send the prepared next request.
+    Wait(Duration),
+    /// Hand the outcome to the caller with this report.
+    Finish(RetryReport),
+}
+
+/// One logical request's context across its attempts.
+pub(super) struct AttemptCtx<B> {
+    parts: request::Parts,
+    template: ReplayBody<B>,
+    next: Option<Request<ReplayBody<B>>>,
+    policy: RetryPolicy,
+    hooks: SharedHooks,
+    state: RetryState,
+    span: Span,
+}
+
+impl<B> AttemptCtx<B> {
+    /// The context and the first attempt's request.
+    pub(super) fn new(
+        parts: request::Parts,
+        body: ReplayBody<B>,
+        policy: RetryPolicy,
+        hooks: SharedHooks,
+    ) -> (AttemptCtx<B>, Request<ReplayBody<B>>) {
+        // Only method, host and path: a query string or header may hold a key.
+        let span = tracing::info_span!(
+            "llm_retry.request",
+            http.request.method = %parts.method,
+            server.address = parts.uri.host().unwrap_or(""),
+            url.path = parts.uri.path(),
+            http.request.resend_count = tracing::field::Empty,
+        );
+        let template = body.replica();
+        let mut state = RetryState::new();
+        state.record_send();
+        let first = Request::from_parts(parts.clone(), body);
+        let ctx = AttemptCtx { parts, template, next: None, policy, hooks, state, span };
+        (ctx, first)
+    }
+
+    pub(super) fn span(&self) -> &Span {
+        &self.span
+    }
+
+    pub(super) fn attempts(&self) -> u32 {
+        self.state.attempts()
+    }
+
+    /// Whether a response's body must be read before judging it: only
+    /// failures are; a success passes through untouched.
+    pub(super) fn wants_body(&self, status: StatusCode) -> bool {
+        status.is_client_error() || status.is_server_error()
+    }
+
+    pub(super) fn peek_limit(&self) -> usize {
+        self.policy.error_body_peek()
+    }
+
+    /// Time left before the request's deadline.
+    pub(super) fn remaining(&self) -> Duration {
+        self.policy.limits().max_elapsed.saturating_sub(self.state.elapsed())
+    }
+
+    /// Judges an outcome, fires hooks and tracing, and prepares the next
+    /// request when the answer is to retry.
+    pub(super) fn judge(&mut self, outcome: Outcome<'_>) -> Step {
+        let (status, error) = match outcome {
+            Outcome::Response { status, .. } => (Some(status), None),
+            Outcome::Error(e) => (None, Some(e)),
+        };
+        let judgement = self.policy.judge(&self.state, outcome, self.state.elapsed());
+        self.state.record_outcome(status, &judgement);
+        let (delay, server_wait) = match judgement.decision {
+            Decision::Accept => return Step::Finish(self.finish(StopReason::Succeeded)),
+            Decision::Stop(reason) => return Step::Finish(self.finish(reason)),
+            Decision::Retry { delay, server_wait } => (delay, server_wait),
+        };
+        let Some(body) = self.template.try_clone() else {
+            let cap = self.template.cap();
+            return Step::Finish(self.finish(StopReason::BodyNotReplayable { cap }));
+        };
+        self.next = Some(Request::from_parts(self.parts.clone(), body));
+        self.state.record_wait(delay, server_wait.is_some());
+        let event = RetryEvent {
+            retry: self.state.attempts(),
+            max_retries: self.policy.limits().max_retries,
+            delay,
+            server_wait,
+            status,
+            error: error.map(|e| e.to_string()),
+            class: judgement.class,
+        };
+        tracing::warn!(
+            retry = event.retry,
+            max_retries = event.max_retries,
+            delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+            server_named_wait = server_wait.is_some(),
+            status = status.map(|s| s.as_u16()),
+            error = event.error.as_deref(),
+            class = ?event.class,
+            "llm-retry: attempt failed, retrying"
+        );
+        self.hooks.0.on_retry(&event);
+        Step::Wait(delay)
+    }
+
+    fn finish(&self, stop: StopReason) -> RetryReport {
+        let report = self.state.report(stop);
+        if report.stop == StopReason::Succeeded {
+            if report.retried() {
+                tracing::info!(attempts = report.attempts, "llm-retry: recovered");
+                self.hooks.0.on_recovered(&report);
+            }
+        } else {
+            tracing::warn!(report = %report, "llm-retry: giving up");
+            self.hooks.0.on_give_up(&report);
+        }
+        report
+    }
+
+    /// The prepared next request, counted as a send.
+    pub(super) fn next_request(&mut self) -> Option<Request<ReplayBody<B>>> {
+        let next = self.next.take()?;
+        self.state.record_send();
+        self.span
+            .record("http.request.resend_count", self.state.attempts().saturating_sub(1));
+        Some(next)
+    }
+
+    /// Gives up because the inner service failed instead of becoming ready.
+    pub(super) fn give_up_on_service_error(&self) -> RetryReport {
+        self.finish(StopReason::ServiceFailed)
+    }
+
+    /// The error handed to the caller, carrying the report.
+    pub(super) fn error(&self, report: RetryReport, source: BoxError) -> BoxError {
+        Box::new(RetryError::new(report, Some(source)))
+    }
+}

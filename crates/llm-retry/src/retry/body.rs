@@ -1,0 +1,114 @@
+//! [`RetryBody`]: the final response's body.
+
+use bytes::Bytes;
+use http::HeaderMap;
+use http_body::{Body, Frame, SizeHint};
+use pin_project_lite::pin_project;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+pin_project! {
+    /// The body of a response returned by [`Retry`](super::Retry).
+    ///
+    /// A successful response's body passes straight through. A failed
+    /// response whose start was read to classify it yields those bytes
+    /// first, unchanged, then the rest.
+    pub struct RetryBody<B> {
+        #[pin]
+        kind: Kind<B>,
+    }
+}
+
+pin_project! {
+    #[project = KindProj]
+    enum Kind<B> {
+        Passthrough { #[pin] inner: B },
+        Peeked {
+            prefix: Option<Bytes>,
+            trailers: Option<HeaderMap>,
+            rest: Option<Pin<Box<B>>>,
+        },
+    }
+}
+
+impl<B> RetryBody<B> {
+    pub(super) fn passthrough(inner: B) -> RetryBody<B> {
+        RetryBody { kind: Kind::Passthrough { inner } }
+    }
+
+    /// `prefix` was read from the body already; `rest` is `None` when the body ended.
+    pub(super) fn peeked(
+        prefix: Bytes,
+        trailers: Option<HeaderMap>,
+        rest: Option<Pin<Box<B>>>,
+    ) -> RetryBody<B> {
+        let prefix = (!prefix.is_empty()).then_some(prefix);
+        RetryBody { kind: Kind::Peeked { prefix, trailers, rest } }
+    }
+}
+
+impl<B> std::fmt::Debug for RetryBody<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match self.kind {
+            Kind::Passthrough { .. } => "passthrough",
+            Kind::Peeked { .. } => "peeked",
+        };
+        f.debug_struct("RetryBody").field("kind", &kind).finish()
+    }
+}
+
+impl<B> Body for RetryBody<B>
+where
+    B: Body<Data = Bytes>,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        match self.project().kind.project() {
+            KindProj::Passthrough { inner } => inner.poll_frame(cx),
+            KindProj::Peeked { prefix, trailers, rest } => {
+                if let Some(bytes) = prefix.take() {
+                    return Poll::Ready(Some(Ok(Frame::data(bytes))));
+                }
+                if let Some(body) = rest.as_mut() {
+                    return body.as_mut().poll_frame(cx);
+                }
+                Poll::Ready(trailers.take().map(|t| Ok(Frame::trailers(t))))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.kind {
+            Kind::Passthrough { inner } => inner.is_end_stream(),
+            Kind::Peeked { prefix, trailers, rest } => {
+                prefix.is_none()
+                    && trailers.is_none()
+                    && rest.as_ref().is_none_or(|b| b.is_end_stream())
+            }
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.kind {
+            Kind::Passthrough { inner } => inner.size_hint(),
+            Kind::Peeked { prefix, rest, .. } => {
+                let held = prefix.as_ref().map_or(0, |b| b.len() as u64);
+                let Some(rest) = rest else {
+                    return SizeHint::with_exact(held);
+                };
+                let hint = rest.size_hint();
+                let mut out = SizeHint::new();
+                out.set_lower(hint.lower().saturating_add(held));
+                if let Some(upper) = hint.upper() {
+                    out.set_upper(upper.saturating_add(held));
+                }
+                out
+            }
+        }
+    }
+}

@@ -1,0 +1,69 @@
+//! [`Retry`]: the service.
+
+use super::{ResponseFuture, RetryBody};
+use crate::error::BoxError;
+use crate::hooks::SharedHooks;
+use crate::policy::RetryPolicy;
+use crate::replay::ReplayBody;
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body::Body;
+use std::task::{Context, Poll};
+use tower::Service;
+
+/// A service that retries failed calls to `S`. Built by [`RetryLayer`](super::RetryLayer).
+#[derive(Debug, Clone)]
+pub struct Retry<S> {
+    inner: S,
+    policy: RetryPolicy,
+    hooks: SharedHooks,
+}
+
+impl<S> Retry<S> {
+    pub(super) fn new(inner: S, policy: RetryPolicy, hooks: SharedHooks) -> Retry<S> {
+        Retry { inner, policy, hooks }
+    }
+
+    /// The wrapped service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The wrapped service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwraps the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, B, ResBody> Service<Request<B>> for Retry<S>
+where
+    S: Service<Request<ReplayBody<B>>, Response = Response<ResBody>> + Clone,
+    S::Error: Into<BoxError>,
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+    ResBody: Body<Data = Bytes>,
+    ResBody::Error: Into<BoxError>,
+{
+    type Response = Response<RetryBody<ResBody>>;
+    type Error = BoxError;
+    type Future = ResponseFuture<S, B, ResBody>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        let (parts, body) = request.into_parts();
+        let body = ReplayBody::new(body, self.policy.max_replay_body());
+        // The driven instance was made ready by `poll_ready`; keep a clone
+        // in its place and send the first attempt through the ready one.
+        let clone = self.inner.clone();
+        let mut ready = std::mem::replace(&mut self.inner, clone);
+        ResponseFuture::start(&mut ready, parts, body, self.policy.clone(), self.hooks.clone())
+    }
+}

@@ -1,0 +1,188 @@
+//! The service on a scripted in-process upstream under tokio's paused clock:
+//! exact virtual timings. Loopback wiring is tested in the `tests` package.
+#![allow(clippy::unwrap_used)]
+
+use crate::backoff::Jitter;
+use crate::{BoxError, RetryError, RetryLayer, RetryPolicy, RetryReport, StopReason};
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::time::Instant;
+use tower::{Layer, Service, ServiceExt};
+
+type Script = Arc<Mutex<VecDeque<Result<Response<Full<Bytes>>, BoxError>>>>;
+
+/// A scripted upstream that records the virtual instant of every call.
+#[derive(Clone)]
+struct Upstream {
+    script: Script,
+    calls: Arc<Mutex<Vec<Instant>>>,
+}
+
+impl Upstream {
+    fn new(replies: Vec<Result<Response<Full<Bytes>>, BoxError>>) -> Upstream {
+        Upstream {
+            script: Arc::new(Mutex::new(replies.into())),
+            calls: Arc::default(),
+        }
+    }
+
+    fn call_offsets(&self, start: Instant) -> Vec<u64> {
+        let calls = self.calls.lock().unwrap();
+        calls.iter().map(|t| (*t - start).as_millis() as u64).collect()
+    }
+}
+
+impl<B: Send + 'static> Service<Request<B>> for Upstream {
+    type Response = Response<Full<Bytes>>;
+    type Error = BoxError;
+    type Future = std::future::Ready<Result<Response<Full<Bytes>>, BoxError>>;
+
+    fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), BoxError>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: Request<B>) -> Self::Future {
+        self.calls.lock().unwrap().push(Instant::now());
+        let next = self.script.lock().unwrap().pop_front();
+        std::future::ready(next.unwrap_or_else(|| Err("script exhausted".into())))
+    }
+}
+
+fn reply(status: u16, headers: &[(&str, &str)], body: &str) -> Result<Response<Full<Bytes>>, BoxError> {
+    let mut builder = Response::builder().status(status);
+    for (k, v) in headers {
+        builder = builder.header(*k, *v);
+    }
+    Ok(builder.body(Full::new(Bytes::from(body.to_owned()))).unwrap())
+}
+
+fn request() -> Request<Full<Bytes>> {
+    Request::post("http://upstream.test/v1/messages")
+        .header("x-api-key", "sk-secret")
+        .body(Full::new(Bytes::from_static(b"{\"max_tokens\":10}")))
+        .unwrap()
+}
+
+fn no_jitter() -> RetryPolicy {
+    RetryPolicy::builder().jitter(Jitter::None).seed(7).build().unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn computed_delays_double_from_500ms_to_32s() {
+    let mut replies: Vec<_> = (0..9).map(|_| reply(503, &[], "")).collect();
+    replies.push(reply(200, &[], "ok"));
+    let upstream = Upstream::new(replies);
+    let svc = RetryLayer::new(no_jitter()).layer(upstream.clone());
+    let start = Instant::now();
+    let res = svc.oneshot(request()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let report = res.extensions().get::<RetryReport>().unwrap().clone();
+    assert_eq!(report.attempts, 10);
+    assert_eq!(report.stop, StopReason::Succeeded);
+    // Gaps: 0.5, 1, 2, 4, 8, 16, 32, 32, 32 s.
+    assert_eq!(
+        upstream.call_offsets(start),
+        [0, 500, 1_500, 3_500, 7_500, 15_500, 31_500, 63_500, 95_500, 127_500]
+    );
+    assert_eq!(report.total_wait, Duration::from_millis(127_500));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_one_second_retry_after_is_honoured() {
+    let upstream = Upstream::new(vec![
+        reply(429, &[("retry-after", "1")], r#"{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}"#),
+        reply(200, &[], "ok"),
+    ]);
+    let svc = RetryLayer::new(RetryPolicy::default()).layer(upstream.clone());
+    let start = Instant::now();
+    let res = svc.oneshot(request()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let second = upstream.call_offsets(start)[1];
+    // Computed backoff would give 500–625 ms; the hint gives 1000–1100 ms.
+    assert!((1_000..=1_100).contains(&second), "second attempt at {second} ms");
+    let report = res.extensions().get::<RetryReport>().unwrap();
+    assert_eq!(report.server_waits_honoured, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_200_second_retry_after_ends_the_request_at_once() {
+    let upstream = Upstream::new(vec![reply(429, &[("retry-after", "200")], "")]);
+    let svc = RetryLayer::new(RetryPolicy::default()).layer(upstream.clone());
+    let start = Instant::now();
+    let res = svc.oneshot(request()).await.unwrap();
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    let report = res.extensions().get::<RetryReport>().unwrap();
+    assert_eq!(report.attempts, 1);
+    assert_eq!(
+        report.to_string(),
+        "gave up after 1 attempt in 0 s: last status 429 \
+         (server asked to wait 200 s, more than the 120 s limit)"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_deadline_stops_a_wait_from_starting() {
+    let replies: Vec<_> = (0..20).map(|_| reply(500, &[], "")).collect();
+    let upstream = Upstream::new(replies);
+    let policy = RetryPolicy::builder()
+        .jitter(Jitter::None)
+        .max_elapsed(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let svc = RetryLayer::new(policy).layer(upstream.clone());
+    let start = Instant::now();
+    let res = svc.oneshot(request()).await.unwrap();
+    // 0.5 + 1 + 2 = 3.5 s slept; the next 4 s wait would end at 7.5 s > 5 s.
+    assert_eq!(start.elapsed(), Duration::from_millis(3_500));
+    assert_eq!(upstream.call_offsets(start), [0, 500, 1_500, 3_500]);
+    let report = res.extensions().get::<RetryReport>().unwrap();
+    assert!(matches!(report.stop, StopReason::DeadlineReached { .. }), "{:?}", report.stop);
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_the_future_mid_wait_stops_at_once() {
+    let upstream = Upstream::new(vec![reply(503, &[("retry-after", "60")], ""), reply(200, &[], "")]);
+    let svc = RetryLayer::new(RetryPolicy::default()).layer(upstream.clone());
+    let start = Instant::now();
+    let outcome = tokio::time::timeout(Duration::from_secs(1), svc.oneshot(request())).await;
+    assert!(outcome.is_err(), "the wait must still be running");
+    assert_eq!(start.elapsed(), Duration::from_secs(1));
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    assert_eq!(upstream.call_offsets(start), [0], "no resend after cancellation");
+}
+
+#[tokio::test(start_paused = true)]
+async fn transport_errors_end_in_one_retry_error_with_the_report() {
+    let replies: Vec<_> = (0..3)
+        .map(|_| Err(std::io::Error::from(std::io::ErrorKind::ConnectionReset).into()))
+        .collect();
+    let upstream = Upstream::new(replies);
+    let policy = RetryPolicy::builder().max_retries(2).jitter(Jitter::None).build().unwrap();
+    let svc = RetryLayer::new(policy).layer(upstream.clone());
+    let err = svc.oneshot(request()).await.unwrap_err();
+    let err = err.downcast::<RetryError>().unwrap();
+    assert!(err.is_exhausted());
+    assert_eq!(err.report().attempts, 3);
+    assert!(std::error::Error::source(&*err).is_some());
+    let text = err.to_string();
+    assert!(text.starts_with("gave up after 3 attempts in 1.5 s"), "{text}");
+    assert!(!text.contains("sk-secret"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_response_body_reaches_the_caller_unchanged() {
+    let body = r#"{"type":"error","error":{"type":"invalid_request_error","message":"bad"}}"#;
+    let upstream = Upstream::new(vec![reply(400, &[], body)]);
+    let svc = RetryLayer::new(RetryPolicy::default()).layer(upstream.clone());
+    let res = svc.oneshot(request()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+    let report = res.extensions().get::<RetryReport>().unwrap().clone();
+    assert_eq!(report.last_error_type.as_deref(), Some("invalid_request_error"));
+    assert_eq!(res.into_body().collect().await.unwrap().to_bytes(), body);
+    assert_eq!(upstream.call_offsets(Instant::now()).len(), 1);
+}
