@@ -200,7 +200,10 @@ impl Reply {
                 }),
             )
         };
-        let mut events = vec![chunk(json!({"role": "assistant", "content": ""}), Value::Null)];
+        let mut events = vec![chunk(
+            json!({"role": "assistant", "content": ""}),
+            Value::Null,
+        )];
         events.extend(
             text_chunks
                 .iter()
@@ -247,12 +250,23 @@ mod tests {
 
     #[test]
     fn envelopes() {
-        assert_eq!(body_json(&Reply::anthropic_ok("hi there"))["content"][0]["text"], "hi there");
-        assert_eq!(body_json(&Reply::openai_ok("yo"))["choices"][0]["message"]["content"], "yo");
+        assert_eq!(
+            body_json(&Reply::anthropic_ok("hi there"))["content"][0]["text"],
+            "hi there"
+        );
+        assert_eq!(
+            body_json(&Reply::openai_ok("yo"))["choices"][0]["message"]["content"],
+            "yo"
+        );
         let err = body_json(&Reply::overloaded());
         assert_eq!(err["type"], "error");
         assert_eq!(err["error"]["type"], "overloaded_error");
-        let oa = body_json(&Reply::openai_error(429, "insufficient_quota", Some("insufficient_quota"), "m"));
+        let oa = body_json(&Reply::openai_error(
+            429,
+            "insufficient_quota",
+            Some("insufficient_quota"),
+            "m",
+        ));
         assert_eq!(oa["error"]["code"], "insufficient_quota");
         let oa = body_json(&Reply::openai_error(500, "server_error", None, "m"));
         assert!(oa["error"]["code"].is_null());

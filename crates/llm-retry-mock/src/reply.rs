@@ -317,13 +317,21 @@ mod tests {
     #[test]
     fn expected_and_delivered_bodies() {
         let sse = Reply::sse([SseEvent::new(None, "a"), SseEvent::raw("xyz")]);
-        assert_eq!(sse.expected_body(), Some(Bytes::from_static(b"data: a\n\nxyz")));
+        assert_eq!(
+            sse.expected_body(),
+            Some(Bytes::from_static(b"data: a\n\nxyz"))
+        );
         let cut = sse.clone().reset_after_bytes(4);
         assert_eq!(cut.expected_body(), None);
         assert_eq!(cut.delivered_body(), Some(Bytes::from_static(b"data")));
         let long = sse.reset_after_bytes(1000);
-        assert_eq!(long.delivered_body(), Some(Bytes::from_static(b"data: a\n\nxyz")));
-        let reset = Reply::reset_before_headers().header("x", "y").reset_after_bytes(1);
+        assert_eq!(
+            long.delivered_body(),
+            Some(Bytes::from_static(b"data: a\n\nxyz"))
+        );
+        let reset = Reply::reset_before_headers()
+            .header("x", "y")
+            .reset_after_bytes(1);
         assert!(reset.expected_body().is_none() && reset.delivered_body().is_none());
     }
 

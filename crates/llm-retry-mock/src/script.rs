@@ -93,8 +93,14 @@ pub struct Route {
 
 #[derive(Debug, Clone)]
 enum RouteKind {
-    Sequence { replies: Vec<Reply>, then: Option<Reply> },
-    Mix { choices: Vec<(u32, Reply)>, total: u64 },
+    Sequence {
+        replies: Vec<Reply>,
+        then: Option<Reply>,
+    },
+    Mix {
+        choices: Vec<(u32, Reply)>,
+        total: u64,
+    },
 }
 
 impl Route {
@@ -211,13 +217,20 @@ mod tests {
         let got: Vec<u16> = (0..3).map(|n| code(route.pick(n, 0, 0))).collect();
         assert_eq!(got, [503, 201, 201]);
         assert_eq!(code(Route::sequence([]).pick(0, 0, 0)), 1);
-        assert_eq!(code(Route::sequence_then([], Reply::status(204)).pick(5, 0, 0)), 204);
+        assert_eq!(
+            code(Route::sequence_then([], Reply::status(204)).pick(5, 0, 0)),
+            204
+        );
         assert_eq!(code(Route::mix([]).pick(0, 0, 0)), 1);
     }
 
     #[test]
     fn mix_is_seeded_and_weighted() {
-        let route = Route::mix([(3, Reply::status(200)), (1, Reply::status(529)), (0, Reply::status(418))]);
+        let route = Route::mix([
+            (3, Reply::status(200)),
+            (1, Reply::status(529)),
+            (0, Reply::status(418)),
+        ]);
         let run = |seed| -> Vec<u16> { (0..400).map(|n| code(route.pick(n, seed, 9))).collect() };
         assert_eq!(run(1), run(1));
         assert_ne!(run(1), run(2));

@@ -112,7 +112,11 @@ mod tests {
         let cases: &[(Option<&str>, &str, &str)] = &[
             (None, "x", "data: x\n\n"),
             (Some("e"), "", "event: e\ndata: \n\n"),
-            (Some("e\r\nvil"), "a\r\nb\rc\nd", "event: evil\ndata: a\ndata: b\ndata: c\ndata: d\n\n"),
+            (
+                Some("e\r\nvil"),
+                "a\r\nb\rc\nd",
+                "event: evil\ndata: a\ndata: b\ndata: c\ndata: d\n\n",
+            ),
             (None, "a\n", "data: a\ndata: \n\n"),
         ];
         for (event, data, want) in cases {

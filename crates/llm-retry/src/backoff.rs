@@ -44,14 +44,22 @@ pub struct Backoff {
 
 impl Default for Backoff {
     fn default() -> Self {
-        Backoff::new(Duration::from_millis(500), Duration::from_secs(32), Jitter::default())
+        Backoff::new(
+            Duration::from_millis(500),
+            Duration::from_secs(32),
+            Jitter::default(),
+        )
     }
 }
 
 impl Backoff {
     /// A backoff starting at `initial`, doubling up to `max`, randomised by `jitter`.
     pub const fn new(initial: Duration, max: Duration, jitter: Jitter) -> Backoff {
-        Backoff { initial, max, jitter }
+        Backoff {
+            initial,
+            max,
+            jitter,
+        }
     }
 
     /// The first step.
@@ -86,7 +94,11 @@ impl Backoff {
         match self.jitter {
             Jitter::None => base,
             Jitter::Proportional { fraction } => {
-                let fraction = if fraction.is_finite() { fraction.clamp(0.0, 1.0) } else { 0.0 };
+                let fraction = if fraction.is_finite() {
+                    fraction.clamp(0.0, 1.0)
+                } else {
+                    0.0
+                };
                 base + base.mul_f64(fraction * unit(rng))
             }
             Jitter::Equal => {
@@ -135,7 +147,10 @@ mod tests {
         let got: Vec<u64> = (1..=9)
             .map(|n| b.delay(n, &mut rng).as_millis() as u64)
             .collect();
-        assert_eq!(got, [500, 1000, 2000, 4000, 8000, 16000, 32000, 32000, 32000]);
+        assert_eq!(
+            got,
+            [500, 1000, 2000, 4000, 8000, 16000, 32000, 32000, 32000]
+        );
     }
 
     #[test]
@@ -164,7 +179,11 @@ mod tests {
                 assert!((lo..hi).contains(&d) || d == lo, "{jitter:?}: {d}");
                 seen.insert(d);
             }
-            assert!(seen.len() > 50, "{jitter:?} should spread, saw {}", seen.len());
+            assert!(
+                seen.len() > 50,
+                "{jitter:?} should spread, saw {}",
+                seen.len()
+            );
         }
     }
 

@@ -39,16 +39,27 @@ impl Default for Limits {
 /// Why [`Limits`] refuse another attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Refusal {
-    Retries { max_retries: u32 },
-    ServerWait { asked: Duration, limit: Duration },
-    Deadline { elapsed: Duration, wait: Duration, limit: Duration },
+    Retries {
+        max_retries: u32,
+    },
+    ServerWait {
+        asked: Duration,
+        limit: Duration,
+    },
+    Deadline {
+        elapsed: Duration,
+        wait: Duration,
+        limit: Duration,
+    },
 }
 
 impl Limits {
     /// Checks retry number `retry` (1-based) against the attempt bound.
     pub(crate) fn admit_retry(&self, retry: u32) -> Result<(), Refusal> {
         if retry > self.max_retries {
-            return Err(Refusal::Retries { max_retries: self.max_retries });
+            return Err(Refusal::Retries {
+                max_retries: self.max_retries,
+            });
         }
         Ok(())
     }
@@ -56,7 +67,10 @@ impl Limits {
     /// Checks a server-named wait against the longest honoured wait.
     pub(crate) fn admit_server_wait(&self, asked: Duration) -> Result<(), Refusal> {
         if asked > self.max_server_wait {
-            return Err(Refusal::ServerWait { asked, limit: self.max_server_wait });
+            return Err(Refusal::ServerWait {
+                asked,
+                limit: self.max_server_wait,
+            });
         }
         Ok(())
     }
@@ -65,7 +79,11 @@ impl Limits {
     /// ends inside the deadline.
     pub(crate) fn admit_wait(&self, elapsed: Duration, wait: Duration) -> Result<(), Refusal> {
         if elapsed.saturating_add(wait) > self.max_elapsed {
-            return Err(Refusal::Deadline { elapsed, wait, limit: self.max_elapsed });
+            return Err(Refusal::Deadline {
+                elapsed,
+                wait,
+                limit: self.max_elapsed,
+            });
         }
         Ok(())
     }
@@ -79,18 +97,29 @@ mod tests {
 
     #[test]
     fn each_bound_refuses_on_its_own() {
-        let l = Limits { max_retries: 2, max_elapsed: S(10), max_server_wait: S(5) };
+        let l = Limits {
+            max_retries: 2,
+            max_elapsed: S(10),
+            max_server_wait: S(5),
+        };
         assert_eq!(l.admit_retry(2), Ok(()));
         assert_eq!(l.admit_retry(3), Err(Refusal::Retries { max_retries: 2 }));
         assert_eq!(l.admit_server_wait(S(5)), Ok(()));
         assert_eq!(
             l.admit_server_wait(S(6)),
-            Err(Refusal::ServerWait { asked: S(6), limit: S(5) })
+            Err(Refusal::ServerWait {
+                asked: S(6),
+                limit: S(5)
+            })
         );
         assert_eq!(l.admit_wait(S(4), S(6)), Ok(()));
         assert_eq!(
             l.admit_wait(S(4), S(7)),
-            Err(Refusal::Deadline { elapsed: S(4), wait: S(7), limit: S(10) })
+            Err(Refusal::Deadline {
+                elapsed: S(4),
+                wait: S(7),
+                limit: S(10)
+            })
         );
     }
 

@@ -46,7 +46,11 @@ impl RetryError {
                 ErrorKind::NotRetryable
             }
         };
-        RetryError { kind, report, source }
+        RetryError {
+            kind,
+            report,
+            source,
+        }
     }
 
     /// The kind of stop.

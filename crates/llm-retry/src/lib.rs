@@ -1,25 +1,71 @@
 //! Retries for LLM API calls that survive rate limits, overloads and flaky
-//! networks, without ever replaying what a caller already read.
-#![warn(missing_docs, missing_debug_implementations, rust_2018_idioms, unreachable_pub)]
+//! networks — honouring what the server says, never replaying blindly, and
+//! explaining every stop.
+//!
+//! # Overview
+//!
+//! [`RetryLayer`] is a tower middleware for `http::Request<B>` services. Each
+//! attempt's outcome is classified ([`classify`]), the server's own wait is
+//! read ([`hint`]), a delay is chosen ([`backoff`]) inside hard per-request
+//! bounds ([`budget`]), and the [`RetryPolicy`] decides. The request body is
+//! wrapped in a [`ReplayBody`] so it can be sent again without copying.
+//!
+//! ```no_run
+//! use bytes::Bytes;
+//! use http_body_util::Full;
+//! use hyper_util::{client::legacy::Client, rt::TokioExecutor};
+//! use llm_retry::{RetryLayer, RetryPolicy, RetryReport};
+//! use tower::{ServiceBuilder, ServiceExt};
+//!
+//! # async fn run() -> Result<(), llm_retry::BoxError> {
+//! let client = Client::builder(TokioExecutor::new()).build_http();
+//! let service = ServiceBuilder::new()
+//!     .layer(RetryLayer::new(RetryPolicy::default()))
+//!     .service(client);
+//! let request = http::Request::post("https://api.anthropic.com/v1/messages")
+//!     .body(Full::new(Bytes::from_static(b"{}")))?;
+//! let response = service.oneshot(request).await?;
+//! let attempts = response.extensions().get::<RetryReport>().map(|r| r.attempts);
+//! # let _ = attempts;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Every logical request ends in exactly one answer: the final response with
+//! a [`RetryReport`] in its extensions, or one [`RetryError`] with the same
+//! report when the last attempt produced no response.
+//!
+//! The policy pieces are pure and usable alone: [`classify::classify_response`],
+//! [`hint::parse_hint`], [`backoff::Backoff`], [`RetryPolicy::judge`].
+//! `RetryPolicy` also implements [`tower::retry::Policy`].
+#![warn(
+    missing_docs,
+    missing_debug_implementations,
+    rust_2018_idioms,
+    unreachable_pub
+)]
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-pub mod classify;
-pub mod hint;
-
 pub mod backoff;
 pub mod budget;
+pub mod classify;
+pub mod hint;
+pub mod policy;
 pub mod replay;
 
 mod error;
 mod hooks;
 mod report;
+mod retry;
 
 pub use error::{BoxError, ErrorKind, RetryError};
 pub use hooks::{on_retry, NoHooks, OnRetry, RetryEvent, RetryHooks};
+pub use policy::{RetryPolicy, RetryPolicyBuilder};
 pub use replay::ReplayBody;
 pub use report::{RetryReport, StopReason};
-pub mod policy;
-pub use policy::{RetryPolicy, RetryPolicyBuilder};
-mod retry;
 pub use retry::{ResponseFuture, Retry, RetryBody, RetryLayer};
+
+#[doc = include_str!("../../../README.md")]
+#[cfg(doctest)]
+struct ReadmeDoctests;

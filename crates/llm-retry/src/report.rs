@@ -57,7 +57,11 @@ impl fmt::Display for StopReason {
                 Secs(*asked),
                 Secs(*limit)
             ),
-            StopReason::DeadlineReached { elapsed, wait, limit } => write!(
+            StopReason::DeadlineReached {
+                elapsed,
+                wait,
+                limit,
+            } => write!(
                 f,
                 "a {} wait after {} would cross the {} deadline",
                 Secs(*wait),
@@ -133,11 +137,25 @@ impl RetryReport {
 
 impl fmt::Display for RetryReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let noun = if self.attempts == 1 { "attempt" } else { "attempts" };
-        if self.stop == StopReason::Succeeded {
-            write!(f, "succeeded after {} {noun} in {}", self.attempts, Secs(self.elapsed))?;
+        let noun = if self.attempts == 1 {
+            "attempt"
         } else {
-            write!(f, "gave up after {} {noun} in {}", self.attempts, Secs(self.elapsed))?;
+            "attempts"
+        };
+        if self.stop == StopReason::Succeeded {
+            write!(
+                f,
+                "succeeded after {} {noun} in {}",
+                self.attempts,
+                Secs(self.elapsed)
+            )?;
+        } else {
+            write!(
+                f,
+                "gave up after {} {noun} in {}",
+                self.attempts,
+                Secs(self.elapsed)
+            )?;
             match (self.last_status, &self.last_error_type) {
                 (Some(s), Some(t)) => write!(f, ": last status {} {t}", s.as_u16())?,
                 (Some(s), None) => write!(f, ": last status {}", s.as_u16())?,
@@ -182,7 +200,10 @@ mod tests {
             asked: Duration::from_secs(200),
             limit: Duration::from_secs(120),
         };
-        assert_eq!(stop.to_string(), "server asked to wait 200 s, more than the 120 s limit");
+        assert_eq!(
+            stop.to_string(),
+            "server asked to wait 200 s, more than the 120 s limit"
+        );
     }
 
     #[test]

@@ -191,7 +191,10 @@ mod tests {
     fn out_of_range_jitter_and_zero_deadline_are_rejected() {
         let jitter = Jitter::Proportional { fraction: 2.0 };
         assert!(RetryPolicy::builder().jitter(jitter).build().is_err());
-        assert!(RetryPolicy::builder().max_elapsed(Duration::ZERO).build().is_err());
+        assert!(RetryPolicy::builder()
+            .max_elapsed(Duration::ZERO)
+            .build()
+            .is_err());
     }
 
     #[test]

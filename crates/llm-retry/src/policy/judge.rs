@@ -61,7 +61,11 @@ impl RetryPolicy {
     /// (with the attempt already counted), `elapsed` after its first send.
     pub fn judge(&self, state: &RetryState, outcome: Outcome<'_>, elapsed: Duration) -> Judgement {
         let (class, provider, hint) = match outcome {
-            Outcome::Response { status, headers, body } => {
+            Outcome::Response {
+                status,
+                headers,
+                body,
+            } => {
                 let provider = body.and_then(ProviderError::parse);
                 let class = classify_response(status, headers, provider.as_ref());
                 let hint = if class.is_retryable() {
@@ -80,7 +84,12 @@ impl RetryPolicy {
                 .plan_retry(state.attempts(), hint.wait, elapsed)
                 .unwrap_or_else(|refusal| Decision::Stop(refusal.into())),
         };
-        Judgement { class, provider, hint, decision }
+        Judgement {
+            class,
+            provider,
+            hint,
+            decision,
+        }
     }
 
     fn plan_retry(
@@ -115,9 +124,15 @@ impl From<Refusal> for StopReason {
         match refusal {
             Refusal::Retries { max_retries } => StopReason::RetriesExhausted { max_retries },
             Refusal::ServerWait { asked, limit } => StopReason::ServerWaitTooLong { asked, limit },
-            Refusal::Deadline { elapsed, wait, limit } => {
-                StopReason::DeadlineReached { elapsed, wait, limit }
-            }
+            Refusal::Deadline {
+                elapsed,
+                wait,
+                limit,
+            } => StopReason::DeadlineReached {
+                elapsed,
+                wait,
+                limit,
+            },
         }
     }
 }

@@ -6,7 +6,11 @@ use crate::classify::{FatalKind, RetryableKind};
 use http::HeaderValue;
 
 fn policy() -> RetryPolicy {
-    RetryPolicy::builder().jitter(Jitter::None).seed(1).build().unwrap()
+    RetryPolicy::builder()
+        .jitter(Jitter::None)
+        .seed(1)
+        .build()
+        .unwrap()
 }
 
 fn after(attempts: u32) -> RetryState {
@@ -27,7 +31,11 @@ fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
 
 fn judge(p: &RetryPolicy, attempts: u32, status: u16, h: &HeaderMap, body: &[u8]) -> Judgement {
     let status = StatusCode::from_u16(status).unwrap();
-    let outcome = Outcome::Response { status, headers: h, body: Some(body) };
+    let outcome = Outcome::Response {
+        status,
+        headers: h,
+        body: Some(body),
+    };
     p.judge(&after(attempts), outcome, Duration::ZERO)
 }
 
@@ -35,10 +43,15 @@ fn judge(p: &RetryPolicy, attempts: u32, status: u16, h: &HeaderMap, body: &[u8]
 fn computed_delays_follow_the_backoff_without_a_hint() {
     let p = policy();
     let delays: Vec<_> = (1..=8)
-        .map(|n| match judge(&p, n, 503, &HeaderMap::new(), b"").decision {
-            Decision::Retry { delay, server_wait: None } => delay.as_millis(),
-            other => panic!("{other:?}"),
-        })
+        .map(
+            |n| match judge(&p, n, 503, &HeaderMap::new(), b"").decision {
+                Decision::Retry {
+                    delay,
+                    server_wait: None,
+                } => delay.as_millis(),
+                other => panic!("{other:?}"),
+            },
+        )
         .collect();
     assert_eq!(delays, [500, 1000, 2000, 4000, 8000, 16000, 32000, 32000]);
 }
@@ -49,7 +62,10 @@ fn a_retry_after_second_is_a_floor_with_small_spread() {
     let h = headers(&[("retry-after", "1")]);
     for _ in 0..100 {
         match judge(&p, 1, 429, &h, b"").decision {
-            Decision::Retry { delay, server_wait: Some(w) } => {
+            Decision::Retry {
+                delay,
+                server_wait: Some(w),
+            } => {
                 assert_eq!(w.duration, Duration::from_secs(1));
                 assert!(delay >= Duration::from_secs(1) && delay <= Duration::from_millis(1100));
             }
@@ -62,7 +78,9 @@ fn a_retry_after_second_is_a_floor_with_small_spread() {
 fn a_wait_above_the_limit_stops_at_once_naming_both_numbers() {
     let h = headers(&[("retry-after", "200")]);
     let j = judge(&policy(), 1, 429, &h, b"");
-    let Decision::Stop(stop) = j.decision else { panic!("{:?}", j.decision) };
+    let Decision::Stop(stop) = j.decision else {
+        panic!("{:?}", j.decision)
+    };
     assert_eq!(
         stop,
         StopReason::ServerWaitTooLong {
@@ -70,14 +88,22 @@ fn a_wait_above_the_limit_stops_at_once_naming_both_numbers() {
             limit: Duration::from_secs(120)
         }
     );
-    assert_eq!(stop.to_string(), "server asked to wait 200 s, more than the 120 s limit");
+    assert_eq!(
+        stop.to_string(),
+        "server asked to wait 200 s, more than the 120 s limit"
+    );
 }
 
 #[test]
 fn fatal_and_declined_outcomes_stop() {
     let p = policy();
     let j = judge(&p, 1, 400, &HeaderMap::new(), b"");
-    assert_eq!(j.decision, Decision::Stop(StopReason::NotRetryable(FatalKind::Status(StatusCode::BAD_REQUEST))));
+    assert_eq!(
+        j.decision,
+        Decision::Stop(StopReason::NotRetryable(FatalKind::Status(
+            StatusCode::BAD_REQUEST
+        )))
+    );
     let declined = headers(&[("x-should-retry", "false")]);
     let j = judge(&p, 1, 503, &declined, b"");
     assert_eq!(
@@ -97,8 +123,15 @@ fn success_is_accepted_even_with_an_error_envelope() {
 
 #[test]
 fn the_retry_cap_counts_retries_after_the_first_attempt() {
-    let p = RetryPolicy::builder().max_retries(2).jitter(Jitter::None).build().unwrap();
-    assert!(matches!(judge(&p, 2, 500, &HeaderMap::new(), b"").decision, Decision::Retry { .. }));
+    let p = RetryPolicy::builder()
+        .max_retries(2)
+        .jitter(Jitter::None)
+        .build()
+        .unwrap();
+    assert!(matches!(
+        judge(&p, 2, 500, &HeaderMap::new(), b"").decision,
+        Decision::Retry { .. }
+    ));
     assert_eq!(
         judge(&p, 3, 500, &HeaderMap::new(), b"").decision,
         Decision::Stop(StopReason::RetriesExhausted { max_retries: 2 })
@@ -113,7 +146,11 @@ fn a_wait_that_would_cross_the_deadline_is_not_started() {
         .build()
         .unwrap();
     let h = HeaderMap::new();
-    let outcome = Outcome::Response { status: StatusCode::BAD_GATEWAY, headers: &h, body: None };
+    let outcome = Outcome::Response {
+        status: StatusCode::BAD_GATEWAY,
+        headers: &h,
+        body: None,
+    };
     let j = p.judge(&after(1), outcome, Duration::from_millis(9_600));
     assert_eq!(
         j.decision,
@@ -131,8 +168,14 @@ fn a_wait_that_would_cross_the_deadline_is_not_started() {
 fn overload_bodies_are_read_for_the_report() {
     let body = br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
     let j = judge(&policy(), 1, 529, &HeaderMap::new(), body);
-    assert_eq!(j.class, Classification::Retryable(RetryableKind::Overloaded));
-    assert_eq!(j.provider.unwrap().kind.as_deref(), Some("overloaded_error"));
+    assert_eq!(
+        j.class,
+        Classification::Retryable(RetryableKind::Overloaded)
+    );
+    assert_eq!(
+        j.provider.unwrap().kind.as_deref(),
+        Some("overloaded_error")
+    );
 }
 
 #[test]
@@ -140,5 +183,11 @@ fn transport_errors_are_retried_with_backoff() {
     let err = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
     let j = policy().judge(&after(1), Outcome::Error(&err), Duration::ZERO);
     assert_eq!(j.class, Classification::Retryable(RetryableKind::Reset));
-    assert_eq!(j.decision, Decision::Retry { delay: Duration::from_millis(500), server_wait: None });
+    assert_eq!(
+        j.decision,
+        Decision::Retry {
+            delay: Duration::from_millis(500),
+            server_wait: None
+        }
+    );
 }

@@ -14,7 +14,6 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-
 /// The wait between attempts under tower's retry layer.
 #[derive(Debug)]
 pub struct PolicySleep {
@@ -43,7 +42,11 @@ impl<B, ResBody> tower::retry::Policy<Request<ReplayBody<B>>, Response<ResBody>,
         let decision = {
             let state = req.extensions_mut().get_mut::<RetryState>()?;
             let outcome = match result {
-                Ok(res) => Outcome::Response { status: res.status(), headers: res.headers(), body: None },
+                Ok(res) => Outcome::Response {
+                    status: res.status(),
+                    headers: res.headers(),
+                    body: None,
+                },
                 Err(e) => Outcome::Error(&**e),
             };
             let judgement = self.judge(state, outcome, state.elapsed());
@@ -65,7 +68,9 @@ impl<B, ResBody> tower::retry::Policy<Request<ReplayBody<B>>, Response<ResBody>,
             status = status.map(|s| s.as_u16()),
             "llm-retry: retrying"
         );
-        Some(PolicySleep { sleep: Box::pin(tokio::time::sleep(delay)) })
+        Some(PolicySleep {
+            sleep: Box::pin(tokio::time::sleep(delay)),
+        })
     }
 
     fn clone_request(&mut self, req: &Request<ReplayBody<B>>) -> Option<Request<ReplayBody<B>>> {
@@ -84,4 +89,3 @@ impl<B, ResBody> tower::retry::Policy<Request<ReplayBody<B>>, Response<ResBody>,
         Some(clone)
     }
 }
-

@@ -69,7 +69,11 @@ impl<B> ReplayBody<B> {
     /// A clone from the first byte, whether or not it can still be replayed
     /// (reading a clone that cannot fails with a [`ReplayError`]).
     pub(crate) fn replica(&self) -> ReplayBody<B> {
-        ReplayBody { shared: Arc::clone(&self.shared), next: 0, trailers_yielded: false }
+        ReplayBody {
+            shared: Arc::clone(&self.shared),
+            next: 0,
+            trailers_yielded: false,
+        }
     }
 
     /// Whether the body has grown past its replay cap.
@@ -97,7 +101,9 @@ impl<B> fmt::Debug for ReplayBody<B> {
 /// Locks the shared state; a poisoned lock still holds consistent data
 /// because no method panics while holding it.
 fn lock<B>(shared: &Mutex<Shared<B>>) -> MutexGuard<'_, Shared<B>> {
-    shared.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    shared
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl<B> Body for ReplayBody<B>

@@ -58,7 +58,10 @@ async fn past_the_cap_the_send_completes_but_no_replay_is_offered() {
     assert!(early_clone.is_capped());
     assert!(early_clone.try_clone().is_none());
     let err = collect(early_clone).await.unwrap_err();
-    assert_eq!(err.to_string(), "request body exceeds the 6-byte replay buffer");
+    assert_eq!(
+        err.to_string(),
+        "request body exceeds the 6-byte replay buffer"
+    );
 }
 
 #[tokio::test]
@@ -71,8 +74,10 @@ async fn body_exactly_at_the_cap_is_replayable() {
 
 #[tokio::test]
 async fn a_failed_source_is_not_replayable() {
-    let frames: Vec<Result<Frame<Bytes>, BoxError>> =
-        vec![Ok(Frame::data(Bytes::from_static(b"ab"))), Err("boom".into())];
+    let frames: Vec<Result<Frame<Bytes>, BoxError>> = vec![
+        Ok(Frame::data(Bytes::from_static(b"ab"))),
+        Err("boom".into()),
+    ];
     let first = ReplayBody::new(StreamBody::new(futures_util::stream::iter(frames)), 1024);
     let second = first.try_clone().unwrap();
     assert!(collect(first).await.is_err());

@@ -49,7 +49,15 @@ impl<B> AttemptCtx<B> {
         let mut state = RetryState::new();
         state.record_send();
         let first = Request::from_parts(parts.clone(), body);
-        let ctx = AttemptCtx { parts, template, next: None, policy, hooks, state, span };
+        let ctx = AttemptCtx {
+            parts,
+            template,
+            next: None,
+            policy,
+            hooks,
+            state,
+            span,
+        };
         (ctx, first)
     }
 
@@ -73,7 +81,10 @@ impl<B> AttemptCtx<B> {
 
     /// Time left before the request's deadline.
     pub(super) fn remaining(&self) -> Duration {
-        self.policy.limits().max_elapsed.saturating_sub(self.state.elapsed())
+        self.policy
+            .limits()
+            .max_elapsed
+            .saturating_sub(self.state.elapsed())
     }
 
     /// Judges an outcome, fires hooks and tracing, and prepares the next
@@ -83,7 +94,9 @@ impl<B> AttemptCtx<B> {
             Outcome::Response { status, .. } => (Some(status), None),
             Outcome::Error(e) => (None, Some(e)),
         };
-        let judgement = self.policy.judge(&self.state, outcome, self.state.elapsed());
+        let judgement = self
+            .policy
+            .judge(&self.state, outcome, self.state.elapsed());
         self.state.record_outcome(status, &judgement);
         let (delay, server_wait) = match judgement.decision {
             Decision::Accept => return Step::Finish(self.finish(StopReason::Succeeded)),
@@ -137,8 +150,10 @@ impl<B> AttemptCtx<B> {
     pub(super) fn next_request(&mut self) -> Option<Request<ReplayBody<B>>> {
         let next = self.next.take()?;
         self.state.record_send();
-        self.span
-            .record("http.request.resend_count", self.state.attempts().saturating_sub(1));
+        self.span.record(
+            "http.request.resend_count",
+            self.state.attempts().saturating_sub(1),
+        );
         Some(next)
     }
 

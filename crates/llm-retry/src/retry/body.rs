@@ -33,7 +33,9 @@ pin_project! {
 
 impl<B> RetryBody<B> {
     pub(super) fn passthrough(inner: B) -> RetryBody<B> {
-        RetryBody { kind: Kind::Passthrough { inner } }
+        RetryBody {
+            kind: Kind::Passthrough { inner },
+        }
     }
 
     /// `prefix` was read from the body already; `rest` is `None` when the body ended.
@@ -43,7 +45,13 @@ impl<B> RetryBody<B> {
         rest: Option<Pin<Box<B>>>,
     ) -> RetryBody<B> {
         let prefix = (!prefix.is_empty()).then_some(prefix);
-        RetryBody { kind: Kind::Peeked { prefix, trailers, rest } }
+        RetryBody {
+            kind: Kind::Peeked {
+                prefix,
+                trailers,
+                rest,
+            },
+        }
     }
 }
 
@@ -70,7 +78,11 @@ where
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         match self.project().kind.project() {
             KindProj::Passthrough { inner } => inner.poll_frame(cx),
-            KindProj::Peeked { prefix, trailers, rest } => {
+            KindProj::Peeked {
+                prefix,
+                trailers,
+                rest,
+            } => {
                 if let Some(bytes) = prefix.take() {
                     return Poll::Ready(Some(Ok(Frame::data(bytes))));
                 }
@@ -85,7 +97,11 @@ where
     fn is_end_stream(&self) -> bool {
         match &self.kind {
             Kind::Passthrough { inner } => inner.is_end_stream(),
-            Kind::Peeked { prefix, trailers, rest } => {
+            Kind::Peeked {
+                prefix,
+                trailers,
+                rest,
+            } => {
                 prefix.is_none()
                     && trailers.is_none()
                     && rest.as_ref().is_none_or(|b| b.is_end_stream())

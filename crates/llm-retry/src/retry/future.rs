@@ -80,7 +80,11 @@ where
             let _entered = ctx.span().enter();
             ready.call(first)
         };
-        ResponseFuture { state: State::Calling { future }, service: ready.clone(), ctx }
+        ResponseFuture {
+            state: State::Calling { future },
+            service: ready.clone(),
+            ctx,
+        }
     }
 }
 
@@ -110,10 +114,13 @@ where
                             body: None,
                         };
                         match ctx.judge(outcome) {
-                            Step::Wait(delay) => this.state.set(State::Waiting { sleep: tokio::time::sleep(delay) }),
+                            Step::Wait(delay) => this.state.set(State::Waiting {
+                                sleep: tokio::time::sleep(delay),
+                            }),
                             Step::Finish(report) => {
                                 this.state.set(State::Done);
-                                let mut res = Response::from_parts(head, RetryBody::passthrough(body));
+                                let mut res =
+                                    Response::from_parts(head, RetryBody::passthrough(body));
                                 res.extensions_mut().insert(report);
                                 return Poll::Ready(Ok(res));
                             }
@@ -121,7 +128,8 @@ where
                     }
                     Ok(response) => {
                         let (head, body) = response.into_parts();
-                        let timer = Box::pin(tokio::time::sleep(ctx.remaining().max(MIN_PEEK_TIME)));
+                        let timer =
+                            Box::pin(tokio::time::sleep(ctx.remaining().max(MIN_PEEK_TIME)));
                         this.state.set(State::Peeking {
                             head: Some(head),
                             body: Some(Box::pin(body)),
@@ -132,7 +140,9 @@ where
                     Err(error) => {
                         let error: BoxError = error.into();
                         match ctx.judge(Outcome::Error(&*error)) {
-                            Step::Wait(delay) => this.state.set(State::Waiting { sleep: tokio::time::sleep(delay) }),
+                            Step::Wait(delay) => this.state.set(State::Waiting {
+                                sleep: tokio::time::sleep(delay),
+                            }),
                             Step::Finish(report) => {
                                 this.state.set(State::Done);
                                 return Poll::Ready(Err(ctx.error(report, error)));
@@ -140,7 +150,12 @@ where
                         }
                     }
                 },
-                StateProj::Peeking { head, body, peeked, timer } => {
+                StateProj::Peeking {
+                    head,
+                    body,
+                    peeked,
+                    timer,
+                } => {
                     let limit = ctx.peek_limit();
                     let end = match body.as_mut() {
                         Some(b) => match peeked.poll_fill(b.as_mut(), limit, cx) {
@@ -163,7 +178,9 @@ where
                             // The body broke before its error could be read: a reset.
                             let error: BoxError = e.into();
                             match ctx.judge(Outcome::Error(&*error)) {
-                                Step::Wait(delay) => this.state.set(State::Waiting { sleep: tokio::time::sleep(delay) }),
+                                Step::Wait(delay) => this.state.set(State::Waiting {
+                                    sleep: tokio::time::sleep(delay),
+                                }),
                                 Step::Finish(report) => {
                                     this.state.set(State::Done);
                                     return Poll::Ready(Err(ctx.error(report, error)));
@@ -178,12 +195,17 @@ where
                         body: Some(peeked.window(limit)),
                     };
                     match ctx.judge(outcome) {
-                        Step::Wait(delay) => this.state.set(State::Waiting { sleep: tokio::time::sleep(delay) }),
+                        Step::Wait(delay) => this.state.set(State::Waiting {
+                            sleep: tokio::time::sleep(delay),
+                        }),
                         Step::Finish(report) => {
                             let prefix = std::mem::take(&mut peeked.bytes).freeze();
                             let trailers = peeked.trailers.take();
                             this.state.set(State::Done);
-                            let mut res = Response::from_parts(head, RetryBody::peeked(prefix, trailers, rest));
+                            let mut res = Response::from_parts(
+                                head,
+                                RetryBody::peeked(prefix, trailers, rest),
+                            );
                             res.extensions_mut().insert(report);
                             return Poll::Ready(Ok(res));
                         }

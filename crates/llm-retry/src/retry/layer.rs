@@ -16,7 +16,10 @@ pub struct RetryLayer {
 impl RetryLayer {
     /// A layer retrying by `policy`.
     pub fn new(policy: RetryPolicy) -> RetryLayer {
-        RetryLayer { policy, hooks: SharedHooks::default() }
+        RetryLayer {
+            policy,
+            hooks: SharedHooks::default(),
+        }
     }
 
     /// Calls `hooks` on every retry, recovery and give-up.

@@ -21,7 +21,11 @@ pub struct Retry<S> {
 
 impl<S> Retry<S> {
     pub(super) fn new(inner: S, policy: RetryPolicy, hooks: SharedHooks) -> Retry<S> {
-        Retry { inner, policy, hooks }
+        Retry {
+            inner,
+            policy,
+            hooks,
+        }
     }
 
     /// The wrapped service.
@@ -64,6 +68,12 @@ where
         // in its place and send the first attempt through the ready one.
         let clone = self.inner.clone();
         let mut ready = std::mem::replace(&mut self.inner, clone);
-        ResponseFuture::start(&mut ready, parts, body, self.policy.clone(), self.hooks.clone())
+        ResponseFuture::start(
+            &mut ready,
+            parts,
+            body,
+            self.policy.clone(),
+            self.hooks.clone(),
+        )
     }
 }

@@ -32,7 +32,10 @@ impl Upstream {
 
     fn call_offsets(&self, start: Instant) -> Vec<u64> {
         let calls = self.calls.lock().unwrap();
-        calls.iter().map(|t| (*t - start).as_millis() as u64).collect()
+        calls
+            .iter()
+            .map(|t| (*t - start).as_millis() as u64)
+            .collect()
     }
 }
 
@@ -41,7 +44,10 @@ impl<B: Send + 'static> Service<Request<B>> for Upstream {
     type Error = BoxError;
     type Future = std::future::Ready<Result<Response<Full<Bytes>>, BoxError>>;
 
-    fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), BoxError>> {
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), BoxError>> {
         std::task::Poll::Ready(Ok(()))
     }
 
@@ -52,12 +58,18 @@ impl<B: Send + 'static> Service<Request<B>> for Upstream {
     }
 }
 
-fn reply(status: u16, headers: &[(&str, &str)], body: &str) -> Result<Response<Full<Bytes>>, BoxError> {
+fn reply(
+    status: u16,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Result<Response<Full<Bytes>>, BoxError> {
     let mut builder = Response::builder().status(status);
     for (k, v) in headers {
         builder = builder.header(*k, *v);
     }
-    Ok(builder.body(Full::new(Bytes::from(body.to_owned()))).unwrap())
+    Ok(builder
+        .body(Full::new(Bytes::from(body.to_owned())))
+        .unwrap())
 }
 
 fn request() -> Request<Full<Bytes>> {
@@ -68,7 +80,11 @@ fn request() -> Request<Full<Bytes>> {
 }
 
 fn no_jitter() -> RetryPolicy {
-    RetryPolicy::builder().jitter(Jitter::None).seed(7).build().unwrap()
+    RetryPolicy::builder()
+        .jitter(Jitter::None)
+        .seed(7)
+        .build()
+        .unwrap()
 }
 
 #[tokio::test(start_paused = true)]
@@ -94,7 +110,11 @@ async fn computed_delays_double_from_500ms_to_32s() {
 #[tokio::test(start_paused = true)]
 async fn a_one_second_retry_after_is_honoured() {
     let upstream = Upstream::new(vec![
-        reply(429, &[("retry-after", "1")], r#"{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}"#),
+        reply(
+            429,
+            &[("retry-after", "1")],
+            r#"{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}"#,
+        ),
         reply(200, &[], "ok"),
     ]);
     let svc = RetryLayer::new(RetryPolicy::default()).layer(upstream.clone());
@@ -103,7 +123,10 @@ async fn a_one_second_retry_after_is_honoured() {
     assert_eq!(res.status(), StatusCode::OK);
     let second = upstream.call_offsets(start)[1];
     // Computed backoff would give 500–625 ms; the hint gives 1000–1100 ms.
-    assert!((1_000..=1_100).contains(&second), "second attempt at {second} ms");
+    assert!(
+        (1_000..=1_100).contains(&second),
+        "second attempt at {second} ms"
+    );
     let report = res.extensions().get::<RetryReport>().unwrap();
     assert_eq!(report.server_waits_honoured, 1);
 }
@@ -141,19 +164,30 @@ async fn the_deadline_stops_a_wait_from_starting() {
     assert_eq!(start.elapsed(), Duration::from_millis(3_500));
     assert_eq!(upstream.call_offsets(start), [0, 500, 1_500, 3_500]);
     let report = res.extensions().get::<RetryReport>().unwrap();
-    assert!(matches!(report.stop, StopReason::DeadlineReached { .. }), "{:?}", report.stop);
+    assert!(
+        matches!(report.stop, StopReason::DeadlineReached { .. }),
+        "{:?}",
+        report.stop
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn dropping_the_future_mid_wait_stops_at_once() {
-    let upstream = Upstream::new(vec![reply(503, &[("retry-after", "60")], ""), reply(200, &[], "")]);
+    let upstream = Upstream::new(vec![
+        reply(503, &[("retry-after", "60")], ""),
+        reply(200, &[], ""),
+    ]);
     let svc = RetryLayer::new(RetryPolicy::default()).layer(upstream.clone());
     let start = Instant::now();
     let outcome = tokio::time::timeout(Duration::from_secs(1), svc.oneshot(request())).await;
     assert!(outcome.is_err(), "the wait must still be running");
     assert_eq!(start.elapsed(), Duration::from_secs(1));
     tokio::time::sleep(Duration::from_secs(600)).await;
-    assert_eq!(upstream.call_offsets(start), [0], "no resend after cancellation");
+    assert_eq!(
+        upstream.call_offsets(start),
+        [0],
+        "no resend after cancellation"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -162,7 +196,11 @@ async fn transport_errors_end_in_one_retry_error_with_the_report() {
         .map(|_| Err(std::io::Error::from(std::io::ErrorKind::ConnectionReset).into()))
         .collect();
     let upstream = Upstream::new(replies);
-    let policy = RetryPolicy::builder().max_retries(2).jitter(Jitter::None).build().unwrap();
+    let policy = RetryPolicy::builder()
+        .max_retries(2)
+        .jitter(Jitter::None)
+        .build()
+        .unwrap();
     let svc = RetryLayer::new(policy).layer(upstream.clone());
     let err = svc.oneshot(request()).await.unwrap_err();
     let err = err.downcast::<RetryError>().unwrap();
@@ -170,7 +208,10 @@ async fn transport_errors_end_in_one_retry_error_with_the_report() {
     assert_eq!(err.report().attempts, 3);
     assert!(std::error::Error::source(&*err).is_some());
     let text = err.to_string();
-    assert!(text.starts_with("gave up after 3 attempts in 1.5 s"), "{text}");
+    assert!(
+        text.starts_with("gave up after 3 attempts in 1.5 s"),
+        "{text}"
+    );
     assert!(!text.contains("sk-secret"));
 }
 
@@ -182,7 +223,10 @@ async fn a_failed_response_body_reaches_the_caller_unchanged() {
     let res = svc.oneshot(request()).await.unwrap();
     assert_eq!(res.status(), StatusCode::BAD_REQUEST);
     let report = res.extensions().get::<RetryReport>().unwrap().clone();
-    assert_eq!(report.last_error_type.as_deref(), Some("invalid_request_error"));
+    assert_eq!(
+        report.last_error_type.as_deref(),
+        Some("invalid_request_error")
+    );
     assert_eq!(res.into_body().collect().await.unwrap().to_bytes(), body);
     assert_eq!(upstream.call_offsets(Instant::now()).len(), 1);
 }

@@ -1,0 +1,151 @@
+//! The server: [`MockServer`] binds loopback, accepts connections on a
+//! tokio task, and exposes the request log.
+
+use std::fmt;
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::{JoinHandle, JoinSet};
+
+use crate::conn;
+use crate::record::{RecordedRequest, Records};
+use crate::router::Router;
+use crate::script::Script;
+
+/// State shared by every connection of one server.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) router: Router,
+    pub(crate) records: Records,
+}
+
+/// A scripted LLM API upstream on `127.0.0.1`, serving HTTP/1.1 (keep-alive)
+/// and h2c (prior knowledge) on an ephemeral port.
+///
+/// Each connection runs on its own tokio task; the accept loop runs on
+/// another. [`MockServer::shutdown`] stops both and waits; dropping the
+/// server aborts them. Must be started inside a tokio runtime.
+///
+/// See the [crate docs](crate) for a complete example.
+pub struct MockServer {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    stop: watch::Sender<bool>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl fmt::Debug for MockServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MockServer")
+            .field("addr", &self.addr)
+            .field("requests", &self.shared.records.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl MockServer {
+    /// Binds `127.0.0.1:0` and starts serving `script` on a tokio task.
+    ///
+    /// # Errors
+    ///
+    /// When the listener cannot be bound.
+    pub async fn start(script: Script) -> io::Result<MockServer> {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(Shared {
+            router: Router::new(script),
+            records: Records::default(),
+        });
+        let (stop, stopped) = watch::channel(false);
+        let task = tokio::spawn(accept_loop(listener, Arc::clone(&shared), stopped));
+        Ok(MockServer {
+            addr,
+            shared,
+            stop,
+            task: Some(task),
+        })
+    }
+
+    /// The bound address (`127.0.0.1:PORT`).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:PORT` followed by `path` (a `/` is inserted when
+    /// `path` is not empty and starts with neither `/` nor `?`).
+    pub fn url(&self, path: &str) -> String {
+        let sep = if path.is_empty() || path.starts_with(['/', '?']) {
+            ""
+        } else {
+            "/"
+        };
+        format!("http://{}{sep}{path}", self.addr)
+    }
+
+    /// Every request received so far, in the order their bodies finished
+    /// arriving (before each was answered).
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.shared.records.snapshot()
+    }
+
+    /// How many requests were received.
+    pub fn request_count(&self) -> usize {
+        self.shared.records.len()
+    }
+
+    /// How many requests were received for exactly `path` (query excluded).
+    pub fn requests_to(&self, path: &str) -> usize {
+        self.shared.records.count_path(path)
+    }
+
+    /// Forgets every recorded request. Route counters (which reply of a
+    /// sequence comes next) are not reset.
+    pub fn reset_records(&self) {
+        self.shared.records.clear();
+    }
+
+    /// Stops accepting, ends every connection (in-flight requests included;
+    /// clients see their connection close), and waits for all of it.
+    pub async fn shutdown(mut self) {
+        let _ = self.stop.send(true);
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for MockServer {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            // Dropping the accept task drops its JoinSet, which aborts every
+            // connection task.
+            task.abort();
+        }
+    }
+}
+
+async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = stop.changed() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _peer)) => {
+                    conns.spawn(conn::serve(stream, Arc::clone(&shared)));
+                }
+                Err(err) => {
+                    // EMFILE and friends: back off instead of spinning.
+                    tracing::warn!(error = %err, "llm-retry-mock: accept failed");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            },
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+    drop(listener);
+    conns.shutdown().await;
+}

@@ -1,0 +1,209 @@
+//! Cancellation, hooks, tracing and secrecy on loopback.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use http::StatusCode;
+use llm_retry::{RetryEvent, RetryHooks, RetryLayer, RetryPolicy, RetryReport};
+use llm_retry_mock::{MockServer, Reply, Route, Script};
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use support::{client, fast_policy, messages_request, API_KEY};
+use tokio::sync::mpsc;
+use tower::{Layer, ServiceExt};
+
+/// Hooks that forward everything they see to a channel.
+struct Recorder(mpsc::UnboundedSender<String>);
+
+impl RetryHooks for Recorder {
+    fn on_retry(&self, e: &RetryEvent) {
+        let _ = self.0.send(format!(
+            "retry {}/{} after {:?} status={:?} error={:?}",
+            e.retry, e.max_retries, e.delay, e.status, e.error
+        ));
+    }
+    fn on_recovered(&self, r: &RetryReport) {
+        let _ = self.0.send(format!("recovered after {}", r.attempts));
+    }
+    fn on_give_up(&self, r: &RetryReport) {
+        let _ = self.0.send(format!("give up: {r}"));
+    }
+}
+
+async fn mock(route: Route) -> MockServer {
+    MockServer::start(Script::new().route("/v1/messages", route))
+        .await
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_the_call_mid_wait_stops_at_once_and_sends_nothing_more() {
+    let mock = mock(Route::sequence([
+        Reply::rate_limited(Some(30)),
+        Reply::anthropic_ok("late"),
+    ]))
+    .await;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let svc = RetryLayer::new(RetryPolicy::default())
+        .with_hooks(Recorder(tx))
+        .layer(client());
+    let call = tokio::spawn(svc.oneshot(messages_request(&mock.url("/v1/messages"))));
+    // The hook fires right before the 30 s wait starts.
+    let event = rx.recv().await.unwrap();
+    assert!(event.starts_with("retry 1/10 after 30"), "{event}");
+    call.abort();
+    let joined = call.await;
+    assert!(joined.unwrap_err().is_cancelled());
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    assert_eq!(mock.request_count(), 1, "no resend after cancellation");
+    assert!(rx.try_recv().is_err(), "no hook fires after cancellation");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_one_second_retry_after_on_the_wire_is_honoured() {
+    let mock = mock(Route::sequence([
+        Reply::rate_limited(Some(1)),
+        Reply::anthropic_ok("ok"),
+    ]))
+    .await;
+    let svc = RetryLayer::new(RetryPolicy::default()).layer(client());
+    let start = tokio::time::Instant::now();
+    let res = svc
+        .oneshot(messages_request(&mock.url("/v1/messages")))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let sent = mock.requests();
+    let gap = sent[1].received_at - sent[0].received_at;
+    // Computed backoff would resend after 500–625 ms; the hint demands ≥ 1 s.
+    assert!(
+        gap >= Duration::from_secs(1) && gap <= Duration::from_millis(1_100),
+        "{gap:?}"
+    );
+    assert!(start.elapsed() >= Duration::from_secs(1));
+}
+
+#[tokio::test]
+async fn hooks_see_each_retry_then_the_recovery() {
+    let mock = mock(Route::sequence([
+        Reply::overloaded(),
+        Reply::status(500),
+        Reply::anthropic_ok("ok"),
+    ]))
+    .await;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let svc = RetryLayer::new(fast_policy().build().unwrap())
+        .with_hooks(Recorder(tx))
+        .layer(client());
+    let res = svc
+        .oneshot(messages_request(&mock.url("/v1/messages")))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let mut seen = Vec::new();
+    while let Ok(line) = rx.try_recv() {
+        seen.push(line);
+    }
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    assert!(
+        seen[0].starts_with("retry 1/10") && seen[0].contains("529"),
+        "{seen:?}"
+    );
+    assert!(
+        seen[1].starts_with("retry 2/10") && seen[1].contains("500"),
+        "{seen:?}"
+    );
+    assert_eq!(seen[2], "recovered after 3");
+}
+
+#[tokio::test]
+async fn hooks_see_the_give_up() {
+    let mock = mock(Route::always(Reply::status(503))).await;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let policy = fast_policy().max_retries(1).build().unwrap();
+    let svc = RetryLayer::new(policy)
+        .with_hooks(Recorder(tx))
+        .layer(client());
+    let res = svc
+        .oneshot(messages_request(&mock.url("/v1/messages")))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let lines: Vec<String> = std::iter::from_fn(|| rx.try_recv().ok()).collect();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(
+        lines[1].starts_with("give up: gave up after 2 attempts"),
+        "{lines:?}"
+    );
+}
+
+/// A `MakeWriter` that appends every log line to a shared buffer.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
+    type Writer = Captured;
+    fn make_writer(&'a self) -> Captured {
+        self.clone()
+    }
+}
+
+#[tokio::test]
+async fn no_secret_reaches_logs_hooks_reports_or_errors() {
+    let captured = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer(captured.clone())
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let mock = mock(Route::sequence([
+        Reply::rate_limited(Some(0)),
+        Reply::reset_before_headers(),
+        Reply::anthropic_error(401, "authentication_error", "invalid x-api-key"),
+    ]))
+    .await;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let svc = RetryLayer::new(fast_policy().build().unwrap())
+        .with_hooks(Recorder(tx))
+        .layer(client());
+    let url = format!("{}?key={API_KEY}", mock.url("/v1/messages"));
+    let res = svc.oneshot(messages_request(&url)).await.unwrap();
+    assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
+    let report = res.extensions().get::<RetryReport>().unwrap();
+
+    let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    assert!(logs.contains("retrying"), "the retry path logged: {logs}");
+    assert!(
+        logs.contains("http.request.resend_count=2"),
+        "resends are counted on the span: {logs}"
+    );
+    let hooks: String = std::iter::from_fn(|| rx.try_recv().ok())
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(hooks.contains("give up"), "{hooks}");
+    for (what, text) in [
+        ("logs", logs),
+        ("hooks", hooks),
+        ("report", format!("{report:?} {report}")),
+    ] {
+        assert!(!text.contains("SECRET"), "{what} leaked the key: {text}");
+    }
+    // The key did reach the upstream, where it belongs.
+    assert!(mock
+        .requests()
+        .iter()
+        .all(|r| r.header_str("x-api-key") == Some(API_KEY)));
+}

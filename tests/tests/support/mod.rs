@@ -1,0 +1,43 @@
+//! Shared pieces for the loopback tests: a real hyper-util client and fast policies.
+#![allow(dead_code, unreachable_pub, clippy::unwrap_used)]
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use llm_retry::backoff::Jitter;
+use llm_retry::{ReplayBody, RetryPolicy};
+use std::time::Duration;
+
+pub const PROMPT: &str =
+    r#"{"model":"claude-sonnet-4-5","max_tokens":64,"messages":[{"role":"user","content":"Hi"}]}"#;
+pub const API_KEY: &str = "sk-ant-api03-SECRET-never-logged";
+
+/// A client for requests wrapped by `RetryLayer` (bodies become `ReplayBody<B>`).
+pub fn client<B>() -> Client<HttpConnector, ReplayBody<B>>
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<llm_retry::BoxError>,
+{
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+/// A policy with millisecond steps so loopback tests finish quickly.
+pub fn fast_policy() -> llm_retry::RetryPolicyBuilder {
+    RetryPolicy::builder()
+        .initial_backoff(Duration::from_millis(1))
+        .max_backoff(Duration::from_millis(5))
+        .jitter(Jitter::None)
+        .seed(1)
+}
+
+/// A Messages API request carrying a secret key header.
+pub fn messages_request(url: &str) -> http::Request<Full<Bytes>> {
+    http::Request::post(url)
+        .header("content-type", "application/json")
+        .header("x-api-key", API_KEY)
+        .header("authorization", format!("Bearer {API_KEY}"))
+        .body(Full::new(Bytes::from_static(PROMPT.as_bytes())))
+        .unwrap()
+}
