@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use http::header::CONTENT_LENGTH;
-use http::{Request, Response, Version};
+use http::{HeaderValue, Request, Response, Version};
 use http_body::Body;
 use http_body_util::BodyExt;
 use tokio::time::Instant;
@@ -97,7 +97,20 @@ where
             if !response.delay.is_zero() {
                 tokio::time::sleep(response.delay).await;
             }
-            Ok(build_response(response, ctl))
+            // HTTP/1.0 has no chunked encoding: a cut body would be
+            // close-delimited and look complete, so declare a length the cut
+            // body can never reach.
+            let declared = match (parts.version, response.reset_after) {
+                (Version::HTTP_10, Some(_)) => Some(response.full_body().len().saturating_add(1)),
+                _ => None,
+            };
+            let mut response = build_response(response, ctl);
+            if let Some(len) = declared {
+                response
+                    .headers_mut()
+                    .insert(CONTENT_LENGTH, HeaderValue::from(len));
+            }
+            Ok(response)
         }
     }
 }

@@ -126,3 +126,19 @@ async fn reset_after_bytes_never_ends_the_chunked_body_on_the_wire() {
         "5 bytes in one chunk, no last chunk"
     );
 }
+
+#[tokio::test]
+async fn reset_after_bytes_over_http_1_0_declares_an_unreachable_length() {
+    let reply = Reply::anthropic_ok("hi").reset_after_bytes(10_000);
+    let full = reply.delivered_body().unwrap();
+    let server = start(Script::new().fallback(Route::always(reply))).await;
+    let mut socket = TcpStream::connect(server.addr()).await.unwrap();
+    socket.write_all(b"GET / HTTP/1.0\r\n\r\n").await.unwrap();
+    let mut buf = Vec::new();
+    socket.read_to_end(&mut buf).await.unwrap();
+    let text = String::from_utf8_lossy(&buf);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    let declared = format!("content-length: {}", full.len() + 1);
+    assert!(head.to_ascii_lowercase().contains(&declared), "{head}");
+    assert_eq!(body.as_bytes(), &full[..]);
+}

@@ -114,9 +114,17 @@ impl RetryPolicy {
                 None => self.backoff().delay(retry.max(1), &mut *rng),
             }
         };
+        // Timers tick in whole milliseconds; rounding up here keeps the
+        // deadline check exact for the wait that will really be slept.
+        let delay = ceil_millis(delay);
         limits.admit_wait(elapsed, delay)?;
         Ok(Decision::Retry { delay, server_wait })
     }
+}
+
+fn ceil_millis(d: Duration) -> Duration {
+    let millis = d.as_nanos().div_ceil(1_000_000);
+    Duration::from_millis(u64::try_from(millis).unwrap_or(u64::MAX))
 }
 
 impl From<Refusal> for StopReason {

@@ -36,4 +36,6 @@ pub use layer::RetryLayer;
 pub use service::Retry;
 
 #[cfg(test)]
+mod bounds_proptest;
+#[cfg(test)]
 mod tests;

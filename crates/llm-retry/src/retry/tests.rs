@@ -17,20 +17,20 @@ type Script = Arc<Mutex<VecDeque<Result<Response<Full<Bytes>>, BoxError>>>>;
 
 /// A scripted upstream that records the virtual instant of every call.
 #[derive(Clone)]
-struct Upstream {
+pub(super) struct Upstream {
     script: Script,
     calls: Arc<Mutex<Vec<Instant>>>,
 }
 
 impl Upstream {
-    fn new(replies: Vec<Result<Response<Full<Bytes>>, BoxError>>) -> Upstream {
+    pub(super) fn new(replies: Vec<Result<Response<Full<Bytes>>, BoxError>>) -> Upstream {
         Upstream {
             script: Arc::new(Mutex::new(replies.into())),
             calls: Arc::default(),
         }
     }
 
-    fn call_offsets(&self, start: Instant) -> Vec<u64> {
+    pub(super) fn call_offsets(&self, start: Instant) -> Vec<u64> {
         let calls = self.calls.lock().unwrap();
         calls
             .iter()
@@ -58,7 +58,7 @@ impl<B: Send + 'static> Service<Request<B>> for Upstream {
     }
 }
 
-fn reply(
+pub(super) fn reply(
     status: u16,
     headers: &[(&str, &str)],
     body: &str,
@@ -72,7 +72,7 @@ fn reply(
         .unwrap())
 }
 
-fn request() -> Request<Full<Bytes>> {
+pub(super) fn request() -> Request<Full<Bytes>> {
     Request::post("http://upstream.test/v1/messages")
         .header("x-api-key", "sk-secret")
         .body(Full::new(Bytes::from_static(b"{\"max_tokens\":10}")))
