@@ -13,10 +13,6 @@ use std::io;
 /// How many links of a `source()` chain are inspected at most.
 const MAX_LINKS: usize = 32;
 
-/// `tower::timeout::error::Elapsed`'s text. The type itself is behind
-/// tower's `timeout` feature, which this crate does not enable.
-const TOWER_ELAPSED: &str = "request timed out";
-
 /// Lowercase phrase markers, strongest first.
 const PHRASES: &[(&str, RetryableKind)] = &[
     ("overloaded", RetryableKind::Overloaded),
@@ -75,7 +71,7 @@ fn by_type(link: &(dyn Error + 'static)) -> Option<RetryableKind> {
     if link.is::<tokio::time::error::Elapsed>() {
         return Some(RetryableKind::Timeout);
     }
-    if link.source().is_none() && phrase::display_is(link, TOWER_ELAPSED) {
+    if link.is::<tower::timeout::error::Elapsed>() {
         return Some(RetryableKind::Timeout);
     }
     None
@@ -202,10 +198,13 @@ mod tests {
             ),
             (io(K::PermissionDenied), Transport),
             (io(K::Other), Transport),
-            // tower's Elapsed, known by its exact text
-            (text("request timed out"), Timeout),
-            (wrap("layer", text("request timed out")), Timeout),
-            (text("the request timed out upstream"), Transport),
+            // tower's Elapsed, by type; its text alone means nothing
+            (Box::new(tower::timeout::error::Elapsed::new()), Timeout),
+            (
+                wrap("layer", Box::new(tower::timeout::error::Elapsed::new())),
+                Timeout,
+            ),
+            (text("request timed out"), Transport),
             // a recognised type beats any phrase
             (wrap("overloaded_error", io(K::TimedOut)), Timeout),
             // phrases, only when no type was recognised
