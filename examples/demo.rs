@@ -34,6 +34,8 @@ struct Tally {
     waits_honoured: u32,
     latencies: Vec<Duration>,
     wall: Duration,
+    /// Why failed requests stopped, with counts.
+    stops: std::collections::BTreeMap<String, usize>,
 }
 
 /// One request's result.
@@ -41,7 +43,12 @@ struct Done {
     ok: bool,
     latency: Duration,
     waits_honoured: u32,
+    stop: Option<String>,
 }
+
+/// What the caller learned from one result: success, server waits honoured,
+/// and why it stopped when it failed.
+type Verdict = (bool, u32, Option<String>);
 
 fn upstream_script() -> Script {
     let ok = Reply::anthropic_ok("Hello! How can I help?").delay(Duration::from_millis(20));
@@ -99,7 +106,7 @@ where
     S::Error: Send,
     F: Fn(
             Result<S::Response, S::Error>,
-        ) -> std::pin::Pin<Box<dyn std::future::Future<Output = (bool, u32)> + Send>>
+        ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Verdict> + Send>>
         + Send
         + Sync
         + 'static,
@@ -118,12 +125,13 @@ where
         tasks.spawn(async move {
             let t0 = Instant::now();
             let result = svc.oneshot(req).await;
-            let (ok, waits_honoured) = judge(result).await;
+            let (ok, waits_honoured, stop) = judge(result).await;
             finished.fetch_add(1, Ordering::Relaxed);
             Done {
                 ok,
                 latency: t0.elapsed(),
                 waits_honoured,
+                stop,
             }
         });
     }
@@ -155,6 +163,9 @@ where
             tally.failed += 1;
         }
         tally.waits_honoured += done.waits_honoured;
+        if let Some(stop) = done.stop {
+            *tally.stops.entry(stop).or_default() += 1;
+        }
         tally.latencies.push(done.latency);
     }
     progress.await?;
@@ -232,10 +243,11 @@ async fn main() -> Result<(), BoxError> {
         Box::pin(async move {
             match result {
                 Ok(res) => {
-                    let ok = res.status().is_success();
-                    (res.into_body().collect().await.is_ok() && ok, 0)
+                    let status = res.status();
+                    let ok = res.into_body().collect().await.is_ok() && status.is_success();
+                    (ok, 0, (!ok).then(|| format!("status {}", status.as_u16())))
                 }
-                Err(_) => (false, 0),
+                Err(_) => (false, 0, Some("connection reset".to_owned())),
             }
         })
     })
@@ -250,19 +262,26 @@ async fn main() -> Result<(), BoxError> {
         Box::pin(async move {
             match result {
                 Ok(res) => {
-                    let waits = res
-                        .extensions()
-                        .get::<RetryReport>()
-                        .map_or(0, |r| r.server_waits_honoured);
-                    let ok = res.status().is_success();
-                    (res.into_body().collect().await.is_ok() && ok, waits)
+                    let report = res.extensions().get::<RetryReport>().cloned();
+                    let status = res.status();
+                    let ok = res.into_body().collect().await.is_ok() && status.is_success();
+                    let waits = report.as_ref().map_or(0, |r| r.server_waits_honoured);
+                    let stop = report
+                        .filter(|_| !ok)
+                        .map(|r| format!("{}: {}", status.as_u16(), r.stop));
+                    (ok, waits, stop)
                 }
-                Err(e) => {
-                    let waits = e
-                        .downcast_ref::<llm_retry::RetryError>()
-                        .map_or(0, |e| e.report().server_waits_honoured);
-                    (false, waits)
-                }
+                Err(e) => match e.downcast_ref::<llm_retry::RetryError>() {
+                    Some(e) => {
+                        let report = e.report();
+                        (
+                            false,
+                            report.server_waits_honoured,
+                            Some(report.stop.to_string()),
+                        )
+                    }
+                    None => (false, 0, Some(e.to_string())),
+                },
             }
         })
     })
@@ -270,10 +289,10 @@ async fn main() -> Result<(), BoxError> {
 
     print_table(&bare, &retried);
     println!();
-    println!(
-        "Failures left with RetryLayer are the ones a retry must not fix or could not in time:"
-    );
-    println!("x-should-retry: false answers and streaks longer than the 8-retry / 20 s budget.");
+    println!("why the requests that failed through RetryLayer stopped:");
+    for (stop, count) in &retried.stops {
+        println!("  {count:>4} x {stop}");
+    }
     mock.shutdown().await;
     Ok(())
 }
