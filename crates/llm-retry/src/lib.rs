@@ -53,6 +53,8 @@ pub mod classify;
 pub mod hint;
 pub mod policy;
 pub mod replay;
+pub mod sse;
+pub mod stream_guard;
 
 mod error;
 mod hooks;

@@ -41,3 +41,6 @@ pub fn messages_request(url: &str) -> http::Request<Full<Bytes>> {
         .body(Full::new(Bytes::from_static(PROMPT.as_bytes())))
         .unwrap()
 }
+
+/// The hyper-util client type the tests wrap.
+pub type TestClient = Client<HttpConnector, ReplayBody<Full<Bytes>>>;

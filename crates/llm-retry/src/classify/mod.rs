@@ -73,6 +73,9 @@ pub enum FatalKind {
     ContextOverflow(ContextOverflow),
     /// 401: credentials were rejected. Recoverable by a refresh hook.
     Unauthorized,
+    /// A streamed attempt failed after content reached the caller; it is
+    /// never replayed.
+    StreamCommitted,
     /// Any other status that another attempt would repeat (400, 403, 404,
     /// 413, 422, 501, 505, ...).
     Status(StatusCode),

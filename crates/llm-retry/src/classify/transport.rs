@@ -39,6 +39,9 @@ const PHRASES: &[(&str, RetryableKind)] = &[
 /// [`RateLimited`]: RetryableKind::RateLimited
 /// [`Transport`]: RetryableKind::Transport
 pub fn classify_error(error: &(dyn Error + 'static)) -> Classification {
+    if let Some(known) = chain(error).find_map(stream_failure) {
+        return known;
+    }
     let kind = chain(error)
         .find_map(by_type)
         .or_else(|| by_phrase(error))
@@ -61,6 +64,18 @@ fn chain<'a>(error: &'a (dyn Error + 'static)) -> impl Iterator<Item = &'a (dyn 
         }
     })
     .take(MAX_LINKS)
+}
+
+/// A stream guard's verdict travels with its error: before content it
+/// carries its own classification, after content it is never retried.
+fn stream_failure(link: &(dyn Error + 'static)) -> Option<Classification> {
+    if let Some(pre) = link.downcast_ref::<crate::stream_guard::PreContentError>() {
+        return Some(pre.classification().clone());
+    }
+    if link.is::<crate::stream_guard::StreamInterrupted>() {
+        return Some(Classification::Fatal(super::FatalKind::StreamCommitted));
+    }
+    None
 }
 
 /// Recognises a link by its type.

@@ -6,6 +6,7 @@ use crate::budget::Refusal;
 use crate::classify::{classify_error, classify_response, Classification, ProviderError};
 use crate::hint::{parse_hint, ServerHint, ServerWait};
 use crate::report::StopReason;
+use crate::stream_guard::PreContentError;
 use http::{HeaderMap, StatusCode};
 use std::error::Error;
 use std::time::Duration;
@@ -75,7 +76,11 @@ impl RetryPolicy {
                 };
                 (class, provider, hint)
             }
-            Outcome::Error(error) => (classify_error(error), None, ServerHint::default()),
+            Outcome::Error(error) => (
+                classify_error(error),
+                stream_provider_error(error),
+                ServerHint::default(),
+            ),
         };
         let decision = match &class {
             Classification::Success => Decision::Accept,
@@ -120,6 +125,14 @@ impl RetryPolicy {
         limits.admit_wait(elapsed, delay)?;
         Ok(Decision::Retry { delay, server_wait })
     }
+}
+
+/// The provider error carried by a stream guard's pre-content failure.
+fn stream_provider_error(error: &(dyn Error + 'static)) -> Option<ProviderError> {
+    std::iter::successors(Some(error), |&e| e.source())
+        .take(32)
+        .find_map(|e| e.downcast_ref::<PreContentError>())
+        .and_then(|e| e.provider_error().cloned())
 }
 
 fn ceil_millis(d: Duration) -> Duration {

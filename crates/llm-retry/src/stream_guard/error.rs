@@ -1,0 +1,122 @@
+//! Errors from a guarded stream: before content (retryable by the policy's
+//! word) and after it (never replayed).
+
+use crate::classify::{Classification, ProviderError};
+use crate::error::BoxError;
+use std::error::Error;
+use std::fmt;
+
+/// A streamed response failed before any content reached the caller; the
+/// attempt is uncommitted, so the retry policy may try again.
+///
+/// [`classify_error`](crate::classify::classify_error) reads its
+/// classification directly: an `overloaded_error` first event counts as an
+/// overload, a `rate_limit_error` as a rate limit.
+#[derive(Debug)]
+pub struct PreContentError {
+    class: Classification,
+    provider: Option<ProviderError>,
+    reason: PreContentReason,
+    source: Option<BoxError>,
+}
+
+/// What went wrong before content.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PreContentReason {
+    /// The stream's first decisive event was an error.
+    ErrorEvent,
+    /// The stream ended (or sent `[DONE]`) before any content.
+    EndedBeforeContent,
+    /// The connection failed before any content.
+    BodyFailed,
+}
+
+impl PreContentError {
+    pub(super) fn new(
+        class: Classification,
+        provider: Option<ProviderError>,
+        reason: PreContentReason,
+        source: Option<BoxError>,
+    ) -> PreContentError {
+        PreContentError {
+            class,
+            provider,
+            reason,
+            source,
+        }
+    }
+
+    /// How the retry policy should see this failure.
+    pub fn classification(&self) -> &Classification {
+        &self.class
+    }
+
+    /// The provider error carried by the error event, if any.
+    pub fn provider_error(&self) -> Option<&ProviderError> {
+        self.provider.as_ref()
+    }
+
+    /// What went wrong.
+    pub fn reason(&self) -> PreContentReason {
+        self.reason
+    }
+}
+
+impl fmt::Display for PreContentError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.reason {
+            PreContentReason::ErrorEvent => match &self.provider {
+                Some(p) => write!(f, "stream sent an error event before any content: {p}"),
+                None => f.write_str("stream sent an error event before any content"),
+            },
+            PreContentReason::EndedBeforeContent => f.write_str("stream ended before any content"),
+            PreContentReason::BodyFailed => f.write_str("stream failed before any content"),
+        }
+    }
+}
+
+impl Error for PreContentError {
+    fn source(&self) -> Option<&(dyn Error + 'static)> {
+        self.source.as_deref().map(|e| e as &(dyn Error + 'static))
+    }
+}
+
+/// A streamed response failed after content reached the caller. The
+/// attempt is committed and is never replayed; the bytes already forwarded
+/// are all the caller will get from it.
+#[derive(Debug)]
+pub struct StreamInterrupted {
+    bytes_forwarded: u64,
+    source: BoxError,
+}
+
+impl StreamInterrupted {
+    pub(super) fn new(bytes_forwarded: u64, source: BoxError) -> StreamInterrupted {
+        StreamInterrupted {
+            bytes_forwarded,
+            source,
+        }
+    }
+
+    /// Bytes the caller received before the failure.
+    pub fn bytes_forwarded(&self) -> u64 {
+        self.bytes_forwarded
+    }
+}
+
+impl fmt::Display for StreamInterrupted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "stream interrupted after {} bytes reached the caller; not replayed",
+            self.bytes_forwarded
+        )
+    }
+}
+
+impl Error for StreamInterrupted {
+    fn source(&self) -> Option<&(dyn Error + 'static)> {
+        Some(&*self.source)
+    }
+}

@@ -1,0 +1,243 @@
+//! The guard on in-process bodies: exact bytes for any chunking, exact
+//! commit accounting, callbacks once.
+#![allow(clippy::unwrap_used)]
+
+use super::*;
+use crate::error::BoxError;
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body::Frame;
+use http_body_util::{BodyExt, StreamBody};
+use proptest::prelude::*;
+use std::convert::Infallible;
+use tower::{Layer, ServiceExt};
+
+type Chunks = Vec<Result<Frame<Bytes>, BoxError>>;
+
+type ChunkBody =
+    StreamBody<futures_util::stream::Iter<std::vec::IntoIter<Result<Frame<Bytes>, BoxError>>>>;
+
+fn sse_response(chunks: Chunks) -> Response<ChunkBody> {
+    Response::builder()
+        .header("content-type", "text/event-stream; charset=utf-8")
+        .body(StreamBody::new(futures_util::stream::iter(chunks)))
+        .unwrap()
+}
+
+async fn guard(
+    chunks: Chunks,
+) -> Result<Response<GuardedBody<impl http_body::Body<Data = Bytes, Error = BoxError>>>, BoxError> {
+    let upstream = tower::service_fn(move |_: Request<()>| {
+        let chunks = chunks.clone_chunks();
+        async move { Ok::<_, Infallible>(sse_response(chunks)) }
+    });
+    StreamGuardLayer::new()
+        .layer(upstream)
+        .oneshot(Request::new(()))
+        .await
+}
+
+trait CloneChunks {
+    fn clone_chunks(&self) -> Chunks;
+}
+
+impl CloneChunks for Chunks {
+    fn clone_chunks(&self) -> Chunks {
+        self.iter()
+            .map(|c| match c {
+                Ok(f) => Ok(Frame::data(f.data_ref().cloned().unwrap_or_default())),
+                Err(e) => Err(e.to_string().into()),
+            })
+            .collect()
+    }
+}
+
+fn split(bytes: &[u8], cuts: &[usize]) -> Chunks {
+    let mut points: Vec<usize> = cuts.iter().map(|c| c % (bytes.len() + 1)).collect();
+    points.push(0);
+    points.push(bytes.len());
+    points.sort_unstable();
+    points.dedup();
+    points
+        .windows(2)
+        .map(|w| Ok(Frame::data(Bytes::copy_from_slice(&bytes[w[0]..w[1]]))))
+        .collect()
+}
+
+fn event() -> impl Strategy<Value = String> {
+    let name = prop_oneof![
+        Just(None),
+        Just(Some("ping")),
+        Just(Some("message_start")),
+        Just(Some("content_block_delta")),
+        Just(Some("message_stop")),
+    ];
+    let data = "[a-zA-Z0-9 {}\":,é🦀]{0,40}";
+    let eol = prop_oneof![Just("\n"), Just("\r\n"), Just("\r")];
+    (name, data, eol, any::<bool>()).prop_map(|(name, data, eol, comment)| {
+        let mut out = String::new();
+        if comment {
+            out.push_str(": keep-alive");
+            out.push_str(eol);
+        }
+        if let Some(name) = name {
+            out.push_str(&format!("event: {name}{eol}"));
+        }
+        out.push_str(&format!("data: {data}{eol}{eol}"));
+        out
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn any_chunking_of_a_content_stream_passes_through_byte_identical(
+        events in proptest::collection::vec(event(), 0..12),
+        cuts in proptest::collection::vec(any::<usize>(), 0..16),
+    ) {
+        // A content event up front guarantees the guard releases.
+        let mut stream = String::from("event: content_block_delta\ndata: {\"delta\":\"hi\"}\n\n");
+        stream.extend(events);
+        let bytes = stream.into_bytes();
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+        let out = runtime.block_on(async {
+            let res = guard(split(&bytes, &cuts)).await.unwrap();
+            let commit = res.extensions().get::<StreamCommit>().cloned().unwrap();
+            let out = res.into_body().collect().await.unwrap().to_bytes();
+            (out, commit)
+        });
+        prop_assert_eq!(&out.0[..], &bytes[..]);
+        prop_assert_eq!(out.1.bytes_forwarded(), bytes.len() as u64);
+        prop_assert_eq!(out.1.end(), Some(StreamEnd::Completed));
+    }
+}
+
+#[tokio::test]
+async fn non_content_events_are_held_until_content() {
+    let chunks: Chunks = vec![
+        Ok(Frame::data(Bytes::from_static(
+            b"event: ping\ndata: {}\n\n",
+        ))),
+        Ok(Frame::data(Bytes::from_static(b": comment\n\n"))),
+        Ok(Frame::data(Bytes::from_static(
+            b"event: content_block_delta\ndata: {\"t\":1}\n\n",
+        ))),
+    ];
+    let res = guard(chunks).await.unwrap();
+    let commit = res.extensions().get::<StreamCommit>().cloned().unwrap();
+    assert!(!commit.is_committed(), "released but not yet read");
+    assert!(may_replay(&res));
+    let mut body = res.into_body();
+    let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+    assert_eq!(first, "event: ping\ndata: {}\n\n");
+    assert!(commit.is_committed());
+    drop(body);
+    assert_eq!(commit.end(), Some(StreamEnd::Dropped));
+}
+
+#[tokio::test]
+async fn an_error_after_release_is_an_interruption_with_the_count() {
+    let chunks: Chunks = vec![
+        Ok(Frame::data(Bytes::from_static(
+            b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n",
+        ))),
+        Err("connection reset".into()),
+    ];
+    let res = guard(chunks).await.unwrap();
+    let commit = res.extensions().get::<StreamCommit>().cloned().unwrap();
+    let mut body = res.into_body();
+    let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+    let err = body.frame().await.unwrap().unwrap_err();
+    let interrupted = err.downcast_ref::<StreamInterrupted>().unwrap();
+    assert_eq!(interrupted.bytes_forwarded(), first.len() as u64);
+    assert_eq!(commit.end(), Some(StreamEnd::Interrupted));
+    drop(body);
+    assert_eq!(
+        commit.end(),
+        Some(StreamEnd::Interrupted),
+        "the first end wins"
+    );
+}
+
+#[tokio::test]
+async fn errors_before_content_fail_the_attempt_with_a_classification() {
+    let cases: [(&[u8], &str); 3] = [
+        (b"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n", "overloaded_error"),
+        (b"event: ping\ndata: {}\n\n", "ended before any content"),
+        (b"data: [DONE]\n\n", "ended before any content"),
+    ];
+    for (bytes, want) in cases {
+        let err = guard(vec![Ok(Frame::data(Bytes::from_static(bytes)))])
+            .await
+            .unwrap_err();
+        let err = err.downcast::<PreContentError>().unwrap();
+        assert!(err.to_string().contains(want), "{err}");
+        assert!(err.classification().is_retryable(), "{err}");
+    }
+}
+
+#[tokio::test]
+async fn the_prefix_cap_releases_a_stream_that_never_shows_content() {
+    let ping = Bytes::from_static(b"event: ping\ndata: {}\n\n");
+    let chunks: Chunks = (0..4000).map(|_| Ok(Frame::data(ping.clone()))).collect();
+    let upstream = tower::service_fn(move |_: Request<()>| {
+        let chunks = chunks.clone_chunks();
+        async move { Ok::<_, Infallible>(sse_response(chunks)) }
+    });
+    let svc = StreamGuardLayer::new().prefix_limit(1024).layer(upstream);
+    let res = svc.oneshot(Request::new(())).await.unwrap();
+    let out = res.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(out.len(), ping.len() * 4000);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_time_limit_releases_a_silent_stream() {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, BoxError>>(4);
+    tx.send(Ok(Frame::data(Bytes::from_static(
+        b"event: ping\ndata: {}\n\n",
+    ))))
+    .await
+    .unwrap();
+    let body = StreamBody::new(tokio_stream_from(rx));
+    let response = Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(body)
+        .unwrap();
+    let slot = std::sync::Mutex::new(Some(response));
+    let upstream = tower::service_fn(move |_: Request<()>| {
+        let response = slot.lock().unwrap().take().unwrap();
+        async move { Ok::<_, Infallible>(response) }
+    });
+    let start = tokio::time::Instant::now();
+    let svc = StreamGuardLayer::new()
+        .first_event_timeout(std::time::Duration::from_secs(5))
+        .layer(upstream);
+    let res = svc.oneshot(Request::new(())).await.unwrap();
+    assert_eq!(start.elapsed(), std::time::Duration::from_secs(5));
+    drop(tx);
+    let out = res.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(out, "event: ping\ndata: {}\n\n");
+}
+
+fn tokio_stream_from<T>(
+    mut rx: tokio::sync::mpsc::Receiver<T>,
+) -> impl futures_util::Stream<Item = T> {
+    futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+#[tokio::test]
+async fn non_streamed_responses_get_no_commit_handle() {
+    let upstream = tower::service_fn(|_: Request<()>| async {
+        Ok::<_, Infallible>(Response::new(http_body_util::Full::new(
+            Bytes::from_static(b"{}"),
+        )))
+    });
+    let res = StreamGuardLayer::new()
+        .layer(upstream)
+        .oneshot(Request::new(()))
+        .await
+        .unwrap();
+    assert!(res.extensions().get::<StreamCommit>().is_none());
+    assert_eq!(res.into_body().collect().await.unwrap().to_bytes(), "{}");
+}
