@@ -33,6 +33,10 @@ pub enum ErrorKind {
     NotRetryable,
     /// The request body could not be replayed.
     NotReplayable,
+    /// Repeated overloads: the caller should switch to the fallback model.
+    FallbackTriggered,
+    /// A recovery (max_tokens cut, credential refresh) could not be applied.
+    RecoveryFailed,
 }
 
 impl RetryError {
@@ -42,6 +46,10 @@ impl RetryError {
             StopReason::DeadlineReached { .. } => ErrorKind::Deadline,
             StopReason::ServerWaitTooLong { .. } => ErrorKind::ServerWaitTooLong,
             StopReason::BodyNotReplayable { .. } => ErrorKind::NotReplayable,
+            StopReason::OverloadedRepeatedly { .. } => ErrorKind::Exhausted,
+            StopReason::FallbackTriggered { .. } => ErrorKind::FallbackTriggered,
+            StopReason::RecoveryFailed { .. } => ErrorKind::RecoveryFailed,
+            StopReason::LeftToGateway => ErrorKind::NotRetryable,
             StopReason::NotRetryable(_) | StopReason::ServiceFailed | StopReason::Succeeded => {
                 ErrorKind::NotRetryable
             }
@@ -71,6 +79,19 @@ impl RetryError {
     /// Whether the deadline stopped the loop.
     pub fn is_deadline(&self) -> bool {
         self.kind == ErrorKind::Deadline
+    }
+
+    /// Whether repeated overloads call for the fallback model.
+    pub fn is_fallback(&self) -> bool {
+        self.kind == ErrorKind::FallbackTriggered
+    }
+
+    /// The fallback model to switch to, when [`is_fallback`](Self::is_fallback).
+    pub fn fallback_model(&self) -> Option<&str> {
+        match &self.report.stop {
+            StopReason::FallbackTriggered { model } => Some(model),
+            _ => None,
+        }
     }
 
     /// Whether the loop stopped on a failure that is not transient.

@@ -6,6 +6,7 @@
 
 use crate::classify::Classification;
 use crate::hint::ServerWait;
+use crate::policy::RecoveryAction;
 use crate::report::RetryReport;
 use http::StatusCode;
 use std::fmt;
@@ -32,10 +33,26 @@ pub struct RetryEvent {
     pub class: Classification,
 }
 
+/// Fired when a request is changed before it is resent.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct RecoveryEvent {
+    /// Which recovery.
+    pub action: RecoveryAction,
+    /// Why it was applied.
+    pub reason: String,
+    /// The value before (never a credential).
+    pub old: Option<String>,
+    /// The value after (never a credential).
+    pub new: Option<String>,
+}
+
 /// Callbacks on the retry loop. Every method defaults to doing nothing.
 pub trait RetryHooks: Send + Sync + 'static {
     /// Before each wait (`api_retry_start`).
     fn on_retry(&self, _event: &RetryEvent) {}
+    /// When a recovery changes the request before it is resent.
+    fn on_recover(&self, _event: &RecoveryEvent) {}
     /// After a success that needed at least one retry (`api_retry_end`).
     fn on_recovered(&self, _report: &RetryReport) {}
     /// When the loop stops without success.

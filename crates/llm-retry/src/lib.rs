@@ -52,6 +52,7 @@ pub mod budget;
 pub mod classify;
 pub mod hint;
 pub mod policy;
+pub mod recover;
 pub mod replay;
 pub mod sse;
 pub mod stream_guard;
@@ -62,7 +63,7 @@ mod report;
 mod retry;
 
 pub use error::{BoxError, ErrorKind, RetryError};
-pub use hooks::{on_retry, NoHooks, OnRetry, RetryEvent, RetryHooks};
+pub use hooks::{on_retry, NoHooks, OnRetry, RecoveryEvent, RetryEvent, RetryHooks};
 pub use policy::{RetryPolicy, RetryPolicyBuilder};
 pub use replay::ReplayBody;
 pub use report::{RetryReport, StopReason};

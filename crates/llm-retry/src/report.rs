@@ -1,6 +1,7 @@
 //! What happened to a logical request: every attempt counted, why it stopped.
 
 use crate::classify::{Classification, FatalKind};
+use crate::policy::RecoveryAction;
 use http::StatusCode;
 use std::fmt;
 use std::time::Duration;
@@ -36,6 +37,25 @@ pub enum StopReason {
     },
     /// The inner service failed instead of becoming ready for a resend.
     ServiceFailed,
+    /// Behind a gateway, a rate limit, overload or 5xx is the gateway's to retry.
+    LeftToGateway,
+    /// Too many overloads in a row and no fallback model to switch to.
+    OverloadedRepeatedly {
+        /// Overloads in a row.
+        count: u32,
+    },
+    /// Too many overloads in a row: the caller should switch to this model.
+    FallbackTriggered {
+        /// The configured fallback model.
+        model: String,
+    },
+    /// A recovery could not be applied.
+    RecoveryFailed {
+        /// Which recovery.
+        action: RecoveryAction,
+        /// Why it could not be applied.
+        reason: String,
+    },
     /// The request body grew past the replay buffer, so it cannot be sent again.
     BodyNotReplayable {
         /// The replay buffer's cap in bytes.
@@ -68,6 +88,24 @@ impl fmt::Display for StopReason {
                 Secs(*elapsed),
                 Secs(*limit)
             ),
+            StopReason::LeftToGateway => {
+                f.write_str("left to the gateway, which manages rate limits and overloads")
+            }
+            StopReason::OverloadedRepeatedly { count } => {
+                write!(
+                    f,
+                    "overloaded {count} times in a row and no fallback model is configured"
+                )
+            }
+            StopReason::FallbackTriggered { model } => {
+                write!(
+                    f,
+                    "overloaded repeatedly: switch to the fallback model {model}"
+                )
+            }
+            StopReason::RecoveryFailed { action, reason } => {
+                write!(f, "{action} impossible: {reason}")
+            }
             StopReason::ServiceFailed => f.write_str("the inner service failed before a resend"),
             StopReason::BodyNotReplayable { cap } => write!(
                 f,
@@ -127,6 +165,10 @@ pub struct RetryReport {
     pub last_error_type: Option<String>,
     /// The classification of the last outcome.
     pub last_class: Option<Classification>,
+    /// The wait the last response named, if any (for a gateway's own `retry-after`).
+    pub last_server_wait: Option<Duration>,
+    /// Recoveries applied, in order.
+    pub recoveries: Vec<RecoveryAction>,
     /// Why the loop stopped.
     pub stop: StopReason,
 }
@@ -184,6 +226,8 @@ mod tests {
             last_status: Some(StatusCode::from_u16(529).expect("valid")),
             last_error_type: Some("overloaded_error".into()),
             last_class: None,
+            last_server_wait: None,
+            recoveries: Vec::new(),
             stop,
         }
     }

@@ -1,8 +1,12 @@
 //! Building a [`RetryPolicy`], rejecting invalid configuration up front.
 
-use super::{Config, RetryPolicy, WallClock, DEFAULT_ERROR_BODY_PEEK};
+use super::{
+    Config, Fallback, FallbackMode, RecoveryConfig, RefreshCredentials, RetryPolicy, WallClock,
+    DEFAULT_ERROR_BODY_PEEK,
+};
 use crate::backoff::{Backoff, Jitter};
 use crate::budget::Limits;
+use crate::recover::OverflowCut;
 use crate::replay::DEFAULT_MAX_REPLAY_BODY;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
@@ -21,6 +25,7 @@ pub struct RetryPolicyBuilder {
     error_body_peek: usize,
     seed: Option<u64>,
     clock: Option<WallClock>,
+    recovery: RecoveryConfig,
 }
 
 impl Default for RetryPolicyBuilder {
@@ -35,6 +40,7 @@ impl Default for RetryPolicyBuilder {
             error_body_peek: DEFAULT_ERROR_BODY_PEEK,
             seed: None,
             clock: None,
+            recovery: RecoveryConfig::default(),
         }
     }
 }
@@ -48,6 +54,8 @@ impl fmt::Debug for RetryPolicyBuilder {
             .field("limits", &self.limits)
             .field("max_replay_body", &self.max_replay_body)
             .field("seed", &self.seed)
+            .field("fallback", &self.recovery.fallback)
+            .field("behind_gateway", &self.recovery.behind_gateway)
             .finish_non_exhaustive()
     }
 }
@@ -118,6 +126,44 @@ impl RetryPolicyBuilder {
         self
     }
 
+    /// How `max_tokens` is cut after a context overflow (default: floor
+    /// 3000, margin 1000); `None` turns the recovery off.
+    pub fn context_overflow_cut(mut self, cut: Option<OverflowCut>) -> Self {
+        self.recovery.overflow_cut = cut;
+        self
+    }
+
+    /// Switches to `model` after repeated overloads, automatically or by
+    /// ending with a `FallbackTriggered` error (default: no fallback).
+    pub fn fallback_model(mut self, model: impl Into<String>, mode: FallbackMode) -> Self {
+        self.recovery.fallback = Some(Fallback {
+            model: model.into(),
+            mode,
+        });
+        self
+    }
+
+    /// Overloads in a row before the fallback applies or, without one, the
+    /// request gives up (default 3; 0 never counts).
+    pub fn max_consecutive_overloads(mut self, n: u32) -> Self {
+        self.recovery.max_consecutive_overloads = n;
+        self
+    }
+
+    /// Refreshes credentials once after a 401 (default: a 401 is final).
+    pub fn refresh_credentials<R: RefreshCredentials>(mut self, hook: R) -> Self {
+        self.recovery.credentials = Some(Arc::new(hook));
+        self
+    }
+
+    /// Leaves 429, 529 and 5xx to a gateway that manages backpressure: they
+    /// are retried only when the answer says `x-should-retry: true`
+    /// (default off). Transport failures are still retried.
+    pub fn behind_gateway(mut self, on: bool) -> Self {
+        self.recovery.behind_gateway = on;
+        self
+    }
+
     /// Validates the configuration.
     pub fn build(self) -> Result<RetryPolicy, ConfigError> {
         if self.max_backoff < self.initial_backoff {
@@ -131,6 +177,18 @@ impl RetryPolicyBuilder {
                 return Err(ConfigError::new(format!(
                     "jitter fraction {fraction} is outside [0, 1]"
                 )));
+            }
+        }
+        if let Some(fallback) = &self.recovery.fallback {
+            if fallback.model.trim().is_empty() {
+                return Err(ConfigError::new("fallback model name is empty".into()));
+            }
+        }
+        if let Some(cut) = self.recovery.overflow_cut {
+            if cut.floor == 0 {
+                return Err(ConfigError::new(
+                    "context overflow floor must be positive".into(),
+                ));
             }
         }
         if self.limits.max_elapsed.is_zero() {
@@ -148,6 +206,7 @@ impl RetryPolicyBuilder {
                 error_body_peek: self.error_body_peek,
                 rng: Mutex::new(rng),
                 clock: self.clock.unwrap_or_else(|| Arc::new(SystemTime::now)),
+                recovery: self.recovery,
             }),
         })
     }

@@ -1,9 +1,11 @@
 //! One attempt's outcome → accept, stop, or retry after a delay.
 
-use super::{RetryPolicy, RetryState};
+use super::{Recovery, RetryPolicy, RetryState};
 use crate::backoff::spread_server_wait;
 use crate::budget::Refusal;
-use crate::classify::{classify_error, classify_response, Classification, ProviderError};
+use crate::classify::{
+    classify_error, classify_response, Classification, FatalKind, ProviderError, RetryableKind,
+};
 use crate::hint::{parse_hint, ServerHint, ServerWait};
 use crate::report::StopReason;
 use crate::stream_guard::PreContentError;
@@ -39,6 +41,8 @@ pub enum Decision {
         /// The server-named wait the delay honours, if any.
         server_wait: Option<ServerWait>,
     },
+    /// Change the request and send it again at once.
+    Recover(Recovery),
     /// Hand the outcome to the caller as final.
     Stop(StopReason),
 }
@@ -84,10 +88,33 @@ impl RetryPolicy {
         };
         let decision = match &class {
             Classification::Success => Decision::Accept,
+            Classification::Fatal(FatalKind::ContextOverflow(overflow)) => {
+                self.on_context_overflow(state, overflow, elapsed)
+            }
+            Classification::Fatal(FatalKind::Unauthorized) => self.on_unauthorized(state, elapsed),
             Classification::Fatal(kind) => Decision::Stop(StopReason::NotRetryable(kind.clone())),
-            Classification::Retryable(_) => self
-                .plan_retry(state.attempts(), hint.wait, elapsed)
-                .unwrap_or_else(|refusal| Decision::Stop(refusal.into())),
+            Classification::Retryable(kind) => {
+                let gateway_managed = self.behind_gateway()
+                    && hint.should_retry != Some(true)
+                    && status_of(&outcome).is_some()
+                    && matches!(
+                        kind,
+                        RetryableKind::RateLimited
+                            | RetryableKind::Overloaded
+                            | RetryableKind::Status(_)
+                    );
+                if gateway_managed {
+                    Decision::Stop(StopReason::LeftToGateway)
+                } else if let Some(decision) = (*kind == RetryableKind::Overloaded)
+                    .then(|| self.on_overload_streak(state, elapsed))
+                    .flatten()
+                {
+                    decision
+                } else {
+                    self.plan_retry(state.attempts(), hint.wait, elapsed)
+                        .unwrap_or_else(|refusal| Decision::Stop(refusal.into()))
+                }
+            }
         };
         Judgement {
             class,
@@ -124,6 +151,13 @@ impl RetryPolicy {
         let delay = ceil_millis(delay);
         limits.admit_wait(elapsed, delay)?;
         Ok(Decision::Retry { delay, server_wait })
+    }
+}
+
+fn status_of(outcome: &Outcome<'_>) -> Option<StatusCode> {
+    match outcome {
+        Outcome::Response { status, .. } => Some(*status),
+        Outcome::Error(_) => None,
     }
 }
 

@@ -9,11 +9,15 @@
 
 mod builder;
 mod judge;
+mod recovery;
 mod state;
 mod tower_policy;
 
 pub use builder::{ConfigError, RetryPolicyBuilder};
 pub use judge::{Decision, Judgement, Outcome};
+pub use recovery::{
+    CredentialsFuture, Fallback, FallbackMode, Recovery, RecoveryAction, RefreshCredentials,
+};
 pub use state::RetryState;
 
 use crate::backoff::Backoff;
@@ -54,7 +58,34 @@ struct Config {
     error_body_peek: usize,
     rng: Mutex<SmallRng>,
     clock: WallClock,
+    recovery: RecoveryConfig,
 }
+
+/// What the policy may change about a request instead of repeating it.
+#[derive(Clone)]
+struct RecoveryConfig {
+    overflow_cut: Option<crate::recover::OverflowCut>,
+    fallback: Option<Fallback>,
+    max_consecutive_overloads: u32,
+    credentials: Option<Arc<dyn RefreshCredentials>>,
+    behind_gateway: bool,
+}
+
+impl Default for RecoveryConfig {
+    fn default() -> Self {
+        RecoveryConfig {
+            overflow_cut: Some(crate::recover::OverflowCut::default()),
+            fallback: None,
+            max_consecutive_overloads: DEFAULT_MAX_CONSECUTIVE_OVERLOADS,
+            credentials: None,
+            behind_gateway: false,
+        }
+    }
+}
+
+/// Default number of overloads in a row after which the fallback applies
+/// (or, without a fallback, the request gives up).
+pub const DEFAULT_MAX_CONSECUTIVE_OVERLOADS: u32 = 3;
 
 impl RetryPolicy {
     /// Starts a builder with the defaults.
@@ -82,6 +113,16 @@ impl RetryPolicy {
         self.config.error_body_peek
     }
 
+    /// The credential hook, if one is configured.
+    pub fn credentials(&self) -> Option<&Arc<dyn RefreshCredentials>> {
+        self.config.recovery.credentials.as_ref()
+    }
+
+    /// Whether the policy leaves rate limits, overloads and 5xx to a gateway.
+    pub fn behind_gateway(&self) -> bool {
+        self.config.recovery.behind_gateway
+    }
+
     fn now(&self) -> SystemTime {
         (self.config.clock)()
     }
@@ -102,6 +143,17 @@ impl fmt::Debug for RetryPolicy {
             .field("limits", &self.config.limits)
             .field("max_replay_body", &self.config.max_replay_body)
             .field("error_body_peek", &self.config.error_body_peek)
+            .field("overflow_cut", &self.config.recovery.overflow_cut)
+            .field("fallback", &self.config.recovery.fallback)
+            .field(
+                "max_consecutive_overloads",
+                &self.config.recovery.max_consecutive_overloads,
+            )
+            .field(
+                "refreshes_credentials",
+                &self.config.recovery.credentials.is_some(),
+            )
+            .field("behind_gateway", &self.config.recovery.behind_gateway)
             .finish_non_exhaustive()
     }
 }

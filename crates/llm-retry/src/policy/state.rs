@@ -1,6 +1,7 @@
 //! What one logical request has spent so far.
 
 use super::judge::Judgement;
+use super::{Recovery, RecoveryAction};
 use crate::classify::{Classification, RetryableKind};
 use crate::report::{RetryReport, StopReason};
 use http::StatusCode;
@@ -18,6 +19,8 @@ pub struct RetryState {
     last_status: Option<StatusCode>,
     last_error_type: Option<String>,
     last_class: Option<Classification>,
+    last_server_wait: Option<Duration>,
+    recoveries: Vec<RecoveryAction>,
 }
 
 impl Default for RetryState {
@@ -38,6 +41,8 @@ impl RetryState {
             last_status: None,
             last_error_type: None,
             last_class: None,
+            last_server_wait: None,
+            recoveries: Vec::new(),
         }
     }
 
@@ -75,6 +80,21 @@ impl RetryState {
             _ => 0,
         };
         self.last_class = Some(judgement.class.clone());
+        self.last_server_wait = judgement.hint.wait.map(|w| w.duration);
+    }
+
+    /// Records a recovery about to be applied.
+    pub fn record_recovery(&mut self, recovery: &Recovery) {
+        if matches!(recovery, Recovery::FallbackModel { .. }) {
+            // A new model starts a new streak.
+            self.consecutive_overloads = 0;
+        }
+        self.recoveries.push(recovery.action());
+    }
+
+    /// Whether a recovery of this kind was already applied to this request.
+    pub fn recovered(&self, action: RecoveryAction) -> bool {
+        self.recoveries.contains(&action)
     }
 
     /// Records a wait about to be slept.
@@ -95,6 +115,8 @@ impl RetryState {
             last_status: self.last_status,
             last_error_type: self.last_error_type.clone(),
             last_class: self.last_class.clone(),
+            last_server_wait: self.last_server_wait,
+            recoveries: self.recoveries.clone(),
             stop,
         }
     }

@@ -76,6 +76,23 @@ impl<B> ReplayBody<B> {
         }
     }
 
+    /// The whole body, when the source has ended and every byte was kept.
+    pub fn buffered(&self) -> Option<Bytes> {
+        lock(&self.shared).whole()
+    }
+
+    /// A body of exactly `bytes`, with the same cap, sharing nothing with
+    /// `self`: the next attempts send the rewritten body while an earlier
+    /// attempt still reading the old one is unaffected.
+    pub(crate) fn replaced_with(&self, bytes: Bytes) -> ReplayBody<B> {
+        let cap = self.cap();
+        ReplayBody {
+            shared: Arc::new(Mutex::new(Shared::done(bytes, cap))),
+            next: 0,
+            trailers_yielded: false,
+        }
+    }
+
     /// Whether the body has grown past its replay cap.
     pub fn is_capped(&self) -> bool {
         lock(&self.shared).capped

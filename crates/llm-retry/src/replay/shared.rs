@@ -45,6 +45,38 @@ impl<B> Shared<B> {
         }
     }
 
+    /// A finished source holding exactly `bytes`.
+    pub(super) fn done(bytes: Bytes, cap: usize) -> Shared<B> {
+        Shared {
+            inner: None,
+            source: Source::Done,
+            buffered_bytes: bytes.len(),
+            chunks: vec![bytes],
+            discarded: 0,
+            cap,
+            capped: false,
+            trailers: None,
+        }
+    }
+
+    /// The whole body, when every chunk is known and kept.
+    pub(super) fn whole(&self) -> Option<Bytes> {
+        if self.source != Source::Done || self.capped {
+            return None;
+        }
+        match self.chunks.as_slice() {
+            [] => Some(Bytes::new()),
+            [one] => Some(one.clone()),
+            many => {
+                let mut all = bytes::BytesMut::with_capacity(self.buffered_bytes);
+                for chunk in many {
+                    all.extend_from_slice(chunk);
+                }
+                Some(all.freeze())
+            }
+        }
+    }
+
     /// Total chunks seen so far, dropped ones included.
     pub(super) fn seen(&self) -> usize {
         self.discarded + self.chunks.len()

@@ -3,7 +3,7 @@
 
 use crate::error::{BoxError, RetryError};
 use crate::hooks::{RetryEvent, SharedHooks};
-use crate::policy::{Decision, Outcome, RetryPolicy, RetryState};
+use crate::policy::{CredentialsFuture, Decision, Outcome, RetryPolicy, RetryState};
 use crate::replay::ReplayBody;
 use crate::report::{RetryReport, StopReason};
 use http::{request, Request, StatusCode};
@@ -14,18 +14,20 @@ use tracing::Span;
 pub(super) enum Step {
     /// Sleep, then send the prepared next request.
     Wait(Duration),
+    /// Await new credentials, then send the next request.
+    Refresh(CredentialsFuture),
     /// Hand the outcome to the caller with this report.
     Finish(RetryReport),
 }
 
 /// One logical request's context across its attempts.
 pub(super) struct AttemptCtx<B> {
-    parts: request::Parts,
-    template: ReplayBody<B>,
-    next: Option<Request<ReplayBody<B>>>,
-    policy: RetryPolicy,
-    hooks: SharedHooks,
-    state: RetryState,
+    pub(super) parts: request::Parts,
+    pub(super) template: ReplayBody<B>,
+    pub(super) next: Option<Request<ReplayBody<B>>>,
+    pub(super) policy: RetryPolicy,
+    pub(super) hooks: SharedHooks,
+    pub(super) state: RetryState,
     span: Span,
 }
 
@@ -101,13 +103,12 @@ impl<B> AttemptCtx<B> {
         let (delay, server_wait) = match judgement.decision {
             Decision::Accept => return Step::Finish(self.finish(StopReason::Succeeded)),
             Decision::Stop(reason) => return Step::Finish(self.finish(reason)),
+            Decision::Recover(recovery) => return self.recover(recovery, &judgement.class, status),
             Decision::Retry { delay, server_wait } => (delay, server_wait),
         };
-        let Some(body) = self.template.try_clone() else {
-            let cap = self.template.cap();
-            return Step::Finish(self.finish(StopReason::BodyNotReplayable { cap }));
-        };
-        self.next = Some(Request::from_parts(self.parts.clone(), body));
+        if let Err(stop) = self.prepare_next() {
+            return Step::Finish(self.finish(stop));
+        }
         self.state.record_wait(delay, server_wait.is_some());
         let event = RetryEvent {
             retry: self.state.attempts(),
@@ -132,7 +133,17 @@ impl<B> AttemptCtx<B> {
         Step::Wait(delay)
     }
 
-    fn finish(&self, stop: StopReason) -> RetryReport {
+    /// Builds the next request from the template, or says why it cannot be sent.
+    pub(super) fn prepare_next(&mut self) -> Result<(), StopReason> {
+        let Some(body) = self.template.try_clone() else {
+            let cap = self.template.cap();
+            return Err(StopReason::BodyNotReplayable { cap });
+        };
+        self.next = Some(Request::from_parts(self.parts.clone(), body));
+        Ok(())
+    }
+
+    pub(super) fn finish(&self, stop: StopReason) -> RetryReport {
         let report = self.state.report(stop);
         if report.stop == StopReason::Succeeded {
             if report.retried() {
@@ -165,5 +176,12 @@ impl<B> AttemptCtx<B> {
     /// The error handed to the caller, carrying the report.
     pub(super) fn error(&self, report: RetryReport, source: BoxError) -> BoxError {
         Box::new(RetryError::new(report, Some(source)))
+    }
+
+    /// A stop the caller must act on even though a response arrived: it
+    /// becomes an error instead of the response.
+    pub(super) fn fails_even_with_response(report: &RetryReport) -> Option<BoxError> {
+        matches!(report.stop, StopReason::FallbackTriggered { .. })
+            .then(|| Box::new(RetryError::new(report.clone(), None)) as BoxError)
     }
 }

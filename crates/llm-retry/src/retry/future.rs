@@ -4,9 +4,11 @@ use super::attempt::{AttemptCtx, Step};
 use super::peek::{PeekEnd, Peeked};
 use super::RetryBody;
 use crate::error::BoxError;
+use crate::error::RetryError;
 use crate::hooks::SharedHooks;
-use crate::policy::{Outcome, RetryPolicy};
+use crate::policy::{CredentialsFuture, Outcome, RecoveryAction, RetryPolicy};
 use crate::replay::ReplayBody;
+use crate::report::{RetryReport, StopReason};
 use bytes::Bytes;
 use http::{request, response, Request, Response};
 use http_body::Body;
@@ -48,6 +50,7 @@ pin_project! {
             timer: Pin<Box<Sleep>>,
         },
         Waiting { #[pin] sleep: Sleep },
+        Refreshing { credentials: CredentialsFuture },
         Readying,
         Done,
     }
@@ -90,6 +93,26 @@ where
 
 type Res<ResBody> = Response<RetryBody<ResBody>>;
 
+/// Moves the state machine on after a judged outcome; `Some` is the answer.
+fn advance<F, ResBody, T>(
+    step: Step,
+    mut state: Pin<&mut State<F, ResBody>>,
+    finish: impl FnOnce(RetryReport) -> Result<T, BoxError>,
+) -> Option<Result<T, BoxError>> {
+    match step {
+        Step::Wait(delay) if delay.is_zero() => state.set(State::Readying),
+        Step::Wait(delay) => state.set(State::Waiting {
+            sleep: tokio::time::sleep(delay),
+        }),
+        Step::Refresh(credentials) => state.set(State::Refreshing { credentials }),
+        Step::Finish(report) => {
+            state.as_mut().set(State::Done);
+            return Some(finish(report));
+        }
+    }
+    None
+}
+
 impl<S, B, ResBody> Future for ResponseFuture<S, B, ResBody>
 where
     S: Service<Request<ReplayBody<B>>, Response = Response<ResBody>> + Clone,
@@ -104,7 +127,7 @@ where
         let ctx = this.ctx;
         let _entered = ctx.span().clone().entered();
         loop {
-            match this.state.as_mut().project() {
+            let answer = match this.state.as_mut().project() {
                 StateProj::Calling { future } => match ready!(future.poll(cx)) {
                     Ok(response) if !ctx.wants_body(response.status()) => {
                         let (head, body) = response.into_parts();
@@ -113,41 +136,30 @@ where
                             headers: &head.headers,
                             body: None,
                         };
-                        match ctx.judge(outcome) {
-                            Step::Wait(delay) => this.state.set(State::Waiting {
-                                sleep: tokio::time::sleep(delay),
-                            }),
-                            Step::Finish(report) => {
-                                this.state.set(State::Done);
-                                let mut res =
-                                    Response::from_parts(head, RetryBody::passthrough(body));
-                                res.extensions_mut().insert(report);
-                                return Poll::Ready(Ok(res));
-                            }
-                        }
+                        let step = ctx.judge(outcome);
+                        advance(step, this.state.as_mut(), |report| {
+                            respond(head, RetryBody::passthrough(body), report)
+                        })
                     }
                     Ok(response) => {
                         let (head, body) = response.into_parts();
                         let timer =
                             Box::pin(tokio::time::sleep(ctx.remaining().max(MIN_PEEK_TIME)));
-                        this.state.set(State::Peeking {
+                        let peeking = State::Peeking {
                             head: Some(head),
                             body: Some(Box::pin(body)),
                             peeked: Peeked::default(),
                             timer,
-                        });
+                        };
+                        this.state.set(peeking);
+                        None
                     }
                     Err(error) => {
                         let error: BoxError = error.into();
-                        match ctx.judge(Outcome::Error(&*error)) {
-                            Step::Wait(delay) => this.state.set(State::Waiting {
-                                sleep: tokio::time::sleep(delay),
-                            }),
-                            Step::Finish(report) => {
-                                this.state.set(State::Done);
-                                return Poll::Ready(Err(ctx.error(report, error)));
-                            }
-                        }
+                        let step = ctx.judge(Outcome::Error(&*error));
+                        advance(step, this.state.as_mut(), |report| {
+                            Err(ctx.error(report, error))
+                        })
                     }
                 },
                 StateProj::Peeking {
@@ -168,52 +180,62 @@ where
                         None => PeekEnd::Complete,
                     };
                     let Some(head) = head.take() else {
-                        this.state.set(State::Done);
-                        continue;
+                        return Poll::Ready(Err("retry future polled after completion".into()));
                     };
-                    let rest = match end {
-                        PeekEnd::Complete => None,
-                        PeekEnd::Full => body.take(),
+                    match end {
                         PeekEnd::Failed(e) => {
                             // The body broke before its error could be read: a reset.
                             let error: BoxError = e.into();
-                            match ctx.judge(Outcome::Error(&*error)) {
-                                Step::Wait(delay) => this.state.set(State::Waiting {
-                                    sleep: tokio::time::sleep(delay),
-                                }),
-                                Step::Finish(report) => {
-                                    this.state.set(State::Done);
-                                    return Poll::Ready(Err(ctx.error(report, error)));
-                                }
-                            }
-                            continue;
+                            let step = ctx.judge(Outcome::Error(&*error));
+                            advance(step, this.state.as_mut(), |report| {
+                                Err(ctx.error(report, error))
+                            })
                         }
-                    };
-                    let outcome = Outcome::Response {
-                        status: head.status,
-                        headers: &head.headers,
-                        body: Some(peeked.window(limit)),
-                    };
-                    match ctx.judge(outcome) {
-                        Step::Wait(delay) => this.state.set(State::Waiting {
-                            sleep: tokio::time::sleep(delay),
-                        }),
-                        Step::Finish(report) => {
+                        PeekEnd::Complete | PeekEnd::Full => {
+                            let rest = if matches!(end, PeekEnd::Full) {
+                                body.take()
+                            } else {
+                                None
+                            };
+                            let outcome = Outcome::Response {
+                                status: head.status,
+                                headers: &head.headers,
+                                body: Some(peeked.window(limit)),
+                            };
+                            let step = ctx.judge(outcome);
                             let prefix = std::mem::take(&mut peeked.bytes).freeze();
                             let trailers = peeked.trailers.take();
-                            this.state.set(State::Done);
-                            let mut res = Response::from_parts(
-                                head,
-                                RetryBody::peeked(prefix, trailers, rest),
-                            );
-                            res.extensions_mut().insert(report);
-                            return Poll::Ready(Ok(res));
+                            advance(step, this.state.as_mut(), |report| {
+                                respond(head, RetryBody::peeked(prefix, trailers, rest), report)
+                            })
                         }
                     }
                 }
                 StateProj::Waiting { sleep } => {
                     ready!(sleep.poll(cx));
                     this.state.set(State::Readying);
+                    None
+                }
+                StateProj::Refreshing { credentials } => {
+                    let fresh = ready!(credentials.as_mut().poll(cx));
+                    let prepared = match fresh {
+                        Ok(headers) => ctx.apply_credentials(headers),
+                        Err(error) => Err(StopReason::RecoveryFailed {
+                            action: RecoveryAction::RefreshCredentials,
+                            reason: error.to_string(),
+                        }),
+                    };
+                    match prepared {
+                        Ok(()) => {
+                            this.state.set(State::Readying);
+                            None
+                        }
+                        Err(stop) => {
+                            let report = ctx.finish(stop);
+                            this.state.set(State::Done);
+                            Some(Err(Box::new(RetryError::new(report, None)) as BoxError))
+                        }
+                    }
                 }
                 StateProj::Readying => {
                     if let Err(error) = ready!(this.service.poll_ready(cx)) {
@@ -229,9 +251,27 @@ where
                     };
                     let future = this.service.call(request);
                     this.state.set(State::Calling { future });
+                    None
                 }
-                StateProj::Done => panic!("ResponseFuture polled after completion"),
+                StateProj::Done => Some(Err("retry future polled after completion".into())),
+            };
+            if let Some(answer) = answer {
+                return Poll::Ready(answer);
             }
         }
     }
+}
+
+/// The final response with its report, unless the stop must be an error.
+fn respond<ResBody>(
+    head: response::Parts,
+    body: RetryBody<ResBody>,
+    report: RetryReport,
+) -> Result<Res<ResBody>, BoxError> {
+    if let Some(error) = AttemptCtx::<()>::fails_even_with_response(&report) {
+        return Err(error);
+    }
+    let mut response = Response::from_parts(head, body);
+    response.extensions_mut().insert(report);
+    Ok(response)
 }

@@ -28,6 +28,7 @@ mod body;
 mod future;
 mod layer;
 mod peek;
+mod recovery;
 mod service;
 
 pub use body::RetryBody;
