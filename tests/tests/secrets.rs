@@ -1,43 +1,30 @@
-//! No secret reaches logs, hooks, reports or errors. Alone in its test
-//! binary: tracing's per-callsite interest cache is process-wide, so a
-//! thread-local subscriber only sees every event when no other test races it.
+//! No secret reaches logs, hooks, reports or errors. Every test in this
+//! binary logs into one global capturing subscriber (a thread-local one
+//! misses events when tests race tracing's process-wide interest cache), and
+//! each asserts that no secret appears anywhere in what was captured.
 #![allow(clippy::unwrap_used)]
 
 mod support;
 
 use http::StatusCode;
-use llm_retry::{RetryEvent, RetryHooks, RetryLayer, RetryReport};
+use llm_retry::policy::{CredentialsFuture, RefreshCredentials};
+use llm_retry::{RecoveryEvent, RetryEvent, RetryHooks, RetryLayer, RetryReport};
 use llm_retry_mock::{MockServer, Reply, Route, Script};
 use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use support::{client, fast_policy, messages_request, API_KEY};
 use tokio::sync::mpsc;
 use tower::{Layer, ServiceExt};
 
-/// Hooks that forward everything they see to a channel.
-struct Recorder(mpsc::UnboundedSender<String>);
-
-impl RetryHooks for Recorder {
-    fn on_retry(&self, e: &RetryEvent) {
-        let _ = self.0.send(format!(
-            "retry {} status={:?} error={:?} {:?}",
-            e.retry, e.status, e.error, e
-        ));
-    }
-    fn on_give_up(&self, r: &RetryReport) {
-        let _ = self.0.send(format!("give up: {r} {r:?}"));
-    }
-}
-
-async fn mock(route: Route) -> MockServer {
-    MockServer::start(Script::new().route("/v1/messages", route))
-        .await
-        .unwrap()
-}
-
 /// A `MakeWriter` that appends every log line to a shared buffer.
 #[derive(Clone, Default)]
 struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Captured {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
 
 impl Write for Captured {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -56,16 +43,55 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
     }
 }
 
+/// The one global log buffer, installed on first use.
+fn captured_logs() -> Captured {
+    static LOGS: OnceLock<Captured> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let captured = Captured::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_writer(captured.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("only this binary installs one");
+        captured
+    })
+    .clone()
+}
+
+/// Hooks that forward everything they see to a channel.
+struct Recorder(mpsc::UnboundedSender<String>);
+
+impl RetryHooks for Recorder {
+    fn on_retry(&self, e: &RetryEvent) {
+        let _ = self.0.send(format!(
+            "retry {} status={:?} error={:?} {e:?}",
+            e.retry, e.status, e.error
+        ));
+    }
+    fn on_recover(&self, e: &RecoveryEvent) {
+        let _ = self.0.send(format!("recover {e:?}"));
+    }
+    fn on_give_up(&self, r: &RetryReport) {
+        let _ = self.0.send(format!("give up: {r} {r:?}"));
+    }
+}
+
+async fn mock(route: Route) -> MockServer {
+    MockServer::start(Script::new().route("/v1/messages", route))
+        .await
+        .unwrap()
+}
+
+fn assert_no_secret(parts: [(&str, String); 3]) {
+    for (what, text) in parts {
+        assert!(!text.contains("SECRET"), "{what} leaked a key: {text}");
+    }
+}
+
 #[tokio::test]
 async fn no_secret_reaches_logs_hooks_reports_or_errors() {
-    let captured = Captured::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_writer(captured.clone())
-        .with_ansi(false)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
-
+    let captured = captured_logs();
     let mock = mock(Route::sequence([
         Reply::rate_limited(Some(0)),
         Reply::reset_before_headers(),
@@ -81,7 +107,7 @@ async fn no_secret_reaches_logs_hooks_reports_or_errors() {
     assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
     let report = res.extensions().get::<RetryReport>().unwrap();
 
-    let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let logs = captured.text();
     assert!(logs.contains("retrying"), "the retry path logged: {logs}");
     assert!(
         logs.contains("http.request.resend_count=2"),
@@ -91,16 +117,75 @@ async fn no_secret_reaches_logs_hooks_reports_or_errors() {
         .collect::<Vec<_>>()
         .join("\n");
     assert!(hooks.contains("give up"), "{hooks}");
-    for (what, text) in [
+    assert_no_secret([
         ("logs", logs),
         ("hooks", hooks),
         ("report", format!("{report:?} {report}")),
-    ] {
-        assert!(!text.contains("SECRET"), "{what} leaked the key: {text}");
-    }
+    ]);
     // The key did reach the upstream, where it belongs.
     assert!(mock
         .requests()
         .iter()
         .all(|r| r.header_str("x-api-key") == Some(API_KEY)));
+}
+
+/// A credential hook handing out a new key.
+struct Refresher;
+
+const FRESH_KEY: &str = "sk-ant-api03-FRESHSECRET-after-refresh";
+
+impl RefreshCredentials for Refresher {
+    fn refresh(&self) -> CredentialsFuture {
+        Box::pin(async {
+            let mut headers = http::HeaderMap::new();
+            headers.insert("x-api-key", http::HeaderValue::from_static(FRESH_KEY));
+            Ok(headers)
+        })
+    }
+}
+
+#[tokio::test]
+async fn neither_the_old_nor_the_refreshed_credential_is_logged() {
+    let captured = captured_logs();
+    let unauthorized = Reply::anthropic_error(401, "authentication_error", "invalid x-api-key");
+    let mock = mock(Route::sequence([
+        unauthorized,
+        Reply::status(503),
+        Reply::anthropic_ok("ok"),
+    ]))
+    .await;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let policy = fast_policy()
+        .refresh_credentials(Refresher)
+        .build()
+        .unwrap();
+    let svc = RetryLayer::new(policy)
+        .with_hooks(Recorder(tx))
+        .layer(client());
+    let res = svc
+        .oneshot(messages_request(&mock.url("/v1/messages")))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let report = res.extensions().get::<RetryReport>().unwrap();
+    let logs = captured.text();
+    assert!(
+        logs.contains("credentials refreshed"),
+        "the refresh path logged: {logs}"
+    );
+    let hooks: String = std::iter::from_fn(|| rx.try_recv().ok())
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(hooks.contains("RefreshCredentials"), "{hooks}");
+    assert_no_secret([
+        ("logs", logs),
+        ("hooks", hooks),
+        ("report", format!("{report:?} {report}")),
+    ]);
+    let keys: Vec<_> = mock
+        .requests()
+        .iter()
+        .map(|r| r.header_str("x-api-key").unwrap().to_owned())
+        .collect();
+    assert_eq!(keys, [API_KEY, FRESH_KEY, FRESH_KEY]);
 }

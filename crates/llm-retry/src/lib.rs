@@ -50,6 +50,7 @@
 pub mod backoff;
 pub mod budget;
 pub mod classify;
+pub mod downstream;
 pub mod hint;
 pub mod policy;
 pub mod recover;
