@@ -45,7 +45,8 @@ pub(super) fn parse(error: &ProviderError) -> Option<ContextOverflow> {
         return Some(ContextOverflow {
             input_tokens: number_before(&msg, "in the messages")
                 .or_else(|| number_before(&msg, "in your prompt"))
-                .or_else(|| number_after(&msg, "your request has")),
+                .or_else(|| number_after(&msg, "your request has"))
+                .or_else(|| number_after(&msg, "your messages resulted in")),
             max_tokens: number_before(&msg, "in the completion")
                 .or_else(|| number_before(&msg, "for the completion")),
             context_limit: number_after(&msg, "maximum context length is"),
@@ -137,7 +138,15 @@ mod tests {
                     is 8192 tokens and your request has 4000 input tokens.";
         let anthropic_sum = "input length and `max_tokens` exceed context limit: \
                              188059 + 20000 > 200000, decrease input length or `max_tokens`";
+        let messages_only = "This model's maximum context length is 8192 tokens. However, your \
+                             messages resulted in 8227 tokens. Please reduce the length of the messages.";
         let cases = [
+            (
+                ire,
+                cle,
+                messages_only.to_owned(),
+                co(Some(8227), None, Some(8192)),
+            ),
             (
                 ire,
                 None,

@@ -222,6 +222,11 @@ impl ConfigError {
     fn new(message: String) -> ConfigError {
         ConfigError { message }
     }
+
+    /// An error for configuration read outside the builder (the environment).
+    pub(crate) fn invalid(message: String) -> ConfigError {
+        ConfigError::new(message)
+    }
 }
 
 impl fmt::Display for ConfigError {

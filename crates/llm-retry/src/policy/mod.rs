@@ -8,6 +8,7 @@
 //! cannot read a response body).
 
 mod builder;
+mod env;
 mod judge;
 mod recovery;
 mod state;
@@ -116,6 +117,16 @@ impl RetryPolicy {
     /// The credential hook, if one is configured.
     pub fn credentials(&self) -> Option<&Arc<dyn RefreshCredentials>> {
         self.config.recovery.credentials.as_ref()
+    }
+
+    /// The fallback model, if one is configured.
+    pub fn fallback(&self) -> Option<&Fallback> {
+        self.config.recovery.fallback.as_ref()
+    }
+
+    /// Overloads in a row before the fallback applies or the request gives up.
+    pub fn max_consecutive_overloads(&self) -> u32 {
+        self.config.recovery.max_consecutive_overloads
     }
 
     /// Whether the policy leaves rate limits, overloads and 5xx to a gateway.

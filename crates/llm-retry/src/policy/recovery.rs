@@ -118,12 +118,20 @@ impl RetryPolicy {
         if state.recovered(RecoveryAction::CutMaxTokens) {
             return not_retryable();
         }
-        match overflow_max_tokens(overflow, &cut) {
-            Ok(to) => self.resend_now(state, elapsed, Recovery::CutMaxTokens { to }),
-            Err(refused) => Decision::Stop(StopReason::RecoveryFailed {
+        let failed = |reason: String| {
+            Decision::Stop(StopReason::RecoveryFailed {
                 action: RecoveryAction::CutMaxTokens,
-                reason: format!("{refused:?}"),
-            }),
+                reason,
+            })
+        };
+        match overflow_max_tokens(overflow, &cut) {
+            // The floor can exceed what was asked for; resending more would fail again.
+            Ok(to) if overflow.max_tokens.is_some_and(|asked| to >= asked) => failed(format!(
+                "the cut would not lower max_tokens below the {} requested",
+                overflow.max_tokens.unwrap_or(to)
+            )),
+            Ok(to) => self.resend_now(state, elapsed, Recovery::CutMaxTokens { to }),
+            Err(refused) => failed(refused.to_string()),
         }
     }
 

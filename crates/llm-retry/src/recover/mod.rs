@@ -1,9 +1,37 @@
 //! Can the next attempt be changed to succeed? Pure rewrites of the request
 //! body: a smaller `max_tokens` after a context overflow, a fallback `model`
 //! after repeated overloads.
+//!
+//! [`overflow_max_tokens`] turns the counts of a
+//! [`ContextOverflow`](crate::classify::ContextOverflow) into the new
+//! `max_tokens`; [`rewrite_body`] writes it (or a fallback model) into the
+//! JSON body, leaving every other value byte for byte as the caller sent it.
+//!
+//! ```
+//! use llm_retry::classify::ContextOverflow;
+//! use llm_retry::recover::{overflow_max_tokens, rewrite_body, BodyEdit, OverflowCut};
+//!
+//! # fn overflow() -> ContextOverflow {
+//! #     llm_retry::classify::ProviderError::parse(br#"{"error":{"type":"invalid_request_error",
+//! #         "message":"input length and `max_tokens` exceed context limit: 188059 + 20000 > 200000"}}"#)
+//! #         .and_then(|e| e.context_overflow())
+//! #         .expect("overflow")
+//! # }
+//! let overflow: ContextOverflow = overflow(); // "188059 + 20000 > 200000"
+//! let max_tokens = overflow_max_tokens(&overflow, &OverflowCut::default()).expect("a cut helps");
+//! let body = br#"{"model":"claude-sonnet-4-5","max_tokens":20000,"messages":[]}"#;
+//! let (body, applied) = rewrite_body(body, &BodyEdit::MaxTokens(max_tokens)).expect("JSON body");
+//! assert_eq!(&body[..], br#"{"model":"claude-sonnet-4-5","max_tokens":10941,"messages":[]}"#);
+//! assert_eq!((applied.old.as_str(), applied.new.as_str()), ("20000", "10941"));
+//! ```
 
 mod overflow;
+mod raw_object;
 mod rewrite;
+#[cfg(test)]
+mod rewrite_proptests;
+#[cfg(test)]
+mod rewrite_tests;
 
 pub use overflow::{overflow_max_tokens, CutRefused, OverflowCut};
-pub use rewrite::{rewrite_body, BodyEdit, EditApplied, RewriteError};
+pub use rewrite::{rewrite_body, BodyEdit, EditApplied, RewriteError, MAX_TOKENS_FIELDS};

@@ -9,7 +9,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 
-/// A request body that can be sent more than once. See the [module docs](self).
+/// A request body that can be sent more than once. See the [module docs](crate::replay).
 pub struct ReplayBody<B> {
     shared: Arc<Mutex<Shared<B>>>,
     /// Index of the next chunk this clone yields.
@@ -178,8 +178,15 @@ where
             }
             Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
                 Ok(chunk) => {
+                    let ended = inner.is_end_stream();
                     shared.keep(&chunk);
                     this.next = shared.seen();
+                    // Clients stop polling once a body reports its end, so
+                    // the end is recorded here, not only on `None`.
+                    if ended {
+                        shared.source = Source::Done;
+                        shared.inner = None;
+                    }
                     Poll::Ready(Some(Ok(Frame::data(chunk))))
                 }
                 Err(frame) => {

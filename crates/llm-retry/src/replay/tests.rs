@@ -111,3 +111,15 @@ async fn empty_body_is_end_of_stream_and_replayable() {
     assert!(second.is_end_stream());
     assert_eq!(collect(second).await.unwrap(), "");
 }
+
+#[tokio::test]
+async fn a_body_that_reports_its_end_is_complete_without_a_final_poll() {
+    // hyper stops polling once `is_end_stream` is true; the buffer must
+    // already know the body is whole (recoveries rewrite it).
+    let mut first = ReplayBody::new(Full::new(Bytes::from_static(b"abc")), 16);
+    assert!(first.buffered().is_none());
+    let chunk = first.frame().await.unwrap().unwrap().into_data().unwrap();
+    assert_eq!(chunk, "abc");
+    assert!(first.is_end_stream());
+    assert_eq!(first.buffered().unwrap(), "abc");
+}

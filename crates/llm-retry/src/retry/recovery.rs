@@ -59,7 +59,7 @@ impl<B> AttemptCtx<B> {
         };
         let (rewritten, applied) = match rewrite_body(&body, &edit) {
             Ok(done) => done,
-            Err(error) => return self.recovery_failed(action, format!("{error:?}")),
+            Err(error) => return self.recovery_failed(action, error.to_string()),
         };
         self.template = self.template.replaced_with(rewritten);
         // The length changed; the client derives the new one from the body.

@@ -13,7 +13,7 @@ pub const DEFAULT_PREFIX_LIMIT: usize = 64 * 1024;
 pub const DEFAULT_FIRST_EVENT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Holds a streamed response back until its first content event, turning
-/// failures before it into retryable errors. See the [module docs](super).
+/// failures before it into retryable errors. See the [module docs](crate::stream_guard).
 #[derive(Debug, Clone)]
 pub struct StreamGuardLayer {
     config: Arc<GuardConfig>,
