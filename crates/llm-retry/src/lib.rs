@@ -62,6 +62,7 @@ mod error;
 mod hooks;
 mod report;
 mod retry;
+mod size_hint;
 
 pub use error::{BoxError, ErrorKind, RetryError};
 pub use hooks::{on_retry, NoHooks, OnRetry, RecoveryEvent, RetryEvent, RetryHooks};

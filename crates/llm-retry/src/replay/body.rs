@@ -2,6 +2,7 @@
 
 use super::shared::{Shared, Source};
 use crate::error::BoxError;
+use crate::size_hint::held_then;
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use std::fmt;
@@ -219,16 +220,8 @@ where
         }
         let kept = shared.kept_bytes_from(self.next);
         match (shared.source, shared.inner.as_ref()) {
-            (Source::Streaming, Some(inner)) => {
-                let hint = inner.size_hint();
-                let mut out = SizeHint::new();
-                out.set_lower(hint.lower().saturating_add(kept));
-                if let Some(upper) = hint.upper() {
-                    out.set_upper(upper.saturating_add(kept));
-                }
-                out
-            }
-            _ => SizeHint::with_exact(kept),
+            (Source::Streaming, Some(inner)) => held_then(kept, Some(inner.size_hint())),
+            _ => held_then(kept, None),
         }
     }
 }

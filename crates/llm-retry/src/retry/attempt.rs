@@ -177,11 +177,11 @@ impl<B> AttemptCtx<B> {
     pub(super) fn error(&self, report: RetryReport, source: BoxError) -> BoxError {
         Box::new(RetryError::new(report, Some(source)))
     }
+}
 
-    /// A stop the caller must act on even though a response arrived: it
-    /// becomes an error instead of the response.
-    pub(super) fn fails_even_with_response(report: &RetryReport) -> Option<BoxError> {
-        matches!(report.stop, StopReason::FallbackTriggered { .. })
-            .then(|| Box::new(RetryError::new(report.clone(), None)) as BoxError)
-    }
+/// A stop the caller must act on even though a response arrived (a
+/// manual fallback): it becomes an error instead of the response.
+pub(super) fn fails_even_with_response(report: &RetryReport) -> Option<BoxError> {
+    matches!(report.stop, StopReason::FallbackTriggered { .. })
+        .then(|| Box::new(RetryError::new(report.clone(), None)) as BoxError)
 }

@@ -1,5 +1,6 @@
 //! [`RetryBody`]: the final response's body.
 
+use crate::size_hint::held_then;
 use bytes::Bytes;
 use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
@@ -114,16 +115,7 @@ where
             Kind::Passthrough { inner } => inner.size_hint(),
             Kind::Peeked { prefix, rest, .. } => {
                 let held = prefix.as_ref().map_or(0, |b| b.len() as u64);
-                let Some(rest) = rest else {
-                    return SizeHint::with_exact(held);
-                };
-                let hint = rest.size_hint();
-                let mut out = SizeHint::new();
-                out.set_lower(hint.lower().saturating_add(held));
-                if let Some(upper) = hint.upper() {
-                    out.set_upper(upper.saturating_add(held));
-                }
-                out
+                held_then(held, rest.as_ref().map(|b| b.size_hint()))
             }
         }
     }

@@ -1,6 +1,6 @@
 //! [`ResponseFuture`]: one logical request, attempt after attempt.
 
-use super::attempt::{AttemptCtx, Step};
+use super::attempt::{fails_even_with_response, AttemptCtx, Step};
 use super::peek::{PeekEnd, Peeked};
 use super::RetryBody;
 use crate::error::BoxError;
@@ -268,7 +268,7 @@ fn respond<ResBody>(
     body: RetryBody<ResBody>,
     report: RetryReport,
 ) -> Result<Res<ResBody>, BoxError> {
-    if let Some(error) = AttemptCtx::<()>::fails_even_with_response(&report) {
+    if let Some(error) = fails_even_with_response(&report) {
         return Err(error);
     }
     let mut response = Response::from_parts(head, body);

@@ -3,6 +3,7 @@
 use super::error::StreamInterrupted;
 use super::{StreamCommit, StreamEnd};
 use crate::error::BoxError;
+use crate::size_hint::held_then;
 use bytes::Bytes;
 use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
@@ -157,16 +158,7 @@ where
             Kind::Passthrough { inner } => inner.size_hint(),
             Kind::Guarded { held, rest, .. } => {
                 let held: u64 = held.iter().map(|c| c.len() as u64).sum();
-                let Some(rest) = rest else {
-                    return SizeHint::with_exact(held);
-                };
-                let hint = rest.size_hint();
-                let mut out = SizeHint::new();
-                out.set_lower(hint.lower().saturating_add(held));
-                if let Some(upper) = hint.upper() {
-                    out.set_upper(upper.saturating_add(held));
-                }
-                out
+                held_then(held, rest.as_ref().map(|b| b.size_hint()))
             }
         }
     }
