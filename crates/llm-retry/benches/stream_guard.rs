@@ -4,9 +4,9 @@
 //! - `stream_guard/ttfb`: time from sending the request until the caller has
 //!   seen the first `content_block_delta` bytes of a realistic Anthropic
 //!   stream. The guard holds `message_start`, `content_block_start` and
-//!   `ping` back and releases at the first content event, so the bare client
-//!   is timed to the same point: it reads frames until the accumulated bytes
-//!   contain `content_block_delta`. The rest of each stream is drained
+//!   `ping` back and releases at the first content event, so every stack,
+//!   the bare client included, is timed to the same point: the caller reads
+//!   frames until the accumulated bytes contain `content_block_delta`. The rest of each stream is drained
 //!   outside the timed span, so the pooled connection is reused.
 //! - `stream_guard/throughput`: a ~2 MiB stream (2000 content events of
 //!   ~1 KiB) read to its end, reported in bytes per second.
