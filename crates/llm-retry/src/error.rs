@@ -37,6 +37,8 @@ pub enum ErrorKind {
     FallbackTriggered,
     /// A recovery (max_tokens cut, credential refresh) could not be applied.
     RecoveryFailed,
+    /// The shared retry budget or its admission limit refused the resend.
+    BudgetExhausted,
 }
 
 impl RetryError {
@@ -50,6 +52,9 @@ impl RetryError {
             StopReason::FallbackTriggered { .. } => ErrorKind::FallbackTriggered,
             StopReason::RecoveryFailed { .. } => ErrorKind::RecoveryFailed,
             StopReason::LeftToGateway => ErrorKind::NotRetryable,
+            StopReason::BudgetExhausted { .. } | StopReason::AdmissionFull { .. } => {
+                ErrorKind::BudgetExhausted
+            }
             StopReason::NotRetryable(_) | StopReason::ServiceFailed | StopReason::Succeeded => {
                 ErrorKind::NotRetryable
             }

@@ -56,6 +56,16 @@ pub enum StopReason {
         /// Why it could not be applied.
         reason: String,
     },
+    /// The shared retry budget had nothing left for this resend.
+    BudgetExhausted {
+        /// The budget's own account, e.g. "12 retries already spent against 50 requests…".
+        reason: String,
+    },
+    /// Too many retries of this budget were already waiting.
+    AdmissionFull {
+        /// The budget's limit on waiting retries.
+        max_waiting: usize,
+    },
     /// The request body grew past the replay buffer, so it cannot be sent again.
     BodyNotReplayable {
         /// The replay buffer's cap in bytes.
@@ -105,6 +115,13 @@ impl fmt::Display for StopReason {
             }
             StopReason::RecoveryFailed { action, reason } => {
                 write!(f, "{action} impossible: {reason}")
+            }
+            StopReason::BudgetExhausted { reason } => f.write_str(reason),
+            StopReason::AdmissionFull { max_waiting } => {
+                write!(
+                    f,
+                    "retry suppressed: {max_waiting} retries are already waiting"
+                )
             }
             StopReason::ServiceFailed => f.write_str("the inner service failed before a resend"),
             StopReason::BodyNotReplayable { cap } => write!(

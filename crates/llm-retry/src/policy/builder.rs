@@ -6,6 +6,7 @@ use super::{
 };
 use crate::backoff::{Backoff, Jitter};
 use crate::budget::Limits;
+use crate::budget::RetryBudget;
 use crate::recover::OverflowCut;
 use crate::replay::DEFAULT_MAX_REPLAY_BODY;
 use rand::rngs::SmallRng;
@@ -26,6 +27,7 @@ pub struct RetryPolicyBuilder {
     seed: Option<u64>,
     clock: Option<WallClock>,
     recovery: RecoveryConfig,
+    budget: Option<RetryBudget>,
 }
 
 impl Default for RetryPolicyBuilder {
@@ -41,6 +43,7 @@ impl Default for RetryPolicyBuilder {
             seed: None,
             clock: None,
             recovery: RecoveryConfig::default(),
+            budget: None,
         }
     }
 }
@@ -164,6 +167,15 @@ impl RetryPolicyBuilder {
         self
     }
 
+    /// Shares `budget` with every request of this policy: each first send
+    /// deposits, each resend withdraws, and waiting retries are admitted up to
+    /// the budget's limit (default: no shared budget). Clone one budget into
+    /// several policies to share it across clients.
+    pub fn budget(mut self, budget: RetryBudget) -> Self {
+        self.budget = Some(budget);
+        self
+    }
+
     /// Validates the configuration.
     pub fn build(self) -> Result<RetryPolicy, ConfigError> {
         if self.max_backoff < self.initial_backoff {
@@ -207,6 +219,7 @@ impl RetryPolicyBuilder {
                 rng: Mutex::new(rng),
                 clock: self.clock.unwrap_or_else(|| Arc::new(SystemTime::now)),
                 recovery: self.recovery,
+                budget: self.budget,
             }),
         })
     }

@@ -60,6 +60,7 @@ struct Config {
     rng: Mutex<SmallRng>,
     clock: WallClock,
     recovery: RecoveryConfig,
+    budget: Option<crate::budget::RetryBudget>,
 }
 
 /// What the policy may change about a request instead of repeating it.
@@ -117,6 +118,11 @@ impl RetryPolicy {
     /// The credential hook, if one is configured.
     pub fn credentials(&self) -> Option<&Arc<dyn RefreshCredentials>> {
         self.config.recovery.credentials.as_ref()
+    }
+
+    /// The shared retry budget, if one is configured.
+    pub fn budget(&self) -> Option<&crate::budget::RetryBudget> {
+        self.config.budget.as_ref()
     }
 
     /// The fallback model, if one is configured.

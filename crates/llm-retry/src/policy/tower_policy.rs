@@ -18,6 +18,8 @@ use std::task::{Context, Poll};
 #[derive(Debug)]
 pub struct PolicySleep {
     sleep: Pin<Box<tokio::time::Sleep>>,
+    /// A place among the shared budget's waiting retries, held while asleep.
+    _permit: Option<crate::budget::WaitPermit>,
 }
 
 impl Future for PolicySleep {
@@ -59,6 +61,18 @@ impl<B, ResBody> tower::retry::Policy<Request<ReplayBody<B>>, Response<ResBody>,
         if req.body().is_capped() {
             return None;
         }
+        let permit = match self.budget() {
+            Some(budget) => {
+                let permit = if delay.is_zero() {
+                    None
+                } else {
+                    Some(budget.try_admit_wait().ok()?)
+                };
+                budget.try_withdraw().ok()?;
+                permit
+            }
+            None => None,
+        };
         let state = req.extensions_mut().get_mut::<RetryState>()?;
         state.record_wait(delay, server_wait.is_some());
         state.record_send();
@@ -70,6 +84,7 @@ impl<B, ResBody> tower::retry::Policy<Request<ReplayBody<B>>, Response<ResBody>,
         );
         Some(PolicySleep {
             sleep: Box::pin(tokio::time::sleep(delay)),
+            _permit: permit,
         })
     }
 
@@ -82,6 +97,9 @@ impl<B, ResBody> tower::retry::Policy<Request<ReplayBody<B>>, Response<ResBody>,
         *clone.headers_mut() = req.headers().clone();
         *clone.extensions_mut() = req.extensions().clone();
         if clone.extensions().get::<RetryState>().is_none() {
+            if let Some(budget) = self.budget() {
+                budget.deposit();
+            }
             let mut state = RetryState::new();
             state.record_send();
             clone.extensions_mut().insert(state);

@@ -1,6 +1,7 @@
 //! Per-request bookkeeping shared by every state of the response future:
 //! the request template, the account, hooks and tracing.
 
+use crate::budget::WaitPermit;
 use crate::error::{BoxError, RetryError};
 use crate::hooks::{RetryEvent, SharedHooks};
 use crate::policy::{CredentialsFuture, Decision, Outcome, RetryPolicy, RetryState};
@@ -12,8 +13,9 @@ use tracing::Span;
 
 /// What the future does after an outcome was judged.
 pub(super) enum Step {
-    /// Sleep, then send the prepared next request.
-    Wait(Duration),
+    /// Sleep (holding the budget's wait permit, if any), then send the
+    /// prepared next request.
+    Wait(Duration, Option<WaitPermit>),
     /// Await new credentials, then send the next request.
     Refresh(CredentialsFuture),
     /// Hand the outcome to the caller with this report.
@@ -48,6 +50,9 @@ impl<B> AttemptCtx<B> {
             http.request.resend_count = tracing::field::Empty,
         );
         let template = body.replica();
+        if let Some(budget) = policy.budget() {
+            budget.deposit();
+        }
         let mut state = RetryState::new();
         state.record_send();
         let first = Request::from_parts(parts.clone(), body);
@@ -106,6 +111,10 @@ impl<B> AttemptCtx<B> {
             Decision::Recover(recovery) => return self.recover(recovery, &judgement.class, status),
             Decision::Retry { delay, server_wait } => (delay, server_wait),
         };
+        let permit = match self.spend_budget(delay) {
+            Ok(permit) => permit,
+            Err(stop) => return Step::Finish(self.finish(stop)),
+        };
         if let Err(stop) = self.prepare_next() {
             return Step::Finish(self.finish(stop));
         }
@@ -130,7 +139,32 @@ impl<B> AttemptCtx<B> {
             "llm-retry: attempt failed, retrying"
         );
         self.hooks.0.on_retry(&event);
-        Step::Wait(delay)
+        Step::Wait(delay, permit)
+    }
+
+    /// Asks the shared budget for a resend: a place among the waiting
+    /// retries first (when there is a wait), then a withdrawal, so a refused
+    /// withdrawal costs nothing.
+    pub(super) fn spend_budget(&self, delay: Duration) -> Result<Option<WaitPermit>, StopReason> {
+        let Some(budget) = self.policy.budget() else {
+            return Ok(None);
+        };
+        let permit = if delay.is_zero() {
+            None
+        } else {
+            let permit = budget
+                .try_admit_wait()
+                .map_err(|full| StopReason::AdmissionFull {
+                    max_waiting: full.max_waiting(),
+                })?;
+            Some(permit)
+        };
+        budget
+            .try_withdraw()
+            .map_err(|exhausted| StopReason::BudgetExhausted {
+                reason: exhausted.to_string(),
+            })?;
+        Ok(permit)
     }
 
     /// Builds the next request from the template, or says why it cannot be sent.

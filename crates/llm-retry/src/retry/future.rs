@@ -3,6 +3,7 @@
 use super::attempt::{fails_even_with_response, AttemptCtx, Step};
 use super::peek::{PeekEnd, Peeked};
 use super::RetryBody;
+use crate::budget::WaitPermit;
 use crate::error::BoxError;
 use crate::error::RetryError;
 use crate::hooks::SharedHooks;
@@ -49,7 +50,9 @@ pin_project! {
             peeked: Peeked,
             timer: Pin<Box<Sleep>>,
         },
-        Waiting { #[pin] sleep: Sleep },
+        // The permit holds a place among the budget's waiting retries
+        // until the wait ends or the future is dropped.
+        Waiting { #[pin] sleep: Sleep, permit: Option<WaitPermit> },
         Refreshing { credentials: CredentialsFuture },
         Readying,
         Done,
@@ -100,8 +103,9 @@ fn advance<F, ResBody, T>(
     finish: impl FnOnce(RetryReport) -> Result<T, BoxError>,
 ) -> Option<Result<T, BoxError>> {
     match step {
-        Step::Wait(delay) if delay.is_zero() => state.set(State::Readying),
-        Step::Wait(delay) => state.set(State::Waiting {
+        Step::Wait(delay, _) if delay.is_zero() => state.set(State::Readying),
+        Step::Wait(delay, permit) => state.set(State::Waiting {
+            permit,
             sleep: tokio::time::sleep(delay),
         }),
         Step::Refresh(credentials) => state.set(State::Refreshing { credentials }),
@@ -211,7 +215,7 @@ where
                         }
                     }
                 }
-                StateProj::Waiting { sleep } => {
+                StateProj::Waiting { sleep, .. } => {
                     ready!(sleep.poll(cx));
                     this.state.set(State::Readying);
                     None

@@ -18,6 +18,9 @@ impl<B> AttemptCtx<B> {
         class: &Classification,
         status: Option<StatusCode>,
     ) -> Step {
+        if let Err(stop) = self.spend_budget(Duration::ZERO) {
+            return Step::Finish(self.finish(stop));
+        }
         self.state.record_recovery(&recovery);
         let reason = match status {
             Some(status) => format!("{class:?} on status {}", status.as_u16()),
@@ -71,7 +74,7 @@ impl<B> AttemptCtx<B> {
             new: Some(applied.new),
         });
         match self.prepare_next() {
-            Ok(()) => Step::Wait(Duration::ZERO),
+            Ok(()) => Step::Wait(Duration::ZERO, None),
             Err(stop) => Step::Finish(self.finish(stop)),
         }
     }

@@ -1,4 +1,5 @@
-//! May we spend another attempt? The per-request bounds, checked together.
+//! Per-request bounds: attempts, total elapsed time, longest honoured wait,
+//! checked together.
 
 use std::time::Duration;
 

@@ -1,0 +1,208 @@
+//! [`RetryBudget`]: retries as a share of recent first attempts, shared by
+//! every request of a client or route.
+
+use super::admission::Admission;
+use super::config::{write_decimal, BudgetConfigError, Config};
+use super::window::SlotRing;
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// A retry budget shared by every request of a client or route: retries may
+/// add at most `ratio` extra load on top of the first attempts, plus a floor
+/// of `min_per_sec` retries a second so a quiet client can still retry.
+///
+/// Each first attempt [deposits](RetryBudget::deposit); each retry
+/// [withdraws](RetryBudget::try_withdraw). A withdrawal is granted iff
+///
+/// ```text
+/// withdrawn_in_window + 1 <= ratio × deposited_in_window + min_per_sec × window_secs
+/// ```
+///
+/// evaluated exactly in integers (the ratio is kept in parts per million), so
+/// a 0.6 ratio buys three retries for five requests and none for one.
+///
+/// The window slides in ten slots of a tenth of the window each, timed by
+/// [`tokio::time::Instant`] (a paused test clock moves it). An event counts
+/// until its whole slot leaves the window: for between 0.9 and 1 window.
+///
+/// Cloning is cheap and clones share the budget. The counts sit behind a
+/// `std::sync::Mutex` held for an O(1), allocation-free critical section that
+/// never spans an `.await`; uncontended it costs two atomic operations. The
+/// [admission](RetryBudget::try_admit_wait) of waiting retries is lock-free.
+#[derive(Debug, Clone)]
+pub struct RetryBudget {
+    pub(super) shared: Arc<Shared>,
+    pub(super) admission: Arc<Admission>,
+}
+
+#[derive(Debug)]
+pub(super) struct Shared {
+    config: Config,
+    ring: Mutex<SlotRing>,
+}
+
+/// What a [`RetryBudget`] holds right now, for metrics and tracing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BudgetLevel {
+    /// First attempts in the window.
+    pub deposited: u64,
+    /// Retries granted in the window.
+    pub withdrawn: u64,
+    /// Retries that would be granted now, one after the other.
+    pub available: u64,
+}
+
+impl Default for RetryBudget {
+    /// 20% extra load plus 10 retries a second, over a 10 s window.
+    fn default() -> Self {
+        RetryBudget::from_config(Config::DEFAULT, Instant::now())
+    }
+}
+
+impl RetryBudget {
+    /// A budget that lets retries add `ratio` extra load (0.2 = 20%; at most
+    /// six decimal places, between 0 and 1000) plus `min_per_sec` retries a
+    /// second, counted over `window` (whole milliseconds, 10 ms to 1 h).
+    ///
+    /// ```
+    /// use llm_retry::budget::RetryBudget;
+    /// use std::time::Duration;
+    ///
+    /// let budget = RetryBudget::new(0.1, 5, Duration::from_secs(10))?;
+    /// assert!(RetryBudget::new(f64::NAN, 5, Duration::from_secs(10)).is_err());
+    /// # Ok::<(), llm_retry::budget::BudgetConfigError>(())
+    /// ```
+    pub fn new(
+        ratio: f64,
+        min_per_sec: u32,
+        window: Duration,
+    ) -> Result<RetryBudget, BudgetConfigError> {
+        let config = Config::new(ratio, min_per_sec, window)?;
+        Ok(RetryBudget::from_config(config, Instant::now()))
+    }
+
+    /// A budget whose first slot starts at `origin`.
+    pub(super) fn from_config(config: Config, origin: Instant) -> RetryBudget {
+        RetryBudget {
+            shared: Arc::new(Shared {
+                config,
+                ring: Mutex::new(SlotRing::new(origin, config.window())),
+            }),
+            admission: Arc::new(Admission::unlimited()),
+        }
+    }
+
+    /// Records a first attempt. Call it once per logical request, never for
+    /// a retry.
+    pub fn deposit(&self) {
+        self.deposit_at(Instant::now());
+    }
+
+    /// Takes one retry from the budget, or says why not. A refused retry
+    /// costs nothing.
+    pub fn try_withdraw(&self) -> Result<(), BudgetExhausted> {
+        self.try_withdraw_at(Instant::now())
+    }
+
+    /// The counts in the window now.
+    pub fn level(&self) -> BudgetLevel {
+        self.level_at(Instant::now())
+    }
+
+    pub(crate) fn deposit_at(&self, now: Instant) {
+        self.with_ring(now, |ring| ring.deposit());
+    }
+
+    pub(crate) fn try_withdraw_at(&self, now: Instant) -> Result<(), BudgetExhausted> {
+        let config = self.shared.config;
+        self.with_ring(now, |ring| {
+            let (deposited, withdrawn) = ring.totals();
+            if config.grants(withdrawn, deposited) {
+                ring.withdraw();
+                return Ok(());
+            }
+            Err(BudgetExhausted {
+                deposited,
+                withdrawn,
+                config,
+            })
+        })
+    }
+
+    pub(crate) fn level_at(&self, now: Instant) -> BudgetLevel {
+        let config = self.shared.config;
+        self.with_ring(now, |ring| {
+            let (deposited, withdrawn) = ring.totals();
+            BudgetLevel {
+                deposited,
+                withdrawn,
+                available: config.available(withdrawn, deposited),
+            }
+        })
+    }
+
+    /// Runs `f` on the ring moved to `now`, under the lock.
+    fn with_ring<T>(&self, now: Instant, f: impl FnOnce(&mut SlotRing) -> T) -> T {
+        // Nothing in the critical section panics (all arithmetic saturates),
+        // so a poisoned lock still guards consistent counts.
+        let mut ring = self
+            .shared
+            .ring
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        ring.advance(now);
+        f(&mut ring)
+    }
+}
+
+/// A retry refused by a [`RetryBudget`]: the window's retries already use
+/// all that its first attempts and the floor allow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BudgetExhausted {
+    deposited: u64,
+    withdrawn: u64,
+    config: Config,
+}
+
+impl BudgetExhausted {
+    /// The budget's counts when the retry was refused (`available` is 0).
+    pub fn level(&self) -> BudgetLevel {
+        BudgetLevel {
+            deposited: self.deposited,
+            withdrawn: self.withdrawn,
+            available: 0,
+        }
+    }
+
+    /// The budget's window.
+    pub fn window(&self) -> Duration {
+        self.config.window()
+    }
+}
+
+/// `retry budget exhausted: 12 retries already spent against 50 requests
+/// in the last 10 s (20% + 10/s)`
+impl fmt::Display for BudgetExhausted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let plural = |n: u64, one, many| if n == 1 { one } else { many };
+        write!(
+            f,
+            "retry budget exhausted: {} {} already spent against {} {} in the last ",
+            self.withdrawn,
+            plural(self.withdrawn, "retry", "retries"),
+            self.deposited,
+            plural(self.deposited, "request", "requests"),
+        )?;
+        write_decimal(f, self.window().as_millis(), 3)?;
+        write!(f, " s ({})", self.config)
+    }
+}
+
+impl std::error::Error for BudgetExhausted {}
+
+#[cfg(test)]
+#[path = "retry_budget_tests.rs"]
+mod tests;
