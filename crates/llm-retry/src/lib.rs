@@ -53,6 +53,7 @@ pub mod classify;
 pub mod downstream;
 pub mod hint;
 pub mod policy;
+pub mod rate_limit;
 pub mod recover;
 pub mod replay;
 pub mod sse;

@@ -141,6 +141,9 @@ impl fmt::Display for DisplayFatal<'_> {
             FatalKind::QuotaExhausted(s) => write!(f, "quota or billing limit reached ({s})"),
             FatalKind::ContextOverflow(_) => f.write_str("prompt exceeds the context window"),
             FatalKind::Unauthorized => f.write_str("credentials rejected (401)"),
+            FatalKind::LocalRateLimit => {
+                f.write_str("the local rate limit cannot admit this send in time")
+            }
             FatalKind::StreamCommitted => {
                 f.write_str("the stream failed after content reached the caller")
             }

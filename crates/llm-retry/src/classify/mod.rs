@@ -73,6 +73,9 @@ pub enum FatalKind {
     ContextOverflow(ContextOverflow),
     /// 401: credentials were rejected. Recoverable by a refresh hook.
     Unauthorized,
+    /// The local rate-limit gate refused the send (past the deadline, or a
+    /// cost that can never fit).
+    LocalRateLimit,
     /// A streamed attempt failed after content reached the caller; it is
     /// never replayed.
     StreamCommitted,

@@ -72,6 +72,9 @@ fn stream_failure(link: &(dyn Error + 'static)) -> Option<Classification> {
     if let Some(pre) = link.downcast_ref::<crate::stream_guard::PreContentError>() {
         return Some(pre.classification().clone());
     }
+    if link.is::<crate::rate_limit::GateError>() {
+        return Some(Classification::Fatal(super::FatalKind::LocalRateLimit));
+    }
     if link.is::<crate::stream_guard::StreamInterrupted>() {
         return Some(Classification::Fatal(super::FatalKind::StreamCommitted));
     }

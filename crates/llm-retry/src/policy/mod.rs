@@ -28,6 +28,12 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
+/// The instant by which a logical request must be done, attached by
+/// [`RetryLayer`](crate::RetryLayer) to every attempt's extensions so inner
+/// layers (the rate-limit gate) never wait past it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestDeadline(pub tokio::time::Instant);
+
 /// A source of wall-clock time, for `Retry-After` HTTP-dates and RFC 3339 resets.
 pub type WallClock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
 

@@ -4,7 +4,9 @@
 use crate::budget::WaitPermit;
 use crate::error::{BoxError, RetryError};
 use crate::hooks::{RetryEvent, SharedHooks};
-use crate::policy::{CredentialsFuture, Decision, Outcome, RetryPolicy, RetryState};
+use crate::policy::{
+    CredentialsFuture, Decision, Outcome, RequestDeadline, RetryPolicy, RetryState,
+};
 use crate::replay::ReplayBody;
 use crate::report::{RetryReport, StopReason};
 use http::{request, Request, StatusCode};
@@ -55,6 +57,11 @@ impl<B> AttemptCtx<B> {
         }
         let mut state = RetryState::new();
         state.record_send();
+        let mut parts = parts;
+        if let Some(deadline) = tokio::time::Instant::now().checked_add(policy.limits().max_elapsed)
+        {
+            parts.extensions.insert(RequestDeadline(deadline));
+        }
         let first = Request::from_parts(parts.clone(), body);
         let ctx = AttemptCtx {
             parts,

@@ -1,0 +1,150 @@
+//! The shared gate: per-key pacing of every send, first in, first out.
+
+use super::gcra::{Pace, Tat};
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// Keys kept before idle ones are dropped.
+const MAX_KEYS: usize = 4096;
+
+/// Per-key pacing state shared by every clone of one [`RateLimitLayer`](super::RateLimitLayer).
+#[derive(Clone)]
+pub(super) struct Gate {
+    requests: Option<Pace>,
+    tokens: Option<Pace>,
+    keys: Arc<Mutex<HashMap<u64, KeyState>>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct KeyState {
+    requests: Tat,
+    tokens: Tat,
+    /// No send before this instant: the provider named a wait.
+    held_until: Option<Instant>,
+}
+
+impl KeyState {
+    const NEW: KeyState = KeyState {
+        requests: Tat(None),
+        tokens: Tat(None),
+        held_until: None,
+    };
+
+    fn idle(&self, now: Instant) -> bool {
+        self.requests.idle(now) && self.tokens.idle(now) && self.held_until.is_none_or(|t| t <= now)
+    }
+}
+
+/// Why the gate refused a send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum GateError {
+    /// The send's token cost exceeds what the quota can ever admit at once.
+    NeverFits {
+        /// The send's token cost.
+        cost: u64,
+        /// The most tokens the quota admits at once.
+        capacity: u64,
+    },
+    /// The send's slot lies past the request's deadline.
+    PastDeadline {
+        /// How long the send would have waited.
+        wait: Duration,
+    },
+}
+
+impl fmt::Display for GateError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GateError::NeverFits { cost, capacity } => write!(
+                f,
+                "a send costing {cost} tokens can never fit a quota admitting {capacity} at once"
+            ),
+            GateError::PastDeadline { wait } => write!(
+                f,
+                "the rate limit would hold this send {:.1} s, past the request's deadline",
+                wait.as_secs_f64()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for GateError {}
+
+impl Gate {
+    pub(super) fn new(requests: Option<Pace>, tokens: Option<Pace>) -> Gate {
+        Gate {
+            requests,
+            tokens,
+            keys: Arc::default(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<u64, KeyState>> {
+        self.keys
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Books the next slot of `key` for a send costing `tokens`, unless it
+    /// would start after `deadline`. Slots are handed out in call order.
+    pub(super) fn reserve(
+        &self,
+        key: u64,
+        tokens: u64,
+        now: Instant,
+        deadline: Option<Instant>,
+    ) -> Result<Instant, GateError> {
+        if let Some(pace) = &self.tokens {
+            let capacity = pace.capacity();
+            if tokens > capacity {
+                return Err(GateError::NeverFits {
+                    cost: tokens,
+                    capacity,
+                });
+            }
+        }
+        let mut keys = self.lock();
+        if keys.len() >= MAX_KEYS {
+            keys.retain(|_, state| !state.idle(now));
+        }
+        let state = keys.entry(key).or_insert(KeyState::NEW);
+        let mut slot = state.held_until.map_or(now, |held| held.max(now));
+        if let Some(pace) = &self.requests {
+            slot = slot.max(state.requests.slot(pace, now, 1));
+        }
+        if let Some(pace) = &self.tokens {
+            slot = slot.max(state.tokens.slot(pace, now, tokens));
+        }
+        if deadline.is_some_and(|deadline| slot > deadline) {
+            return Err(GateError::PastDeadline { wait: slot - now });
+        }
+        if let Some(pace) = &self.requests {
+            state.requests.book(pace, slot, 1);
+        }
+        if let Some(pace) = &self.tokens {
+            state.tokens.book(pace, slot, tokens);
+        }
+        Ok(slot)
+    }
+
+    /// Keeps every later send of `key` at or after `until`: the provider
+    /// named a wait, and it is a fact about the key, not one request.
+    pub(super) fn hold(&self, key: u64, until: Instant) {
+        let mut keys = self.lock();
+        let state = keys.entry(key).or_insert(KeyState::NEW);
+        state.held_until = Some(state.held_until.map_or(until, |held| held.max(until)));
+    }
+}
+
+impl fmt::Debug for Gate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Gate")
+            .field("requests", &self.requests)
+            .field("tokens", &self.tokens)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,133 @@
+//! The pacing arithmetic of one key: GCRA slots handed out in arrival order.
+//!
+//! A key's *theoretical arrival time* (`tat`) moves forward by the cost of
+//! every admitted send. A send of cost `c` arriving at `now` gets the slot
+//! `max(now, tat + c·T − capacity·T)` (`T` the time per unit), so a full
+//! bucket of `capacity` units may go at once and the rest follow at the
+//! quota's rate. Slots are computed under one lock in arrival order, which
+//! makes the queue first-in, first-out.
+
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// One quota's pace: time per unit of cost, and how much may go at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Pace {
+    /// Time one unit of cost occupies (60 s / per-minute quota).
+    pub(super) per_unit: Duration,
+    /// Units the bucket holds: how much may go at once.
+    pub(super) capacity: u32,
+}
+
+impl Pace {
+    /// `per_minute` units a minute, with `burst` units allowed at once.
+    pub(super) fn per_minute(per_minute: u32, burst: u32) -> Option<Pace> {
+        if per_minute == 0 {
+            return None;
+        }
+        let per_unit = Duration::from_secs(60) / per_minute;
+        Some(Pace {
+            per_unit,
+            capacity: burst.max(1),
+        })
+    }
+
+    /// Largest cost that can ever be admitted.
+    pub(super) fn capacity(&self) -> u64 {
+        u64::from(self.capacity)
+    }
+
+    fn cost(&self, units: u64) -> Duration {
+        self.per_unit
+            .saturating_mul(u32::try_from(units).unwrap_or(u32::MAX))
+    }
+}
+
+/// The theoretical arrival time of one quota of one key.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Tat(pub(super) Option<Instant>);
+
+impl Tat {
+    /// The earliest slot for a send of `cost` units arriving at `now`.
+    pub(super) fn slot(&self, pace: &Pace, now: Instant, cost: u64) -> Instant {
+        let Some(tat) = self.0 else { return now };
+        let due = tat + pace.cost(cost);
+        now.max(due.checked_sub(pace.cost(pace.capacity())).unwrap_or(now))
+    }
+
+    /// Books `cost` units at `slot`.
+    pub(super) fn book(&mut self, pace: &Pace, slot: Instant, cost: u64) {
+        let start = self.0.map_or(slot, |tat| tat.max(slot));
+        self.0 = Some(start + pace.cost(cost));
+    }
+
+    /// Whether the key has no booking reaching past `now`.
+    pub(super) fn idle(&self, now: Instant) -> bool {
+        self.0.is_none_or(|tat| tat <= now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn slots_are_spaced_at_the_rate_after_the_burst() {
+        let pace = Pace::per_minute(600, 3).unwrap(); // 100 ms a send, 3 at once
+        let now = Instant::now();
+        let mut tat = Tat(None);
+        let offsets: Vec<u128> = (0..6)
+            .map(|_| {
+                let slot = tat.slot(&pace, now, 1);
+                tat.book(&pace, slot, 1);
+                (slot - now).as_millis()
+            })
+            .collect();
+        assert_eq!(offsets, [0, 0, 0, 100, 200, 300]);
+    }
+
+    #[test]
+    fn capacity_is_the_burst() {
+        assert_eq!(Pace::per_minute(600, 3).unwrap().capacity(), 3);
+        assert_eq!(Pace::per_minute(60_000, 1).unwrap().capacity(), 1);
+        assert!(Pace::per_minute(0, 1).is_none());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_arrivals_stay_inside_the_quota_and_in_order(
+            per_minute in 1u32..100_000,
+            capacity in 1u32..200,
+            arrivals in proptest::collection::vec((0u64..5_000, 1u64..200), 1..60),
+        ) {
+            let pace = Pace::per_minute(per_minute, capacity).unwrap();
+            let base = Instant::now();
+            let mut tat = Tat(None);
+            let mut now = base;
+            let mut booked: Vec<(Instant, u64)> = Vec::new();
+            for (gap_ms, cost) in arrivals {
+                now += Duration::from_millis(gap_ms);
+                let cost = cost.min(pace.capacity());
+                let slot = tat.slot(&pace, now, cost);
+                proptest::prop_assert!(slot >= now);
+                if let Some((last, _)) = booked.last() {
+                    proptest::prop_assert!(slot >= *last, "first in, first out");
+                }
+                tat.book(&pace, slot, cost);
+                booked.push((slot, cost));
+            }
+            // Over any span of slots, the cost sent is at most a full bucket
+            // plus what the rate refills in that span.
+            for i in 0..booked.len() {
+                let mut sent = 0u128;
+                for j in i..booked.len() {
+                    sent += u128::from(booked[j].1);
+                    let span = (booked[j].0 - booked[i].0).as_nanos();
+                    let refill = span / pace.per_unit.as_nanos().max(1);
+                    proptest::prop_assert!(sent <= u128::from(pace.capacity()) + refill + 1);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,66 @@
+//! Which quota a request belongs to, and what it costs.
+
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+
+/// Overrides the key a request is paced under (e.g. one per model or
+/// deployment). Without it the key is the request's authority plus a hash
+/// of its API-key header, so every key a provider limits is paced alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RateKey(pub u64);
+
+/// The tokens a request is expected to spend, for a tokens-per-minute
+/// quota (e.g. its prompt estimate plus `max_tokens`). Without it a
+/// request costs no tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TokenCost(pub u64);
+
+/// Headers whose value identifies the caller's credentials.
+const KEY_HEADERS: [&str; 3] = ["x-api-key", "authorization", "api-key"];
+
+/// The default key: authority and a hash of the credential headers. The
+/// credential itself is only hashed, never stored or logged.
+pub(super) fn default_key(parts: &http::request::Parts) -> u64 {
+    if let Some(RateKey(key)) = parts.extensions.get::<RateKey>() {
+        return *key;
+    }
+    let mut hasher = DefaultHasher::new();
+    parts.uri.authority().map(|a| a.as_str()).hash(&mut hasher);
+    for name in KEY_HEADERS {
+        if let Some(value) = parts.headers.get(name) {
+            name.hash(&mut hasher);
+            value.as_bytes().hash(&mut hasher);
+        }
+    }
+    hasher.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn parts(uri: &str, key: &str) -> http::request::Parts {
+        let (parts, ()) = http::Request::post(uri)
+            .header("x-api-key", key)
+            .body(())
+            .unwrap_or_default()
+            .into_parts();
+        parts
+    }
+
+    #[test]
+    fn keys_separate_hosts_and_credentials_and_honour_overrides() {
+        let a = default_key(&parts("http://a.test/v1/messages", "k1"));
+        assert_eq!(
+            a,
+            default_key(&parts("http://a.test/v1/other", "k1")),
+            "the path does not matter"
+        );
+        assert_ne!(a, default_key(&parts("http://b.test/v1/messages", "k1")));
+        assert_ne!(a, default_key(&parts("http://a.test/v1/messages", "k2")));
+        let mut custom = parts("http://a.test/", "k1");
+        custom.extensions.insert(RateKey(7));
+        assert_eq!(default_key(&custom), 7);
+    }
+}

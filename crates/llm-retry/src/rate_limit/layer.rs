@@ -1,0 +1,80 @@
+//! [`RateLimitLayer`]: quotas and the gate they share.
+
+use super::gate::Gate;
+use super::gcra::Pace;
+use super::RateLimit;
+use tower::Layer;
+
+/// Paces every send to a key at the rate its provider allows, first in,
+/// first out, and holds the key when the provider names a wait.
+///
+/// Clones share one gate: build the layer once per client (or gateway
+/// route) and clone it. See the [module docs](crate::rate_limit).
+#[derive(Debug, Clone)]
+pub struct RateLimitLayer {
+    gate: Gate,
+}
+
+/// Quotas for [`RateLimitLayer`]. All optional: without any, the gate only
+/// learns holds from 429 answers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Quotas {
+    /// Requests per minute, and how many may go at once (default: one
+    /// second's worth, at least 1).
+    pub requests_per_minute: Option<(u32, Option<u32>)>,
+    /// Tokens per minute (cost from [`TokenCost`](super::TokenCost)), and
+    /// how many may go at once (default: a whole minute's worth, as
+    /// providers' token buckets allow).
+    pub tokens_per_minute: Option<(u32, Option<u32>)>,
+}
+
+impl Quotas {
+    /// No quota: only learned holds.
+    pub const fn none() -> Quotas {
+        Quotas {
+            requests_per_minute: None,
+            tokens_per_minute: None,
+        }
+    }
+
+    /// Adds a requests-per-minute quota with the default burst.
+    pub const fn requests_per_minute(mut self, per_minute: u32) -> Quotas {
+        self.requests_per_minute = Some((per_minute, None));
+        self
+    }
+
+    /// Adds a requests-per-minute quota with an explicit burst.
+    pub const fn requests_per_minute_with_burst(mut self, per_minute: u32, burst: u32) -> Quotas {
+        self.requests_per_minute = Some((per_minute, Some(burst)));
+        self
+    }
+
+    /// Adds a tokens-per-minute quota with the default burst.
+    pub const fn tokens_per_minute(mut self, per_minute: u32) -> Quotas {
+        self.tokens_per_minute = Some((per_minute, None));
+        self
+    }
+}
+
+impl RateLimitLayer {
+    /// A gate enforcing `quotas` per key.
+    pub fn new(quotas: Quotas) -> RateLimitLayer {
+        let requests = quotas
+            .requests_per_minute
+            .and_then(|(rate, burst)| Pace::per_minute(rate, burst.unwrap_or((rate / 60).max(1))));
+        let tokens = quotas
+            .tokens_per_minute
+            .and_then(|(rate, burst)| Pace::per_minute(rate, burst.unwrap_or(rate)));
+        RateLimitLayer {
+            gate: Gate::new(requests, tokens),
+        }
+    }
+}
+
+impl<S> Layer<S> for RateLimitLayer {
+    type Service = RateLimit<S>;
+
+    fn layer(&self, inner: S) -> RateLimit<S> {
+        RateLimit::new(inner, self.gate.clone())
+    }
+}

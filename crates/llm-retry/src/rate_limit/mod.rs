@@ -1,0 +1,50 @@
+//! Protect the upstream: pace every send to a key at the rate its provider
+//! allows, in arrival order, and make a provider's "wait" a fact about the
+//! key rather than about one request.
+//!
+//! Without a shared gate every request discovers a rate limit for itself:
+//! each sends, gets a 429, waits, and sends again, so a crowd of clients
+//! spends several sends per success. [`RateLimitLayer`] hands out send
+//! slots per key (authority plus credential, or a [`RateKey`]) from
+//! requests-per-minute and tokens-per-minute [`Quotas`], first in, first
+//! out, and when a 429 names a wait it holds the whole key until then.
+//! A send whose slot would fall past the request's deadline (set by
+//! [`RetryLayer`](crate::RetryLayer)) or whose [`TokenCost`] can never fit
+//! fails at once with a [`GateError`], which the retry policy treats as final.
+//!
+//! Place it under the retry layer, so every resend passes the gate too:
+//!
+//! ```no_run
+//! use llm_retry::rate_limit::{Quotas, RateLimitLayer};
+//! use llm_retry::{RetryLayer, RetryPolicy};
+//! use tower::ServiceBuilder;
+//!
+//! # fn wrap<C>(client: C) {
+//! let gate = RateLimitLayer::new(Quotas::none().requests_per_minute(3_000).tokens_per_minute(400_000));
+//! let service = ServiceBuilder::new()
+//!     .layer(RetryLayer::new(RetryPolicy::default()))
+//!     .layer(gate)
+//!     .service(client);
+//! # let _ = service;
+//! # }
+//! ```
+//!
+//! The gate's waits follow tokio's clock, so paused-clock tests drive them.
+//! A send dropped while it waits gives up its slot without sending; the slot
+//! is not handed back.
+
+mod future;
+mod gate;
+mod gcra;
+mod key;
+mod layer;
+mod service;
+
+pub use future::ResponseFuture;
+pub use gate::GateError;
+pub use key::{RateKey, TokenCost};
+pub use layer::{Quotas, RateLimitLayer};
+pub use service::RateLimit;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,63 @@
+//! [`RateLimit`]: the service.
+
+use super::future::ResponseFuture;
+use super::gate::Gate;
+use super::key::{default_key, TokenCost};
+use crate::error::BoxError;
+use crate::policy::RequestDeadline;
+use http::{Request, Response};
+use std::task::{Context, Poll};
+use tokio::time::Instant;
+use tower::Service;
+
+/// A service whose sends pass a shared per-key gate. Built by
+/// [`RateLimitLayer`](super::RateLimitLayer).
+#[derive(Debug, Clone)]
+pub struct RateLimit<S> {
+    inner: S,
+    gate: Gate,
+}
+
+impl<S> RateLimit<S> {
+    pub(super) fn new(inner: S, gate: Gate) -> RateLimit<S> {
+        RateLimit { inner, gate }
+    }
+
+    /// The wrapped service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// Unwraps the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+    S::Error: Into<BoxError>,
+{
+    type Response = Response<ResBody>;
+    type Error = BoxError;
+    type Future = ResponseFuture<S, Request<ReqBody>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        let (parts, body) = request.into_parts();
+        let key = default_key(&parts);
+        let cost = parts.extensions.get::<TokenCost>().map_or(0, |c| c.0);
+        let deadline = parts.extensions.get::<RequestDeadline>().map(|d| d.0);
+        let request = Request::from_parts(parts, body);
+        let clone = self.inner.clone();
+        let ready = std::mem::replace(&mut self.inner, clone);
+        match self.gate.reserve(key, cost, Instant::now(), deadline) {
+            Ok(slot) => ResponseFuture::waiting(ready, request, slot, self.gate.clone(), key),
+            Err(refused) => ResponseFuture::refused(refused),
+        }
+    }
+}

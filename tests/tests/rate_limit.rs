@@ -1,0 +1,76 @@
+//! The shared gate on loopback: a wait one request learned holds the key
+//! for every other request, and the retry deadline bounds the gate's waits.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use http::StatusCode;
+use llm_retry::rate_limit::{Quotas, RateLimitLayer};
+use llm_retry::{RetryLayer, RetryReport};
+use llm_retry_mock::{MockServer, Reply, Route, Script};
+use std::time::Duration;
+use support::{client, fast_policy, messages_request};
+use tower::{ServiceBuilder, ServiceExt};
+
+#[tokio::test(start_paused = true)]
+async fn a_learned_wait_holds_requests_that_never_saw_the_429() {
+    let script = Script::new().route(
+        "/v1/messages",
+        Route::sequence([Reply::rate_limited(Some(1)), Reply::anthropic_ok("ok")]),
+    );
+    let mock = MockServer::start(script).await.unwrap();
+    let gate = RateLimitLayer::new(Quotas::none());
+    // The first caller does not retry: it only teaches the gate.
+    let teacher = ServiceBuilder::new()
+        .layer(RetryLayer::new(
+            fast_policy().max_retries(0).build().unwrap(),
+        ))
+        .layer(gate.clone())
+        .service(client());
+    let learner = ServiceBuilder::new()
+        .layer(RetryLayer::new(fast_policy().build().unwrap()))
+        .layer(gate)
+        .service(client());
+    let url = mock.url("/v1/messages");
+    let first = teacher.oneshot(messages_request(&url)).await.unwrap();
+    assert_eq!(first.status(), StatusCode::TOO_MANY_REQUESTS);
+    let second = learner.oneshot(messages_request(&url)).await.unwrap();
+    assert_eq!(second.status(), StatusCode::OK);
+    assert_eq!(
+        second.extensions().get::<RetryReport>().unwrap().attempts,
+        1,
+        "no 429 of its own"
+    );
+    let sent = mock.requests();
+    assert_eq!(sent.len(), 2);
+    assert!(sent[1].received_at - sent[0].received_at >= Duration::from_secs(1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_gate_wait_past_the_retry_deadline_ends_the_request() {
+    let script = Script::new().route("/v1/messages", Route::always(Reply::rate_limited(Some(30))));
+    let mock = MockServer::start(script).await.unwrap();
+    let policy = fast_policy()
+        .max_elapsed(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let svc = ServiceBuilder::new()
+        .layer(RetryLayer::new(policy))
+        .layer(RateLimitLayer::new(Quotas::none()))
+        .service(client());
+    let url = mock.url("/v1/messages");
+    // The first answer names 30 s: the retry layer itself will not wait past
+    // its 10 s deadline, and a second request is refused by the gate at once.
+    let first = svc.clone().oneshot(messages_request(&url)).await.unwrap();
+    assert_eq!(first.status(), StatusCode::TOO_MANY_REQUESTS);
+    let start = tokio::time::Instant::now();
+    let err = svc.oneshot(messages_request(&url)).await.unwrap_err();
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    let err = err.downcast::<llm_retry::RetryError>().unwrap();
+    assert!(err.is_not_retryable(), "{err}");
+    assert!(
+        err.to_string().contains("past the request's deadline"),
+        "{err}"
+    );
+    assert_eq!(mock.request_count(), 1);
+}
