@@ -22,7 +22,7 @@ pin_project! {
         #[pin]
         state: State<S::Future>,
         pending: Option<(S, Req)>,
-        gate: Option<(Gate, u64)>,
+        gate: Option<(Gate, u64, Instant)>,
     }
 }
 
@@ -42,7 +42,7 @@ impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
                 sleep: tokio::time::sleep_until(slot),
             },
             pending: Some((service, request)),
-            gate: Some((gate, key)),
+            gate: Some((gate, key, slot)),
         }
     }
 
@@ -91,14 +91,19 @@ where
                 }
                 StateProj::Calling { future } => {
                     let response = ready!(future.poll(cx)).map_err(Into::into)?;
+                    let Some((gate, key, slot)) = this.gate.as_ref() else {
+                        return Poll::Ready(Ok(response));
+                    };
                     if response.status() == StatusCode::TOO_MANY_REQUESTS {
+                        let now = Instant::now();
+                        gate.throttled(*key, *slot, now);
                         let hint = parse_hint(response.headers(), None, SystemTime::now());
-                        if let (Some(wait), Some((gate, key))) = (hint.wait, this.gate.as_ref()) {
-                            // The provider's wait is about the key: every later send waits too.
-                            if let Some(until) = Instant::now().checked_add(wait.duration) {
-                                gate.hold(*key, until);
-                            }
+                        // The provider's wait is about the key: every later send waits too.
+                        if let Some(until) = hint.wait.and_then(|w| now.checked_add(w.duration)) {
+                            gate.hold(*key, until);
                         }
+                    } else if response.status().is_success() {
+                        gate.succeeded(*key, Instant::now());
                     }
                     return Poll::Ready(Ok(response));
                 }

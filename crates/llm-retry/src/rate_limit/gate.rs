@@ -1,5 +1,6 @@
 //! The shared gate: per-key pacing of every send, first in, first out.
 
+use super::adaptive::{AdaptiveRate, Learned};
 use super::gcra::{Pace, Tat};
 use std::collections::HashMap;
 use std::fmt;
@@ -15,6 +16,7 @@ const MAX_KEYS: usize = 4096;
 pub(super) struct Gate {
     requests: Option<Pace>,
     tokens: Option<Pace>,
+    adaptive: Option<AdaptiveRate>,
     keys: Arc<Mutex<HashMap<u64, KeyState>>>,
 }
 
@@ -24,6 +26,8 @@ struct KeyState {
     tokens: Tat,
     /// No send before this instant: the provider named a wait.
     held_until: Option<Instant>,
+    /// The learned rate and its pacing, in adaptive mode.
+    learned: Option<(Learned, Tat)>,
 }
 
 impl KeyState {
@@ -31,6 +35,7 @@ impl KeyState {
         requests: Tat(None),
         tokens: Tat(None),
         held_until: None,
+        learned: None,
     };
 
     fn idle(&self, now: Instant) -> bool {
@@ -75,10 +80,15 @@ impl fmt::Display for GateError {
 impl std::error::Error for GateError {}
 
 impl Gate {
-    pub(super) fn new(requests: Option<Pace>, tokens: Option<Pace>) -> Gate {
+    pub(super) fn new(
+        requests: Option<Pace>,
+        tokens: Option<Pace>,
+        adaptive: Option<AdaptiveRate>,
+    ) -> Gate {
         Gate {
             requests,
             tokens,
+            adaptive,
             keys: Arc::default(),
         }
     }
@@ -119,6 +129,18 @@ impl Gate {
         if let Some(pace) = &self.tokens {
             slot = slot.max(state.tokens.slot(pace, now, tokens));
         }
+        if let Some(bounds) = &self.adaptive {
+            let (learned, _) = state
+                .learned
+                .get_or_insert_with(|| (bounds.start(), Tat(None)));
+            let pace = Pace {
+                per_unit: learned.interval(),
+                capacity: 1,
+            };
+            if let Some((_, tat)) = &state.learned {
+                slot = slot.max(tat.slot(&pace, now, 1));
+            }
+        }
         if deadline.is_some_and(|deadline| slot > deadline) {
             return Err(GateError::PastDeadline { wait: slot - now });
         }
@@ -127,6 +149,13 @@ impl Gate {
         }
         if let Some(pace) = &self.tokens {
             state.tokens.book(pace, slot, tokens);
+        }
+        if let Some((learned, tat)) = &mut state.learned {
+            let pace = Pace {
+                per_unit: learned.interval(),
+                capacity: 1,
+            };
+            tat.book(&pace, slot, 1);
         }
         Ok(slot)
     }
@@ -140,11 +169,39 @@ impl Gate {
     }
 }
 
+impl Gate {
+    /// Adaptive mode: a send slotted at `sent` was answered 429.
+    pub(super) fn throttled(&self, key: u64, sent: Instant, now: Instant) {
+        let Some(bounds) = &self.adaptive else { return };
+        if let Some((learned, tat)) = self.lock().get_mut(&key).and_then(|s| s.learned.as_mut()) {
+            learned.on_throttle(bounds, sent, now, tat.0.unwrap_or(now));
+            tracing::debug!(
+                rate_per_sec = learned.per_sec(),
+                "llm-retry: adaptive rate lowered"
+            );
+        }
+    }
+
+    /// Adaptive mode: a send succeeded.
+    pub(super) fn succeeded(&self, key: u64, now: Instant) {
+        let Some(bounds) = &self.adaptive else { return };
+        if let Some((learned, _)) = self.lock().get_mut(&key).and_then(|s| s.learned.as_mut()) {
+            learned.on_success(bounds, now);
+        }
+    }
+
+    pub(super) fn with_adaptive(mut self, adaptive: Option<AdaptiveRate>) -> Gate {
+        self.adaptive = adaptive;
+        self
+    }
+}
+
 impl fmt::Debug for Gate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Gate")
             .field("requests", &self.requests)
             .field("tokens", &self.tokens)
+            .field("adaptive", &self.adaptive)
             .finish_non_exhaustive()
     }
 }

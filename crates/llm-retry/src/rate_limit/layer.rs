@@ -1,5 +1,6 @@
 //! [`RateLimitLayer`]: quotas and the gate they share.
 
+use super::adaptive::AdaptiveRate;
 use super::gate::Gate;
 use super::gcra::Pace;
 use super::RateLimit;
@@ -17,7 +18,7 @@ pub struct RateLimitLayer {
 
 /// Quotas for [`RateLimitLayer`]. All optional: without any, the gate only
 /// learns holds from 429 answers.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Quotas {
     /// Requests per minute, and how many may go at once (default: one
     /// second's worth, at least 1).
@@ -26,6 +27,8 @@ pub struct Quotas {
     /// how many may go at once (default: a whole minute's worth, as
     /// providers' token buckets allow).
     pub tokens_per_minute: Option<(u32, Option<u32>)>,
+    /// Opt-in: learn each key's send rate from its 429s between these bounds.
+    pub adaptive: Option<AdaptiveRate>,
 }
 
 impl Quotas {
@@ -34,6 +37,7 @@ impl Quotas {
         Quotas {
             requests_per_minute: None,
             tokens_per_minute: None,
+            adaptive: None,
         }
     }
 
@@ -49,6 +53,17 @@ impl Quotas {
         self
     }
 
+    /// Learns each key's send rate from its 429s (additive increase,
+    /// multiplicative decrease), starting at `max_per_sec` and never
+    /// below `min_per_sec`.
+    pub const fn adaptive(mut self, min_per_sec: f64, max_per_sec: f64) -> Quotas {
+        self.adaptive = Some(AdaptiveRate {
+            min_per_sec,
+            max_per_sec,
+        });
+        self
+    }
+
     /// Adds a tokens-per-minute quota with the default burst.
     pub const fn tokens_per_minute(mut self, per_minute: u32) -> Quotas {
         self.tokens_per_minute = Some((per_minute, None));
@@ -57,7 +72,28 @@ impl Quotas {
 }
 
 impl RateLimitLayer {
-    /// A gate enforcing `quotas` per key.
+    /// A gate enforcing `quotas` per key. Invalid adaptive bounds (zero,
+    /// inverted or not finite) are rejected.
+    pub fn try_new(quotas: Quotas) -> Result<RateLimitLayer, crate::policy::ConfigError> {
+        let adaptive = match quotas.adaptive {
+            Some(bounds) => Some(bounds.checked().ok_or_else(|| {
+                crate::policy::ConfigError::invalid(format!(
+                    "adaptive rate bounds {} to {} sends/s must be finite, positive and ordered",
+                    bounds.min_per_sec, bounds.max_per_sec
+                ))
+            })?),
+            None => None,
+        };
+        let mut layer = RateLimitLayer::new(Quotas {
+            adaptive: None,
+            ..quotas
+        });
+        layer.gate = layer.gate.with_adaptive(adaptive);
+        Ok(layer)
+    }
+
+    /// A gate enforcing `quotas` per key (adaptive bounds are ignored:
+    /// use [`try_new`](Self::try_new) for them).
     pub fn new(quotas: Quotas) -> RateLimitLayer {
         let requests = quotas
             .requests_per_minute
@@ -66,7 +102,7 @@ impl RateLimitLayer {
             .tokens_per_minute
             .and_then(|(rate, burst)| Pace::per_minute(rate, burst.unwrap_or(rate)));
         RateLimitLayer {
-            gate: Gate::new(requests, tokens),
+            gate: Gate::new(requests, tokens, None),
         }
     }
 }

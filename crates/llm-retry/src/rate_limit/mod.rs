@@ -33,6 +33,7 @@
 //! A send dropped while it waits gives up its slot without sending; the slot
 //! is not handed back.
 
+mod adaptive;
 mod future;
 mod gate;
 mod gcra;
@@ -40,6 +41,7 @@ mod key;
 mod layer;
 mod service;
 
+pub use adaptive::AdaptiveRate;
 pub use future::ResponseFuture;
 pub use gate::GateError;
 pub use key::{RateKey, TokenCost};

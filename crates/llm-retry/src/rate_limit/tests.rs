@@ -175,3 +175,86 @@ async fn a_call_dropped_while_waiting_sends_nothing() {
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(sends.lock().unwrap().len(), 1);
 }
+
+/// An upstream with a token bucket of `per_sec` sends a second holding 5,
+/// answering 429 without naming a wait when it is empty.
+fn limited_upstream(
+    per_sec: u32,
+    sends: Sends,
+) -> impl Service<Request<()>, Response = Response<Full<Bytes>>, Error = crate::BoxError> + Clone {
+    let tat = Arc::new(Mutex::new(Instant::now()));
+    let interval = Duration::from_secs(1) / per_sec;
+    tower::service_fn(move |req: Request<()>| {
+        let (sends, tat) = (Arc::clone(&sends), Arc::clone(&tat));
+        async move {
+            let now = Instant::now();
+            let admitted = {
+                let mut tat = tat.lock().unwrap();
+                let due = (*tat).max(now) + interval;
+                let ok = due - now <= interval * 5;
+                if ok {
+                    *tat = due;
+                }
+                ok
+            };
+            sends
+                .lock()
+                .unwrap()
+                .push((now, if admitted { "ok".into() } else { "429".into() }));
+            let _ = req;
+            let mut res = Response::new(Full::new(Bytes::new()));
+            if !admitted {
+                *res.status_mut() = http::StatusCode::TOO_MANY_REQUESTS;
+            }
+            Ok::<_, crate::BoxError>(res)
+        }
+    })
+}
+
+/// 20 closed-loop clients, each sending as fast as the gate lets it for
+/// `run_secs`; returns the share of 429s and the successes per second after
+/// `warmup_secs`.
+async fn throttled_share(quotas: Quotas, run_secs: u64, warmup_secs: u64) -> (f64, f64) {
+    let sends = Sends::default();
+    let svc = RateLimitLayer::try_new(quotas)
+        .unwrap()
+        .layer(limited_upstream(10, sends.clone()));
+    let start = Instant::now();
+    let clients = (0..20).map(|_| {
+        let svc = svc.clone();
+        async move {
+            while start.elapsed() < Duration::from_secs(run_secs) {
+                let _ = svc.clone().oneshot(get("http://a.test/")).await;
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+    });
+    futures_util::future::join_all(clients).await;
+    let sends = sends.lock().unwrap();
+    let late: Vec<_> = sends
+        .iter()
+        .filter(|(t, _)| *t - start >= Duration::from_secs(warmup_secs))
+        .collect();
+    let refused = late.iter().filter(|(_, s)| s == "429").count();
+    let share = refused as f64 / late.len() as f64;
+    let goodput = (late.len() - refused) as f64 / (run_secs - warmup_secs) as f64;
+    (share, goodput)
+}
+
+#[tokio::test(start_paused = true)]
+async fn adaptive_pacing_settles_below_the_providers_limit() {
+    let (refused, goodput) = throttled_share(Quotas::none().adaptive(1.0, 20.0), 30, 10).await;
+    assert!(
+        refused < 0.05,
+        "the learned rate keeps 429s rare: {refused}"
+    );
+    assert!(
+        goodput >= 8.5,
+        "and uses most of the 10/s capacity: {goodput}"
+    );
+    let (unpaced, _) = throttled_share(Quotas::none(), 2, 0).await;
+    assert!(
+        unpaced > 0.9,
+        "without pacing nearly every send is refused: {unpaced}"
+    );
+}
