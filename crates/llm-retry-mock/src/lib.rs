@@ -8,7 +8,9 @@
 //!   unknown paths get a 404 JSON error).
 //! - A [`Route`] answers successive requests: [`Route::always`],
 //!   [`Route::sequence`] (the last reply repeats), [`Route::sequence_then`],
-//!   or a seeded weighted [`Route::mix`].
+//!   or a seeded weighted [`Route::mix`]; an upstream under load with
+//!   [`Route::capacity`] (a shared token bucket answering 429 with the exact
+//!   `Retry-After` when empty) and [`Route::outage`] (a window of 503s).
 //! - A [`Reply`] is a status, headers (arbitrary bytes allowed) and a body —
 //!   whole JSON, or an SSE stream of [`SseEvent`]s with per-event delays —
 //!   optionally delayed before the headers, or a fault:
@@ -88,6 +90,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod body;
+mod bucket;
 mod canned;
 mod conn;
 mod handler;

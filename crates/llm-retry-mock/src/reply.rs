@@ -234,6 +234,20 @@ impl Reply {
         self
     }
 
+    /// Whether the reply already sends a header called `name` (any case);
+    /// always `false` for [`Reply::reset_before_headers`].
+    pub(crate) fn has_header(&self, name: &str) -> bool {
+        match self {
+            Reply::Response(r) => {
+                (name.eq_ignore_ascii_case(CONTENT_TYPE.as_str()) && r.content_type.is_some())
+                    || r.headers
+                        .iter()
+                        .any(|(n, _)| n.as_str().eq_ignore_ascii_case(name))
+            }
+            Reply::ResetBeforeHeaders { .. } => false,
+        }
+    }
+
     /// The exact body bytes this reply sends when it completes, for
     /// byte-identical comparisons; `None` for both kinds of reset.
     pub fn expected_body(&self) -> Option<Bytes> {

@@ -1,44 +1,135 @@
-//! A running server's view of its [`Script`]: per-route request counters and
-//! the built-in answers (404, 413, empty route).
+//! A running server's view of its [`Script`]: per-route request counters,
+//! token buckets and outage clocks, and the built-in answers (404, 413,
+//! empty route).
 
 use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
+use tokio::time::Instant;
+
+use crate::bucket::TokenBucket;
 use crate::reply::Reply;
-use crate::script::{path_salt, Route, Script};
+use crate::script::{path_salt, Capacity, Outage, Picker, Route, RouteKind, Script};
 
 /// Salt for the fallback route, distinct from any path's FNV hash in practice.
 const FALLBACK_SALT: u64 = 0x6C6C_6D2D_6D6F_636B;
 
+/// One path's route, with its per-server state.
 #[derive(Debug)]
 struct Slot {
-    route: Route,
-    hits: AtomicU64,
+    node: Node,
     salt: u64,
 }
 
-impl Slot {
-    fn new(route: Route, salt: u64) -> Slot {
-        Slot {
-            route,
-            hits: AtomicU64::new(0),
-            salt,
+/// A [`Route`] with its per-server state: counters and buckets.
+#[derive(Debug)]
+enum Node {
+    Pick {
+        picker: Picker,
+        hits: AtomicU64,
+    },
+    Capacity {
+        bucket: TokenBucket,
+        when_empty: Reply,
+        admitted: Box<Node>,
+    },
+    Outage {
+        window: Range<Duration>,
+        during: Reply,
+        otherwise: Box<Node>,
+    },
+}
+
+impl Node {
+    fn new(route: Route, started: Instant) -> Node {
+        match route.kind {
+            RouteKind::Pick(picker) => Node::Pick {
+                picker,
+                hits: AtomicU64::new(0),
+            },
+            RouteKind::Capacity(c) => {
+                let Capacity {
+                    per_second,
+                    burst,
+                    when_empty,
+                    admitted,
+                } = *c;
+                Node::Capacity {
+                    bucket: TokenBucket::new(per_second, burst, started),
+                    when_empty,
+                    admitted: Box::new(Node::new(admitted, started)),
+                }
+            }
+            RouteKind::Outage(o) => {
+                let Outage {
+                    window,
+                    during,
+                    otherwise,
+                } = *o;
+                Node::Outage {
+                    window,
+                    during,
+                    otherwise: Box::new(Node::new(otherwise, started)),
+                }
+            }
         }
     }
 
-    fn next(&self, seed: u64) -> Reply {
-        let nth = self.hits.fetch_add(1, Ordering::Relaxed);
-        self.route
-            .pick(nth, seed, self.salt)
-            .cloned()
-            .unwrap_or_else(|| {
-                Reply::anthropic_error(
-                    500,
-                    "api_error",
-                    "llm-retry-mock: this route has no replies",
-                )
-            })
+    fn next(&self, seed: u64, salt: u64, started: Instant) -> Reply {
+        match self {
+            Node::Pick { picker, hits } => {
+                let nth = hits.fetch_add(1, Ordering::Relaxed);
+                picker.pick(nth, seed, salt).cloned().unwrap_or_else(|| {
+                    Reply::anthropic_error(
+                        500,
+                        "api_error",
+                        "llm-retry-mock: this route has no replies",
+                    )
+                })
+            }
+            Node::Capacity {
+                bucket,
+                when_empty,
+                admitted,
+            } => match bucket.take(Instant::now()) {
+                Ok(()) => admitted.next(seed, salt, started),
+                Err(wait) => with_wait_headers(when_empty.clone(), wait),
+            },
+            Node::Outage {
+                window,
+                during,
+                otherwise,
+            } => {
+                let since_start = Instant::now().saturating_duration_since(started);
+                if window.contains(&since_start) {
+                    during.clone()
+                } else {
+                    otherwise.next(seed, salt, started)
+                }
+            }
+        }
     }
+}
+
+/// Adds `retry-after-ms` and `Retry-After` (both rounded up) for `wait`,
+/// each unless the reply already has it.
+fn with_wait_headers(reply: Reply, wait: Option<Duration>) -> Reply {
+    let Some(wait) = wait else {
+        return reply;
+    };
+    let nanos = wait.as_nanos();
+    let ms = nanos.div_ceil(1_000_000).max(1);
+    let secs = nanos.div_ceil(1_000_000_000).max(1);
+    let mut reply = reply;
+    if !reply.has_header("retry-after-ms") {
+        reply = reply.header("retry-after-ms", &ms.to_string());
+    }
+    if !reply.has_header("retry-after") {
+        reply = reply.header("retry-after", &secs.to_string());
+    }
+    reply
 }
 
 /// Chooses the reply for each request of one server.
@@ -48,23 +139,36 @@ pub(crate) struct Router {
     fallback: Option<Slot>,
     seed: u64,
     max_request_body: usize,
+    started: Instant,
 }
 
 impl Router {
+    /// A router whose clock (outage windows, full buckets) starts now.
     pub(crate) fn new(script: Script) -> Router {
+        let started = Instant::now();
+        let slot = |route: Route, salt: u64| Slot {
+            node: Node::new(route, started),
+            salt,
+        };
         Router {
             routes: script
                 .routes
                 .into_iter()
                 .map(|(path, route)| {
                     let salt = path_salt(&path);
-                    (path, Slot::new(route, salt))
+                    (path, slot(route, salt))
                 })
                 .collect(),
-            fallback: script.fallback.map(|r| Slot::new(r, FALLBACK_SALT)),
+            fallback: script.fallback.map(|r| slot(r, FALLBACK_SALT)),
             seed: script.seed,
             max_request_body: script.max_request_body,
+            started,
         }
+    }
+
+    /// When this router (and its server) started.
+    pub(crate) fn started(&self) -> Instant {
+        self.started
     }
 
     pub(crate) fn max_request_body(&self) -> usize {
@@ -74,7 +178,7 @@ impl Router {
     /// The reply for the next request to `path`; counts it.
     pub(crate) fn select(&self, path: &str) -> Reply {
         match self.routes.get(path).or(self.fallback.as_ref()) {
-            Some(slot) => slot.next(self.seed),
+            Some(slot) => slot.node.next(self.seed, slot.salt, self.started),
             None => Reply::anthropic_error(
                 404,
                 "not_found_error",

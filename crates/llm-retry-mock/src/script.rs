@@ -2,8 +2,11 @@
 //! selection of the nth reply.
 //!
 //! A script is plain data: every [`MockServer`](crate::MockServer) started
-//! from it keeps its own per-route request counters, so one script can start
-//! many independent servers.
+//! from it keeps its own per-route request counters, token buckets and start
+//! time, so one script can start many independent servers.
+
+use std::ops::Range;
+use std::time::Duration;
 
 use crate::reply::Reply;
 
@@ -86,13 +89,44 @@ impl Script {
 ///
 /// A route with no replies at all (an empty sequence or mix) answers `500`
 /// with an `api_error` saying so.
+///
+/// Besides the plain routes ([`Route::always`], [`Route::sequence`],
+/// [`Route::sequence_then`], [`Route::mix`]) two wrappers model an upstream
+/// under load, on the tokio clock: [`Route::capacity`] (a token bucket) and
+/// [`Route::outage`] (a window of failures). They nest:
+///
+/// ```
+/// use std::time::Duration;
+/// use llm_retry_mock::{Reply, Route};
+///
+/// let secs = Duration::from_secs;
+/// // 200 req/s with bursts of 10 (429 + exact Retry-After when empty),
+/// // and nothing but 503 from 4 s to 7 s after the server started.
+/// let route = Route::outage(
+///     secs(4)..secs(7),
+///     Reply::anthropic_error(503, "api_error", "Service unavailable"),
+///     Route::capacity(200, 10, Reply::rate_limited(None), Route::always(Reply::anthropic_ok("hi"))),
+/// );
+/// # let _ = route;
+/// ```
 #[derive(Debug, Clone)]
 pub struct Route {
-    kind: RouteKind,
+    pub(crate) kind: RouteKind,
 }
 
 #[derive(Debug, Clone)]
-enum RouteKind {
+pub(crate) enum RouteKind {
+    /// A stateless choice by request number.
+    Pick(Picker),
+    /// A token bucket in front of `admitted`.
+    Capacity(Box<Capacity>),
+    /// A window of `during` replies in front of `otherwise`.
+    Outage(Box<Outage>),
+}
+
+/// The nth reply of a sequence or a mix.
+#[derive(Debug, Clone)]
+pub(crate) enum Picker {
     Sequence {
         replies: Vec<Reply>,
         then: Option<Reply>,
@@ -101,6 +135,23 @@ enum RouteKind {
         choices: Vec<(u32, Reply)>,
         total: u64,
     },
+}
+
+/// See [`Route::capacity`].
+#[derive(Debug, Clone)]
+pub(crate) struct Capacity {
+    pub(crate) per_second: u32,
+    pub(crate) burst: u32,
+    pub(crate) when_empty: Reply,
+    pub(crate) admitted: Route,
+}
+
+/// See [`Route::outage`].
+#[derive(Debug, Clone)]
+pub(crate) struct Outage {
+    pub(crate) window: Range<Duration>,
+    pub(crate) during: Reply,
+    pub(crate) otherwise: Route,
 }
 
 impl Route {
@@ -113,10 +164,10 @@ impl Route {
     /// last reply repeats.
     pub fn sequence(replies: impl IntoIterator<Item = Reply>) -> Route {
         Route {
-            kind: RouteKind::Sequence {
+            kind: RouteKind::Pick(Picker::Sequence {
                 replies: replies.into_iter().collect(),
                 then: None,
-            },
+            }),
         }
     }
 
@@ -124,10 +175,10 @@ impl Route {
     /// `then`.
     pub fn sequence_then(replies: impl IntoIterator<Item = Reply>, then: Reply) -> Route {
         Route {
-            kind: RouteKind::Sequence {
+            kind: RouteKind::Pick(Picker::Sequence {
                 replies: replies.into_iter().collect(),
                 then: Some(then),
-            },
+            }),
         }
     }
 
@@ -141,21 +192,101 @@ impl Route {
         let choices: Vec<(u32, Reply)> = weighted.into_iter().collect();
         let total = choices.iter().map(|(w, _)| u64::from(*w)).sum();
         Route {
-            kind: RouteKind::Mix { choices, total },
+            kind: RouteKind::Pick(Picker::Mix { choices, total }),
         }
     }
 
+    /// An upstream with a capacity: a token bucket shared by every request
+    /// to this route (on all connections) admits at most `per_second`
+    /// requests per second on average, with bursts of up to `burst`.
+    ///
+    /// A request that finds a token is answered by `admitted`; one that
+    /// does not gets `when_empty`, with the exact time until the next token
+    /// added as `retry-after-ms` (milliseconds, rounded up) and
+    /// `Retry-After` (whole seconds, rounded up, at least 1) — each only
+    /// when `when_empty` does not already carry that header. With
+    /// `per_second == 0` no next token ever comes and neither header is
+    /// added.
+    ///
+    /// The bucket starts full when the server starts and refills
+    /// continuously (exact integer arithmetic, no drift for any rate); a
+    /// `burst` of 0 is taken as 1. The token is taken when the request's
+    /// body has arrived, before any [`Reply::delay`]. Refused requests do not
+    /// advance `admitted`'s counter: the nth *admitted* request gets
+    /// `admitted`'s nth reply. Time is the tokio clock, so a paused-clock
+    /// test drives it. Each [`MockServer`](crate::MockServer) has its own
+    /// bucket; [`MockServer::reset_records`](crate::MockServer::reset_records)
+    /// does not refill it.
+    ///
+    /// ```
+    /// use llm_retry_mock::{Reply, Route};
+    ///
+    /// // 100 req/s, bursts of 5; beyond that, Anthropic's 429.
+    /// let route = Route::capacity(
+    ///     100,
+    ///     5,
+    ///     Reply::rate_limited(None),
+    ///     Route::always(Reply::anthropic_ok("hi")),
+    /// );
+    /// # let _ = route;
+    /// ```
+    pub fn capacity(per_second: u32, burst: u32, when_empty: Reply, admitted: Route) -> Route {
+        Route {
+            kind: RouteKind::Capacity(Box::new(Capacity {
+                per_second,
+                burst,
+                when_empty,
+                admitted,
+            })),
+        }
+    }
+
+    /// An outage: every request that arrives within `window` — a time range
+    /// measured from the moment the server started
+    /// ([`MockServer::started_at`](crate::MockServer::started_at)), start
+    /// included, end excluded — gets `during` (typically a `503`); every
+    /// other request is answered by `otherwise`.
+    ///
+    /// Requests inside the window never reach `otherwise`: they advance no
+    /// counter and take no [`Route::capacity`] token. An empty or inverted
+    /// window never matches. Time is the tokio clock, so a paused-clock test
+    /// drives it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use llm_retry_mock::{Reply, Route};
+    ///
+    /// // 503 from 2 s to 5 s after start, 200 otherwise.
+    /// let route = Route::outage(
+    ///     Duration::from_secs(2)..Duration::from_secs(5),
+    ///     Reply::anthropic_error(503, "api_error", "Service unavailable"),
+    ///     Route::always(Reply::anthropic_ok("hi")),
+    /// );
+    /// # let _ = route;
+    /// ```
+    pub fn outage(window: Range<Duration>, during: Reply, otherwise: Route) -> Route {
+        Route {
+            kind: RouteKind::Outage(Box::new(Outage {
+                window,
+                during,
+                otherwise,
+            })),
+        }
+    }
+}
+
+impl Picker {
     /// The reply for the `nth` (0-based) request; `salt` separates routes.
     pub(crate) fn pick(&self, nth: u64, seed: u64, salt: u64) -> Option<&Reply> {
-        match &self.kind {
-            RouteKind::Sequence { replies, then } => {
+        match self {
+            Picker::Sequence { replies, then } => {
                 let nth = usize::try_from(nth).unwrap_or(usize::MAX);
                 replies
                     .get(nth)
                     .or(then.as_ref())
                     .or_else(|| replies.last())
             }
-            RouteKind::Mix { choices, total } => {
+            Picker::Mix { choices, total } => {
                 let roll = splitmix64(splitmix64(seed ^ salt) ^ nth);
                 if *total == 0 {
                     let len = u64::try_from(choices.len()).ok().filter(|l| *l > 0)?;
@@ -195,6 +326,14 @@ pub(crate) fn path_salt(path: &str) -> u64 {
 mod tests {
     use super::*;
 
+    /// The stateless choice of a plain route.
+    fn pick(route: &Route, nth: u64, seed: u64, salt: u64) -> Option<&Reply> {
+        match &route.kind {
+            RouteKind::Pick(picker) => picker.pick(nth, seed, salt),
+            _ => panic!("not a plain route"),
+        }
+    }
+
     fn code(reply: Option<&Reply>) -> u16 {
         match reply {
             Some(Reply::Response(r)) => r.status().as_u16(),
@@ -206,22 +345,22 @@ mod tests {
     #[test]
     fn sequence_repeats_last() {
         let route = Route::sequence([Reply::status(500), Reply::status(200)]);
-        let got: Vec<u16> = (0..4).map(|n| code(route.pick(n, 0, 0))).collect();
+        let got: Vec<u16> = (0..4).map(|n| code(pick(&route, n, 0, 0))).collect();
         assert_eq!(got, [500, 200, 200, 200]);
-        assert_eq!(code(route.pick(u64::MAX, 0, 0)), 200);
+        assert_eq!(code(pick(&route, u64::MAX, 0, 0)), 200);
     }
 
     #[test]
     fn sequence_then_and_empty() {
         let route = Route::sequence_then([Reply::status(503)], Reply::status(201));
-        let got: Vec<u16> = (0..3).map(|n| code(route.pick(n, 0, 0))).collect();
+        let got: Vec<u16> = (0..3).map(|n| code(pick(&route, n, 0, 0))).collect();
         assert_eq!(got, [503, 201, 201]);
-        assert_eq!(code(Route::sequence([]).pick(0, 0, 0)), 1);
+        assert_eq!(code(pick(&Route::sequence([]), 0, 0, 0)), 1);
         assert_eq!(
-            code(Route::sequence_then([], Reply::status(204)).pick(5, 0, 0)),
+            code(pick(&Route::sequence_then([], Reply::status(204)), 5, 0, 0)),
             204
         );
-        assert_eq!(code(Route::mix([]).pick(0, 0, 0)), 1);
+        assert_eq!(code(pick(&Route::mix([]), 0, 0, 0)), 1);
     }
 
     #[test]
@@ -231,7 +370,7 @@ mod tests {
             (1, Reply::status(529)),
             (0, Reply::status(418)),
         ]);
-        let run = |seed| -> Vec<u16> { (0..400).map(|n| code(route.pick(n, seed, 9))).collect() };
+        let run = |seed| -> Vec<u16> { (0..400).map(|n| code(pick(&route, n, seed, 9))).collect() };
         assert_eq!(run(1), run(1));
         assert_ne!(run(1), run(2));
         let got = run(1);
@@ -243,7 +382,7 @@ mod tests {
     #[test]
     fn all_zero_weights_are_uniform() {
         let route = Route::mix([(0, Reply::status(200)), (0, Reply::status(500))]);
-        let got: Vec<u16> = (0..100).map(|n| code(route.pick(n, 3, 0))).collect();
+        let got: Vec<u16> = (0..100).map(|n| code(pick(&route, n, 3, 0))).collect();
         assert!(got.contains(&200) && got.contains(&500));
     }
 
@@ -253,6 +392,6 @@ mod tests {
             .route("/a", Route::always(Reply::status(500)))
             .route("/a", Route::always(Reply::status(200)));
         assert_eq!(script.routes.len(), 1);
-        assert_eq!(code(script.routes[0].1.pick(0, 0, 0)), 200);
+        assert_eq!(code(pick(&script.routes[0].1, 0, 0, 0)), 200);
     }
 }

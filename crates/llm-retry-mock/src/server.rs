@@ -70,6 +70,15 @@ impl MockServer {
         })
     }
 
+    /// When the server started, on the tokio clock: the zero of every
+    /// [`Route::outage`](crate::Route::outage) window and the moment every
+    /// [`Route::capacity`](crate::Route::capacity) bucket was full.
+    /// Compare it with [`RecordedRequest::received_at`] to place requests
+    /// on that timeline.
+    pub fn started_at(&self) -> tokio::time::Instant {
+        self.shared.router.started()
+    }
+
     /// The bound address (`127.0.0.1:PORT`).
     pub fn addr(&self) -> SocketAddr {
         self.addr

@@ -38,6 +38,21 @@
 //! The policy pieces are pure and usable alone: [`classify::classify_response`],
 //! [`hint::parse_hint`], [`backoff::Backoff`], [`RetryPolicy::judge`].
 //! `RetryPolicy` also implements [`tower::retry::Policy`].
+//!
+//! # Feature flags
+//!
+//! - `metrics`: counters, gauges and histograms through the [`metrics`
+//!   facade](https://docs.rs/metrics) (labels are fixed vocabularies; no URL,
+//!   header or key ever becomes a label):
+//!
+//! | name | kind | labels |
+//! |---|---|---|
+//! | `llm_retry_retries_total` | counter | `class` (`rate_limited`, `overloaded`, `status`, `connect`, …) |
+//! | `llm_retry_recoveries_total` | counter | `action` (`cut_max_tokens`, `fallback_model`, `refresh_credentials`) |
+//! | `llm_retry_give_ups_total` | counter | `reason` ([`StopReason::label`]) |
+//! | `llm_retry_budget_available` | gauge | retries the shared budget would grant now |
+//! | `llm_retry_rate_limit_wait_seconds` | histogram | time a send waited for its slot |
+//! | `llm_retry_rate_limit_refusals_total` | counter | `reason` (`past_deadline`, `never_fits`) |
 #![warn(
     missing_docs,
     missing_debug_implementations,
@@ -61,6 +76,9 @@ pub mod stream_guard;
 
 mod error;
 mod hooks;
+mod observe;
+#[cfg(all(test, feature = "metrics"))]
+mod observe_tests;
 mod report;
 mod retry;
 mod size_hint;

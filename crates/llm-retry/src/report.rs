@@ -73,6 +73,27 @@ pub enum StopReason {
     },
 }
 
+impl StopReason {
+    /// A short, fixed name for metrics and logs (`retries_exhausted`, …).
+    pub fn label(&self) -> &'static str {
+        match self {
+            StopReason::Succeeded => "succeeded",
+            StopReason::NotRetryable(_) => "not_retryable",
+            StopReason::RetriesExhausted { .. } => "retries_exhausted",
+            StopReason::ServerWaitTooLong { .. } => "server_wait_too_long",
+            StopReason::DeadlineReached { .. } => "deadline",
+            StopReason::LeftToGateway => "left_to_gateway",
+            StopReason::OverloadedRepeatedly { .. } => "overloaded_repeatedly",
+            StopReason::FallbackTriggered { .. } => "fallback_triggered",
+            StopReason::RecoveryFailed { .. } => "recovery_failed",
+            StopReason::BudgetExhausted { .. } => "budget_exhausted",
+            StopReason::AdmissionFull { .. } => "admission_full",
+            StopReason::ServiceFailed => "service_failed",
+            StopReason::BodyNotReplayable { .. } => "body_not_replayable",
+        }
+    }
+}
+
 impl fmt::Display for StopReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

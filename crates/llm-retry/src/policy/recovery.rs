@@ -55,6 +55,17 @@ pub enum RecoveryAction {
     RefreshCredentials,
 }
 
+impl RecoveryAction {
+    /// A short, fixed name for metrics and logs.
+    pub fn label(&self) -> &'static str {
+        match self {
+            RecoveryAction::CutMaxTokens => "cut_max_tokens",
+            RecoveryAction::FallbackModel => "fallback_model",
+            RecoveryAction::RefreshCredentials => "refresh_credentials",
+        }
+    }
+}
+
 impl fmt::Display for RecoveryAction {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {

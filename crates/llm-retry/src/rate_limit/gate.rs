@@ -79,6 +79,16 @@ impl fmt::Display for GateError {
 
 impl std::error::Error for GateError {}
 
+impl GateError {
+    /// A short, fixed name for metrics and logs.
+    pub fn label(&self) -> &'static str {
+        match self {
+            GateError::NeverFits { .. } => "never_fits",
+            GateError::PastDeadline { .. } => "past_deadline",
+        }
+    }
+}
+
 impl Gate {
     pub(super) fn new(
         requests: Option<Pace>,

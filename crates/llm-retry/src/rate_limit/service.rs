@@ -55,9 +55,24 @@ where
         let request = Request::from_parts(parts, body);
         let clone = self.inner.clone();
         let ready = std::mem::replace(&mut self.inner, clone);
-        match self.gate.reserve(key, cost, Instant::now(), deadline) {
-            Ok(slot) => ResponseFuture::waiting(ready, request, slot, self.gate.clone(), key),
-            Err(refused) => ResponseFuture::refused(refused),
+        let now = Instant::now();
+        match self.gate.reserve(key, cost, now, deadline) {
+            Ok(slot) => {
+                let wait = slot.saturating_duration_since(now);
+                if !wait.is_zero() {
+                    tracing::debug!(
+                        wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                        "llm-retry: waiting for a rate-limit slot"
+                    );
+                }
+                crate::observe::gate_wait(wait);
+                ResponseFuture::waiting(ready, request, slot, self.gate.clone(), key)
+            }
+            Err(refused) => {
+                tracing::warn!(error = %refused, "llm-retry: rate limit refused a send");
+                crate::observe::gate_refusal(refused.label());
+                ResponseFuture::refused(refused)
+            }
         }
     }
 }

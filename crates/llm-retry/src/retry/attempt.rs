@@ -142,9 +142,10 @@ impl<B> AttemptCtx<B> {
             server_named_wait = server_wait.is_some(),
             status = status.map(|s| s.as_u16()),
             error = event.error.as_deref(),
-            class = ?event.class,
+            class = crate::observe::class_label(&event.class),
             "llm-retry: attempt failed, retrying"
         );
+        crate::observe::retry(&event.class);
         self.hooks.0.on_retry(&event);
         Step::Wait(delay, permit)
     }
@@ -166,11 +167,11 @@ impl<B> AttemptCtx<B> {
                 })?;
             Some(permit)
         };
-        budget
-            .try_withdraw()
-            .map_err(|exhausted| StopReason::BudgetExhausted {
-                reason: exhausted.to_string(),
-            })?;
+        let withdrawn = budget.try_withdraw();
+        crate::observe::budget_available(budget.level().available);
+        withdrawn.map_err(|exhausted| StopReason::BudgetExhausted {
+            reason: exhausted.to_string(),
+        })?;
         Ok(permit)
     }
 
@@ -192,7 +193,8 @@ impl<B> AttemptCtx<B> {
                 self.hooks.0.on_recovered(&report);
             }
         } else {
-            tracing::warn!(report = %report, "llm-retry: giving up");
+            tracing::warn!(report = %report, reason = report.stop.label(), "llm-retry: giving up");
+            crate::observe::give_up(&report.stop);
             self.hooks.0.on_give_up(&report);
         }
         report

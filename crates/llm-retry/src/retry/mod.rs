@@ -39,4 +39,6 @@ pub use service::Retry;
 #[cfg(test)]
 mod bounds_proptest;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
+#[cfg(all(test, feature = "metrics"))]
+pub(crate) use tests as tests_support;

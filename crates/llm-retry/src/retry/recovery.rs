@@ -106,6 +106,7 @@ impl<B> AttemptCtx<B> {
             new = event.new.as_deref(),
             "llm-retry: recovering"
         );
+        crate::observe::recovery(event.action);
         self.hooks.0.on_recover(&event);
     }
 }

@@ -17,13 +17,13 @@ type Script = Arc<Mutex<VecDeque<Result<Response<Full<Bytes>>, BoxError>>>>;
 
 /// A scripted upstream that records the virtual instant of every call.
 #[derive(Clone)]
-pub(super) struct Upstream {
+pub(crate) struct Upstream {
     script: Script,
     calls: Arc<Mutex<Vec<Instant>>>,
 }
 
 impl Upstream {
-    pub(super) fn new(replies: Vec<Result<Response<Full<Bytes>>, BoxError>>) -> Upstream {
+    pub(crate) fn new(replies: Vec<Result<Response<Full<Bytes>>, BoxError>>) -> Upstream {
         Upstream {
             script: Arc::new(Mutex::new(replies.into())),
             calls: Arc::default(),
@@ -58,7 +58,7 @@ impl<B: Send + 'static> Service<Request<B>> for Upstream {
     }
 }
 
-pub(super) fn reply(
+pub(crate) fn reply(
     status: u16,
     headers: &[(&str, &str)],
     body: &str,
@@ -72,7 +72,7 @@ pub(super) fn reply(
         .unwrap())
 }
 
-pub(super) fn request() -> Request<Full<Bytes>> {
+pub(crate) fn request() -> Request<Full<Bytes>> {
     Request::post("http://upstream.test/v1/messages")
         .header("x-api-key", "sk-secret")
         .body(Full::new(Bytes::from_static(b"{\"max_tokens\":10}")))

@@ -1,0 +1,68 @@
+//! Counters, gauges and histograms through the `metrics` facade (feature
+//! `metrics`); without the feature every call here compiles to nothing.
+//!
+//! The names and labels are listed in the crate docs (feature flags).
+
+use crate::classify::{Classification, RetryableKind};
+use crate::report::StopReason;
+use std::time::Duration;
+
+/// A retry is about to wait.
+pub(crate) fn retry(class: &Classification) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("llm_retry_retries_total", "class" => class_label(class)).increment(1);
+    let _ = class;
+}
+
+/// A recovery is applied.
+pub(crate) fn recovery(action: crate::policy::RecoveryAction) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("llm_retry_recoveries_total", "action" => action.label()).increment(1);
+    let _ = action;
+}
+
+/// The loop stopped without success.
+pub(crate) fn give_up(stop: &StopReason) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("llm_retry_give_ups_total", "reason" => stop.label()).increment(1);
+    let _ = stop;
+}
+
+/// The shared budget's level after a deposit or withdrawal.
+pub(crate) fn budget_available(available: u64) {
+    #[cfg(feature = "metrics")]
+    metrics::gauge!("llm_retry_budget_available").set(available as f64);
+    let _ = available;
+}
+
+/// A send waited for its rate-limit slot.
+pub(crate) fn gate_wait(wait: Duration) {
+    #[cfg(feature = "metrics")]
+    metrics::histogram!("llm_retry_rate_limit_wait_seconds").record(wait.as_secs_f64());
+    let _ = wait;
+}
+
+/// The gate refused a send.
+pub(crate) fn gate_refusal(reason: &'static str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("llm_retry_rate_limit_refusals_total", "reason" => reason).increment(1);
+    let _ = reason;
+}
+
+/// The label of a classification.
+pub(crate) fn class_label(class: &Classification) -> &'static str {
+    match class {
+        Classification::Success => "success",
+        Classification::Fatal(_) => "fatal",
+        Classification::Retryable(kind) => match kind {
+            RetryableKind::RateLimited => "rate_limited",
+            RetryableKind::Overloaded => "overloaded",
+            RetryableKind::Status(_) => "status",
+            RetryableKind::ServerRequested(_) => "server_requested",
+            RetryableKind::Connect => "connect",
+            RetryableKind::Reset => "reset",
+            RetryableKind::Timeout => "timeout",
+            RetryableKind::Transport => "transport",
+        },
+    }
+}
