@@ -15,6 +15,17 @@ pub struct RateKey(pub u64);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TokenCost(pub u64);
 
+impl TokenCost {
+    /// A rough cost for a JSON request body: its `max_tokens` (or
+    /// `max_completion_tokens` / `max_output_tokens`) plus one token per
+    /// four bytes of body for the prompt. `None` when the body names no
+    /// output limit. Insert the result into the request's extensions.
+    pub fn estimate(body: &[u8]) -> Option<TokenCost> {
+        let output = crate::recover::requested_max_tokens(body)?;
+        Some(TokenCost(output.saturating_add(body.len() as u64 / 4)))
+    }
+}
+
 /// Headers whose value identifies the caller's credentials.
 const KEY_HEADERS: [&str; 3] = ["x-api-key", "authorization", "api-key"];
 
@@ -47,6 +58,27 @@ mod tests {
             .unwrap_or_default()
             .into_parts();
         parts
+    }
+
+    #[test]
+    fn token_costs_are_estimated_from_json_bodies() {
+        let body =
+            br#"{"model":"m","max_tokens":1000,"messages":[{"role":"user","content":"hi"}]}"#;
+        let want = 1000 + body.len() as u64 / 4;
+        assert_eq!(TokenCost::estimate(body), Some(TokenCost(want)));
+        let openai = br#"{"max_completion_tokens": 50}"#;
+        assert_eq!(
+            TokenCost::estimate(openai),
+            Some(TokenCost(50 + openai.len() as u64 / 4))
+        );
+        for no_limit in [
+            &b"{}"[..],
+            b"not json",
+            br#"{"max_tokens":"many"}"#,
+            b"\xff",
+        ] {
+            assert_eq!(TokenCost::estimate(no_limit), None);
+        }
     }
 
     #[test]

@@ -34,4 +34,6 @@ mod rewrite_proptests;
 mod rewrite_tests;
 
 pub use overflow::{overflow_max_tokens, CutRefused, OverflowCut};
-pub use rewrite::{rewrite_body, BodyEdit, EditApplied, RewriteError, MAX_TOKENS_FIELDS};
+pub use rewrite::{
+    requested_max_tokens, rewrite_body, BodyEdit, EditApplied, RewriteError, MAX_TOKENS_FIELDS,
+};

@@ -124,3 +124,17 @@ pub fn rewrite_body(body: &[u8], edit: &BodyEdit) -> Result<(Bytes, EditApplied)
     let out = object.write(|key| targets.contains(&key), &new);
     Ok((Bytes::from(out), EditApplied { field, old, new }))
 }
+
+/// The output-token limit a JSON request body asks for: the first of
+/// [`MAX_TOKENS_FIELDS`] present at top level with a whole-number value.
+pub fn requested_max_tokens(body: &[u8]) -> Option<u64> {
+    let text = std::str::from_utf8(body).ok()?;
+    let object = RawObject::parse(text)?;
+    MAX_TOKENS_FIELDS.iter().find_map(|field| {
+        object
+            .members
+            .iter()
+            .find(|(key, _)| key == field)
+            .and_then(|(_, value)| value.get().trim().parse::<u64>().ok())
+    })
+}
