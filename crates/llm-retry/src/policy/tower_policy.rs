@@ -3,8 +3,11 @@
 //!
 //! tower's policy sees the response but cannot read its body, so this path
 //! classifies on status and headers alone (provider error bodies and body
-//! phrases are read by [`RetryLayer`](crate::RetryLayer) only). The
-//! per-request account travels in the stored request clone's extensions.
+//! phrases are read by [`RetryLayer`](crate::RetryLayer) only), and a
+//! decision to recover (rewrite the body, refresh credentials) ends the
+//! loop here instead: those need the layer. Shared budgets and their
+//! admission limit apply on both paths. The per-request account travels in
+//! the stored request clone's extensions.
 
 use super::{Decision, Outcome, RetryPolicy, RetryState};
 use crate::error::BoxError;
