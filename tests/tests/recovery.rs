@@ -31,6 +31,18 @@ fn post(url: &str, body: &Value) -> http::Request<Full<Bytes>> {
         .unwrap()
 }
 
+/// Sends `body` to the mock's messages route through `RetryLayer` with `policy`.
+async fn call(
+    policy: llm_retry::RetryPolicy,
+    mock: &MockServer,
+    body: &Value,
+) -> Result<http::Response<llm_retry::RetryBody<hyper::body::Incoming>>, llm_retry::BoxError> {
+    RetryLayer::new(policy)
+        .layer(client())
+        .oneshot(post(&mock.url("/v1/messages"), body))
+        .await
+}
+
 fn anthropic_body() -> Value {
     json!({
         "model": "claude-sonnet-4-5",
@@ -105,9 +117,7 @@ async fn an_overflow_the_cut_cannot_fix_ends_at_once_with_the_reason() {
         "prompt is too long: 208310 tokens > 200000 maximum",
     );
     let mock = mock(Route::always(too_long)).await;
-    let svc = RetryLayer::new(fast_policy().build().unwrap()).layer(client());
-    let res = svc
-        .oneshot(post(&mock.url("/v1/messages"), &anthropic_body()))
+    let res = call(fast_policy().build().unwrap(), &mock, &anthropic_body())
         .await
         .unwrap();
     assert_eq!(res.status(), StatusCode::BAD_REQUEST);
@@ -129,9 +139,7 @@ async fn the_cut_is_made_at_most_once_per_request() {
         "input length and `max_tokens` exceed context limit: 188059 + 20000 > 200000",
     );
     let mock = mock(Route::always(overflow)).await;
-    let svc = RetryLayer::new(fast_policy().build().unwrap()).layer(client());
-    let res = svc
-        .oneshot(post(&mock.url("/v1/messages"), &anthropic_body()))
+    let res = call(fast_policy().build().unwrap(), &mock, &anthropic_body())
         .await
         .unwrap();
     assert_eq!(res.status(), StatusCode::BAD_REQUEST);
@@ -171,11 +179,7 @@ async fn three_overloads_switch_to_the_fallback_model_automatically() {
         .fallback_model("claude-haiku-4-5", FallbackMode::Automatic)
         .build()
         .unwrap();
-    let svc = RetryLayer::new(policy).layer(client());
-    let res = svc
-        .oneshot(post(&mock.url("/v1/messages"), &anthropic_body()))
-        .await
-        .unwrap();
+    let res = call(policy, &mock, &anthropic_body()).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     let models: Vec<Value> = mock
         .requests()
@@ -200,11 +204,7 @@ async fn three_overloads_in_manual_mode_end_with_fallback_triggered() {
         .fallback_model("claude-haiku-4-5", FallbackMode::Manual)
         .build()
         .unwrap();
-    let svc = RetryLayer::new(policy).layer(client());
-    let err = svc
-        .oneshot(post(&mock.url("/v1/messages"), &anthropic_body()))
-        .await
-        .unwrap_err();
+    let err = call(policy, &mock, &anthropic_body()).await.unwrap_err();
     let err = err.downcast::<RetryError>().unwrap();
     assert_eq!(err.kind(), ErrorKind::FallbackTriggered);
     assert_eq!(err.fallback_model(), Some("claude-haiku-4-5"));
@@ -227,11 +227,7 @@ async fn another_failure_between_overloads_resets_the_count() {
         .fallback_model("claude-haiku-4-5", FallbackMode::Manual)
         .build()
         .unwrap();
-    let svc = RetryLayer::new(policy).layer(client());
-    let res = svc
-        .oneshot(post(&mock.url("/v1/messages"), &anthropic_body()))
-        .await
-        .unwrap();
+    let res = call(policy, &mock, &anthropic_body()).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     assert_eq!(mock.request_count(), 6);
     assert!(mock
@@ -243,9 +239,7 @@ async fn another_failure_between_overloads_resets_the_count() {
 #[tokio::test]
 async fn without_a_fallback_an_overload_streak_gives_up() {
     let mock = mock(Route::always(Reply::overloaded())).await;
-    let svc = RetryLayer::new(fast_policy().build().unwrap()).layer(client());
-    let res = svc
-        .oneshot(post(&mock.url("/v1/messages"), &anthropic_body()))
+    let res = call(fast_policy().build().unwrap(), &mock, &anthropic_body())
         .await
         .unwrap();
     assert_eq!(res.status().as_u16(), 529);
@@ -283,17 +277,16 @@ async fn a_401_refreshes_credentials_once_and_resends() {
     let unauthorized = || Reply::anthropic_error(401, "authentication_error", "invalid x-api-key");
     let mock = mock(Route::sequence([unauthorized(), Reply::anthropic_ok("ok")])).await;
     let hook = Refresher::default();
-    let svc = RetryLayer::new(
+    let res = call(
         fast_policy()
             .refresh_credentials(hook.clone())
             .build()
             .unwrap(),
+        &mock,
+        &anthropic_body(),
     )
-    .layer(client());
-    let res = svc
-        .oneshot(post(&mock.url("/v1/messages"), &anthropic_body()))
-        .await
-        .unwrap();
+    .await
+    .unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     assert_eq!(hook.refreshed.load(Ordering::SeqCst), 1);
     assert_eq!(hook.cleared.load(Ordering::SeqCst), 1);
@@ -310,17 +303,16 @@ async fn a_second_401_is_final_and_no_hook_means_the_first_is() {
     let unauthorized = || Reply::anthropic_error(401, "authentication_error", "invalid x-api-key");
     let mock = mock(Route::always(unauthorized())).await;
     let hook = Refresher::default();
-    let svc = RetryLayer::new(
+    let res = call(
         fast_policy()
             .refresh_credentials(hook.clone())
             .build()
             .unwrap(),
+        &mock,
+        &anthropic_body(),
     )
-    .layer(client());
-    let res = svc
-        .oneshot(post(&mock.url("/v1/messages"), &anthropic_body()))
-        .await
-        .unwrap();
+    .await
+    .unwrap();
     assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
     assert_eq!(
         (hook.refreshed.load(Ordering::SeqCst), mock.request_count()),
@@ -328,9 +320,7 @@ async fn a_second_401_is_final_and_no_hook_means_the_first_is() {
     );
 
     mock.reset_records();
-    let svc = RetryLayer::new(fast_policy().build().unwrap()).layer(client());
-    let res = svc
-        .oneshot(post(&mock.url("/v1/messages"), &anthropic_body()))
+    let res = call(fast_policy().build().unwrap(), &mock, &anthropic_body())
         .await
         .unwrap();
     assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
@@ -344,11 +334,13 @@ async fn behind_a_gateway_only_an_explicit_yes_is_retried() {
         Reply::anthropic_ok("ok"),
     ]))
     .await;
-    let svc = RetryLayer::new(fast_policy().behind_gateway(true).build().unwrap()).layer(client());
-    let res = svc
-        .oneshot(post(&plain.url("/v1/messages"), &anthropic_body()))
-        .await
-        .unwrap();
+    let res = call(
+        fast_policy().behind_gateway(true).build().unwrap(),
+        &plain,
+        &anthropic_body(),
+    )
+    .await
+    .unwrap();
     assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(
         res.extensions().get::<RetryReport>().unwrap().stop,
@@ -358,11 +350,13 @@ async fn behind_a_gateway_only_an_explicit_yes_is_retried() {
 
     let yes = Reply::rate_limited(Some(0)).header("x-should-retry", "true");
     let invited = mock(Route::sequence([yes, Reply::anthropic_ok("ok")])).await;
-    let svc = RetryLayer::new(fast_policy().behind_gateway(true).build().unwrap()).layer(client());
-    let res = svc
-        .oneshot(post(&invited.url("/v1/messages"), &anthropic_body()))
-        .await
-        .unwrap();
+    let res = call(
+        fast_policy().behind_gateway(true).build().unwrap(),
+        &invited,
+        &anthropic_body(),
+    )
+    .await
+    .unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     assert_eq!(invited.request_count(), 2);
 }
