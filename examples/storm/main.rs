@@ -1,0 +1,122 @@
+//! The storm benchmark: what retry policies do to an upstream that is at
+//! capacity, or down.
+//!
+//! ```text
+//! cargo run --release --example storm            # ~2–3 min; writes docs/storm.md and docs/storm.svg
+//! cargo run --release --example storm -- --help  # options (also as STORM_* environment variables)
+//! ```
+//!
+//! # What it models
+//!
+//! The upstream is `llm-retry-mock` on 127.0.0.1: one route behind
+//! `Route::capacity`, a token bucket of C requests per second (default
+//! 200, bursts of 10) that answers Anthropic's `429 rate_limit_error` with
+//! the exact time until the next token as `retry-after-ms` and `Retry-After`
+//! (whole seconds, rounded up) when it is empty. Every reply — 200, 429 or
+//! 503 — takes the same fixed response time (default 20 ms), standing in
+//! for the network and the provider's front door ([`scenario`]).
+//!
+//! N closed-loop clients (default 200) each send their next logical
+//! request as soon as the previous one ended, in success or failure. The
+//! same workload runs once per policy ([`policies`]), one policy after the
+//! other, each against a fresh upstream (full bucket, fresh clock), with a
+//! fresh stack that all N clients share ([`run`]):
+//!
+//! - the real middleware ([`stacks`]): its defaults; with a default retry
+//!   budget over a quota-less gate that learns holds from 429s; the same
+//!   with the gate's adaptive rate; and with a gate told the upstream's
+//!   quota;
+//! - models of other clients ([`models`]): reqwest-retry's default, the
+//!   official Anthropic/OpenAI SDKs' default, and no retries.
+//!
+//! Two scenarios: **rate limiting**, a fixed number of requests per client
+//! (2 000 requests, 10 s at exactly C, by default), and **outage**, the
+//! same clients closed-loop for that long while the upstream answers `503`
+//! to everything for a window in the middle (3 s by default). Every logical
+//! request must end in exactly one result (counted per request id, sent as
+//! `x-storm-request`), and the upstream must have answered no request id
+//! with a success twice ([`stats`]).
+//!
+//! The project's targets: goodput ≥ 95 % of C, amplification ≤ 1.2,
+//! outage load within a retry budget (20 % + 10 retries/s, Finagle's),
+//! zero requests lost or duplicated ([`targets`]). The report is
+//! [`markdown`] (with [`tables`], [`findings`] and [`findings_outage`]) and
+//! [`svg`].
+
+mod config;
+mod findings;
+mod findings_outage;
+mod markdown;
+mod models;
+mod policies;
+mod run;
+mod scenario;
+mod stacks;
+mod stats;
+mod svg;
+mod tables;
+mod targets;
+mod upstream;
+
+use config::Config;
+use llm_retry::BoxError;
+use policies::Policy;
+use scenario::Scenario;
+
+#[tokio::main]
+async fn main() -> Result<(), BoxError> {
+    let config = match Config::from_env_and_args() {
+        Ok(Some(config)) => config,
+        Ok(None) => return Ok(()),
+        Err(e) => {
+            eprintln!("storm: {e}");
+            std::process::exit(2);
+        }
+    };
+    let machine = markdown::machine();
+    let window = config.outage_window();
+    eprintln!(
+        "storm: C = {} req/s (burst {}), {} clients × {} requests, {} ms per reply, seed {}; \
+         {} cores, {}",
+        config.capacity,
+        config.burst,
+        config.clients,
+        config.requests,
+        config.latency.as_millis(),
+        config.seed,
+        machine.cores,
+        machine.cpu
+    );
+    eprintln!(
+        "rate limiting ({} requests per policy):",
+        config.logical_requests()
+    );
+    let mut rate = Vec::new();
+    for policy in Policy::ALL {
+        rate.push(run::run(&config, policy, Scenario::RateLimit).await?);
+    }
+    eprintln!(
+        "outage ({:.0} s closed loop, 503 from {:.1} s to {:.1} s):",
+        config.ideal_duration().as_secs_f64(),
+        window.start.as_secs_f64(),
+        window.end.as_secs_f64()
+    );
+    let mut outage = Vec::new();
+    for policy in Policy::ALL {
+        outage.push(run::run(&config, policy, Scenario::Outage).await?);
+    }
+
+    let md = markdown::markdown(&config, &machine, &rate, &outage);
+    println!("{md}");
+    if let Some(dir) = &config.docs {
+        std::fs::create_dir_all(dir)?;
+        std::fs::write(dir.join("storm.md"), &md)?;
+        std::fs::write(dir.join("storm.svg"), svg::svg(&config, &rate, &outage))?;
+        eprintln!(
+            "wrote {} and {}",
+            dir.join("storm.md").display(),
+            dir.join("storm.svg").display()
+        );
+    }
+    Ok(())
+}

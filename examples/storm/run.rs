@@ -1,0 +1,143 @@
+//! One (policy, scenario) run: a fresh upstream, N closed-loop clients,
+//! a progress line, and the tally.
+
+use crate::config::Config;
+use crate::models::{Model, Outcome};
+use crate::policies::Policy;
+use crate::scenario::Scenario;
+use crate::stacks;
+use crate::stats::{tally, Done, Measured, Run};
+use crate::upstream::{counted_client, Successes, UpstreamClient, PATH};
+use llm_retry::BoxError;
+use llm_retry_mock::MockServer;
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+use std::io::Write as _;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+/// What a client sends through: one run's shared stack, or a model over
+/// the run's connection pool.
+#[derive(Clone)]
+enum Runner {
+    Stack(stacks::Shared),
+    Model(Model, Box<UpstreamClient>),
+}
+
+impl Runner {
+    async fn send(&self, url: &str, id: u64, rng: &mut SmallRng) -> Outcome {
+        match self {
+            Runner::Stack(stack) => stacks::send(stack, url, id).await,
+            Runner::Model(model, client) => model.run(client, url, id, rng).await,
+        }
+    }
+}
+
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Runs `policy` through `scenario` against a fresh upstream.
+pub(crate) async fn run(
+    config: &Config,
+    policy: Policy,
+    scenario: Scenario,
+) -> Result<Run, BoxError> {
+    let mock = MockServer::start(scenario.script(config)).await?;
+    let url = mock.url(PATH);
+    let t0 = mock.started_at();
+    let successes = Arc::new(Successes::default());
+    // Built once per run: every client sends through a clone of it.
+    let runner = match policy {
+        Policy::Middleware(stack) => Runner::Stack(stack.build(config, &successes)?),
+        Policy::Model(model) => Runner::Model(model, Box::new(counted_client(&successes))),
+    };
+    let next_id = Arc::new(AtomicU64::new(0));
+    let finished = Arc::new(AtomicUsize::new(0));
+    let deadline = scenario.deadline(config, t0);
+
+    let mut tasks = JoinSet::new();
+    for c in 0..config.clients {
+        let (runner, url) = (runner.clone(), url.clone());
+        let (next_id, finished) = (Arc::clone(&next_id), Arc::clone(&finished));
+        let per_client = config.requests;
+        let seed = splitmix64(config.seed ^ splitmix64(c as u64 + 1));
+        tasks.spawn(async move {
+            let mut rng = SmallRng::seed_from_u64(seed);
+            let mut done = Vec::new();
+            for n in 0.. {
+                let more = match deadline {
+                    None => n < per_client,
+                    Some(deadline) => Instant::now() < deadline,
+                };
+                if !more {
+                    break;
+                }
+                let id = next_id.fetch_add(1, Ordering::Relaxed);
+                let started = Instant::now();
+                let outcome = runner.send(&url, id, &mut rng).await;
+                done.push(Done {
+                    id,
+                    ok: outcome.ok,
+                    why: outcome.why,
+                    latency: started.elapsed(),
+                });
+                finished.fetch_add(1, Ordering::Relaxed);
+            }
+            done
+        });
+    }
+
+    let label = format!("{:<34} {}", policy.label(), scenario.label());
+    let progress = {
+        let finished = Arc::clone(&finished);
+        let label = label.clone();
+        let total = scenario
+            .total(config)
+            .map_or_else(|| "?".to_owned(), |n| n.to_string());
+        tokio::spawn(async move {
+            loop {
+                eprint!(
+                    "\r  {label:<46} {:>6}/{total} requests ended, {:>6.1} s",
+                    finished.load(Ordering::Relaxed),
+                    t0.elapsed().as_secs_f64()
+                );
+                let _ = std::io::stderr().flush();
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        })
+    };
+
+    let mut all = Vec::new();
+    while let Some(done) = tasks.join_next().await {
+        all.extend(done?);
+    }
+    let duration = t0.elapsed();
+    progress.abort();
+    let _ = progress.await;
+    eprintln!(
+        "\r  {label:<46} {:>6} requests ended in {:.1} s{}",
+        all.len(),
+        duration.as_secs_f64(),
+        " ".repeat(12)
+    );
+
+    let records = mock.requests();
+    mock.shutdown().await;
+    let handed_out = usize::try_from(next_id.load(Ordering::Relaxed))?;
+    let measured = Measured {
+        t0,
+        duration,
+        handed_out,
+        done: all,
+        records,
+        duplicated_upstream: successes.duplicated(),
+    };
+    Ok(tally(config, policy, scenario, measured))
+}

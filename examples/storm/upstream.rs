@@ -1,0 +1,106 @@
+//! The wire between clients and the mock upstream: the request every
+//! client sends, and a counting layer that sees every send.
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, Response};
+use http_body_util::Full;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use llm_retry::BoxError;
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+
+pub(crate) const PATH: &str = "/v1/messages";
+const ID_HEADER: &str = "x-storm-request";
+const PROMPT: &str = r#"{"model":"claude-sonnet-4-5","max_tokens":256,"messages":[{"role":"user","content":"Hello"}]}"#;
+
+/// One logical request's HTTP request, tagged with its id.
+pub(crate) fn request(url: &str, id: u64) -> Result<Request<Full<Bytes>>, BoxError> {
+    Ok(Request::post(url)
+        .header("content-type", "application/json")
+        .header("anthropic-version", "2023-06-01")
+        .header("x-api-key", "sk-ant-storm-not-a-real-key")
+        .header(ID_HEADER, id.to_string())
+        .body(Full::new(Bytes::from_static(PROMPT.as_bytes())))?)
+}
+
+/// The logical request a send belongs to.
+pub(crate) fn request_id(headers: &HeaderMap) -> Option<u64> {
+    headers.get(ID_HEADER)?.to_str().ok()?.parse().ok()
+}
+
+/// Per request id, how many sends the upstream answered with a success.
+#[derive(Default)]
+pub(crate) struct Successes(Mutex<HashMap<u64, u32>>);
+
+impl Successes {
+    fn add(&self, id: u64) {
+        let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        *map.entry(id).or_default() += 1;
+    }
+
+    /// Request ids answered with a success more than once.
+    pub(crate) fn duplicated(&self) -> usize {
+        let map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        map.values().filter(|n| **n > 1).count()
+    }
+}
+
+/// Sits between the retry logic and the connection pool: sees every send
+/// and notes which request ids the upstream answered with a success.
+#[derive(Clone)]
+pub(crate) struct Counted<S> {
+    inner: S,
+    successes: Arc<Successes>,
+}
+
+/// A fresh connection pool behind the counting layer.
+pub(crate) type UpstreamClient = Counted<Client<HttpConnector, Full<Bytes>>>;
+
+/// A fresh connection pool for request bodies of type `B`, counted into
+/// `successes`.
+pub(crate) fn counted_client<B>(successes: &Arc<Successes>) -> Counted<Client<HttpConnector, B>>
+where
+    B: hyper::body::Body + Send,
+    B::Data: Send,
+{
+    Counted {
+        inner: Client::builder(TokioExecutor::new()).build_http(),
+        successes: Arc::clone(successes),
+    }
+}
+
+impl<S, B, R> tower::Service<Request<B>> for Counted<S>
+where
+    S: tower::Service<Request<B>, Response = Response<R>>,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    R: Send + 'static,
+{
+    type Response = Response<R>;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<R>, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        let id = request_id(request.headers());
+        let successes = Arc::clone(&self.successes);
+        let future = self.inner.call(request);
+        Box::pin(async move {
+            let result = future.await;
+            if let (Ok(response), Some(id)) = (&result, id) {
+                if response.status().is_success() {
+                    successes.add(id);
+                }
+            }
+            result
+        })
+    }
+}
