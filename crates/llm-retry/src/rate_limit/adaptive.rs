@@ -1,10 +1,13 @@
 //! Adaptive pacing: learn a key's send rate from its 429s, so a fleet
 //! settles below the provider's limit instead of oscillating around it.
 //!
-//! Additive increase, multiplicative decrease: while sends succeed the rate
-//! climbs by a hundredth of the ceiling per second, a 429 multiplies it by
-//! 0.7 — at most once per congestion event (a burst of concurrent 429s is
-//! one signal, not a hundred).
+//! Multiplicative decrease, then a quick regain and a slow probe: a 429
+//! multiplies the rate by 0.7 — at most once per congestion event (a burst
+//! of concurrent 429s is one signal, not a hundred); while sends succeed the
+//! rate closes the gap to 95 % of the rate that last drew a 429 with a one
+//! second time constant, and past it probes upward by a hundredth of the
+//! ceiling per second. The regain keeps goodput near the provider's limit;
+//! the slow probe keeps 429s rare.
 
 use std::time::Duration;
 use tokio::time::Instant;
@@ -20,8 +23,10 @@ pub struct AdaptiveRate {
 
 /// Share of the rate kept after a 429.
 const DECREASE: f64 = 0.7;
-/// Share of the ceiling added per second of successes.
+/// Share of the ceiling added per second of successes, past the regain.
 const INCREASE_PER_SEC: f64 = 0.01;
+/// Share of the last throttled rate the regain aims for.
+const REGAIN_TARGET: f64 = 0.9;
 
 /// The learned rate of one key.
 #[derive(Debug, Clone, Copy)]
@@ -31,6 +36,8 @@ pub(super) struct Learned {
     quiet_until: Option<Instant>,
     /// When the rate last rose (or fell).
     changed: Option<Instant>,
+    /// The rate that last drew a 429.
+    last_throttled: Option<f64>,
 }
 
 impl AdaptiveRate {
@@ -48,6 +55,7 @@ impl AdaptiveRate {
             per_sec: self.max_per_sec,
             quiet_until: None,
             changed: None,
+            last_throttled: None,
         }
     }
 }
@@ -68,9 +76,12 @@ impl Learned {
         let since = self
             .changed
             .map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
-        let step =
-            bounds.max_per_sec * INCREASE_PER_SEC * since.min(Duration::from_secs(1)).as_secs_f64();
-        self.per_sec = (self.per_sec + step).min(bounds.max_per_sec);
+        let dt = since.min(Duration::from_secs(1)).as_secs_f64();
+        let probe = bounds.max_per_sec * INCREASE_PER_SEC * dt;
+        let regain = self.last_throttled.map_or(0.0, |rate| {
+            (rate * REGAIN_TARGET - self.per_sec).max(0.0) * dt
+        });
+        self.per_sec = (self.per_sec + probe.max(regain)).min(bounds.max_per_sec);
         self.changed = Some(now);
     }
 
@@ -87,6 +98,7 @@ impl Learned {
         if self.quiet_until.is_some_and(|quiet| sent <= quiet) {
             return;
         }
+        self.last_throttled = Some(self.per_sec);
         self.per_sec = (self.per_sec * DECREASE).max(bounds.min_per_sec);
         self.quiet_until = Some(now.max(booked_until));
         self.changed = Some(now);
@@ -101,6 +113,30 @@ mod tests {
         min_per_sec: 1.0,
         max_per_sec: 100.0,
     };
+
+    #[test]
+    fn after_a_decrease_the_rate_regains_quickly_then_probes_slowly() {
+        let mut learned = BOUNDS.start();
+        let t0 = Instant::now();
+        learned.per_sec = 50.0;
+        learned.on_throttle(&BOUNDS, t0, t0, t0);
+        assert!((learned.per_sec() - 35.0).abs() < 1e-9);
+        // Successes every 10 ms for 3 s: most of the gap to the target closes.
+        let target = 50.0 * REGAIN_TARGET;
+        let mut at = t0;
+        for _ in 0..300 {
+            at += Duration::from_millis(10);
+            learned.on_success(&BOUNDS, at);
+        }
+        let regained = learned.per_sec();
+        assert!(regained > target - 1.0 && regained <= target, "{regained}");
+        // Past the regain target only the slow probe (1 /s per second) remains.
+        for _ in 0..100 {
+            at += Duration::from_millis(10);
+            learned.on_success(&BOUNDS, at);
+        }
+        assert!(learned.per_sec() - regained < 1.1, "{}", learned.per_sec());
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_burst_of_429s_is_one_decrease() {
