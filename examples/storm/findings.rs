@@ -163,7 +163,8 @@ fn pacing(t: &mut String, config: &Config, rate: &[Run]) {
          rate instead of all at once. Told the quota, the gate sends at C from the start: \
          {:.2} sends per request, {} served, goodput {}. The adaptive gate starts at 2 × C = \
          {:.0} sends/s, multiplies its rate by 0.7 at each congestion event (the first 429 of \
-         a burst) and climbs back by 1 % of the ceiling a second: {:.2} sends per request, \
+         a burst), regains 90 % of that rate within seconds and then probes upward slowly: \
+         {:.2} sends per request, \
          {} served, goodput {}{slow}.",
         kq.amplification(),
         pct(kq.success_rate()),

@@ -64,7 +64,8 @@ impl Stack {
                 "as above, with `RateLimitLayer::try_new(Quotas::none().adaptive({min:.1}, \
                  {max:.1}))?`: the gate also paces the key at a learned rate that starts at \
                  2 × C = {max:.0} sends/s, falls × 0.7 per congestion event (a burst of 429s \
-                 counts once) and climbs by 1 % of the ceiling per second of successes."
+                 counts once), regains 90 % of the rate that drew the 429 within a few \
+                 seconds and then probes upward by 1 % of the ceiling per second."
             ),
             Stack::KnownQuota => format!(
                 "{retry} over `RateLimitLayer::new(Quotas::none()\
