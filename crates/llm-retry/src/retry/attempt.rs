@@ -143,6 +143,7 @@ impl<B> AttemptCtx<B> {
             status = status.map(|s| s.as_u16()),
             error = event.error.as_deref(),
             class = crate::observe::class_label(&event.class),
+            budget_available = self.policy.budget().map(|b| b.level().available),
             "llm-retry: attempt failed, retrying"
         );
         crate::observe::retry(&event.class);
