@@ -39,7 +39,8 @@ async fn a_429_then_200_succeeds_on_the_second_send() {
         .unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     let report = report(&res);
-    assert_eq!((report.attempts, report.server_waits_honoured), (2, 1));
+    // `Retry-After: 0` is no wait at all: computed backoff applies instead.
+    assert_eq!((report.attempts, report.server_waits_honoured), (2, 0));
     let body = res.into_body().collect().await.unwrap().to_bytes();
     assert_eq!(Some(body), Reply::anthropic_ok("Hello").expected_body());
     let sent = mock.requests();
@@ -227,4 +228,35 @@ async fn a_full_body_is_sent_with_its_content_length_on_every_attempt() {
             Some(PROMPT.len().to_string().as_str())
         );
     }
+}
+
+#[tokio::test]
+async fn a_broken_error_body_is_still_judged_by_its_status() {
+    // A 404 whose body is cut stays final: no resend, one typed error.
+    let cut =
+        Reply::anthropic_error(404, "not_found_error", "model: claude-nope").reset_after_bytes(10);
+    let mock = mock(Route::sequence([cut, Reply::anthropic_ok("unreachable")])).await;
+    let svc = RetryLayer::new(fast_policy().build().unwrap()).layer(client());
+    let err = svc
+        .oneshot(messages_request(&mock.url("/v1/messages")))
+        .await
+        .unwrap_err();
+    let err = err.downcast::<RetryError>().unwrap();
+    assert!(err.is_not_retryable(), "{err}");
+    assert_eq!(err.report().last_status, Some(StatusCode::NOT_FOUND));
+    assert_eq!(mock.request_count(), 1);
+}
+
+#[tokio::test]
+async fn x_should_retry_false_holds_even_when_the_body_breaks() {
+    let cut = Reply::anthropic_error(503, "api_error", "busy")
+        .header("x-should-retry", "false")
+        .reset_after_bytes(5);
+    let mock = mock(Route::sequence([cut, Reply::anthropic_ok("unreachable")])).await;
+    let svc = RetryLayer::new(fast_policy().build().unwrap()).layer(client());
+    assert!(svc
+        .oneshot(messages_request(&mock.url("/v1/messages")))
+        .await
+        .is_err());
+    assert_eq!(mock.request_count(), 1);
 }

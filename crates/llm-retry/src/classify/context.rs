@@ -97,10 +97,14 @@ fn number_after(hay: &str, marker: &str) -> Option<u64> {
 /// The number right before the first `marker` ("100000 in the messages").
 fn number_before(hay: &str, marker: &str) -> Option<u64> {
     let head = hay[..hay.find(marker)?].trim_end();
+    // Byte positions: the byte after a non-digit's last byte is always a
+    // char boundary, even when that character is multi-byte.
     let start = head
-        .rfind(|c: char| !c.is_ascii_digit())
+        .as_bytes()
+        .iter()
+        .rposition(|b| !b.is_ascii_digit())
         .map_or(0, |i| i + 1);
-    parse_digits(&head[start..])
+    parse_digits(head.get(start..)?)
 }
 
 #[cfg(test)]
@@ -219,6 +223,25 @@ mod tests {
         ];
         for (kind, code, message, want) in cases {
             assert_eq!(overflow(kind, code, &message), want, "{message}");
+        }
+    }
+
+    #[test]
+    fn multi_byte_text_before_a_marker_never_panics() {
+        for message in [
+            "maximum context length is 8192 tokens. (café in the messages)",
+            "maximum context length is 8192 tokens. (🦀 in the messages, é for the completion)",
+            "maximum context length is 8192 tokens. (é5 in the messages)",
+        ] {
+            let error = ProviderError::parse(
+                format!(
+                    r#"{{"error":{{"code":"context_length_exceeded","message":"{message}"}}}}"#
+                )
+                .as_bytes(),
+            )
+            .expect("an error envelope");
+            let overflow = parse(&error).expect("an overflow");
+            assert_eq!(overflow.context_limit, Some(8192));
         }
     }
 

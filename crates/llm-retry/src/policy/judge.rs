@@ -6,7 +6,7 @@ use crate::budget::Refusal;
 use crate::classify::{
     classify_error, classify_response, Classification, FatalKind, ProviderError, RetryableKind,
 };
-use crate::hint::{parse_hint, ServerHint, ServerWait};
+use crate::hint::{parse_hint, ServerHint, ServerWait, WaitSource};
 use crate::report::StopReason;
 use crate::stream_guard::PreContentError;
 use http::{HeaderMap, StatusCode};
@@ -73,10 +73,11 @@ impl RetryPolicy {
             } => {
                 let provider = body.and_then(ProviderError::parse);
                 let class = classify_response(status, headers, provider.as_ref());
-                let hint = if class.is_retryable() {
-                    parse_hint(headers, body, self.now())
-                } else {
-                    ServerHint::default()
+                let hint = match &class {
+                    Classification::Retryable(kind) => {
+                        named_wait_for(*kind, parse_hint(headers, body, self.now()))
+                    }
+                    _ => ServerHint::default(),
                 };
                 (class, provider, hint)
             }
@@ -152,6 +153,23 @@ impl RetryPolicy {
         limits.admit_wait(elapsed, delay)?;
         Ok(Decision::Retry { delay, server_wait })
     }
+}
+
+/// Which named waits apply to a failure. `Retry-After` (and `-ms`) answer
+/// the failure itself; rate-limit reset headers and "try again in" phrases
+/// describe quotas and are sent on every response, so they count only for a
+/// rate limit. A zero wait falls back to computed backoff, as the official
+/// SDKs do: resending at once, ten times over, helps no one.
+fn named_wait_for(kind: RetryableKind, mut hint: ServerHint) -> ServerHint {
+    hint.wait = hint.wait.filter(|wait| {
+        let answers_failure = matches!(
+            wait.source,
+            WaitSource::RetryAfterMs | WaitSource::RetryAfterSeconds | WaitSource::RetryAfterDate
+        );
+        (answers_failure || kind == RetryableKind::RateLimited)
+            && wait.duration >= Duration::from_millis(1)
+    });
+    hint
 }
 
 fn status_of(outcome: &Outcome<'_>) -> Option<StatusCode> {

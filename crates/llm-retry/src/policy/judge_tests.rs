@@ -191,3 +191,47 @@ fn transport_errors_are_retried_with_backoff() {
         }
     );
 }
+
+#[test]
+fn quota_reset_headers_name_a_wait_only_for_rate_limits() {
+    let p = policy();
+    let quota = headers(&[
+        ("x-ratelimit-reset-tokens", "6m0s"),
+        ("x-ratelimit-remaining-tokens", "0"),
+    ]);
+    // A 500 carrying the usual quota headers backs off as a 500.
+    let j = judge(&p, 1, 500, &quota, b"");
+    assert_eq!(
+        j.decision,
+        Decision::Retry {
+            delay: Duration::from_millis(500),
+            server_wait: None
+        }
+    );
+    // On a 429 the exhausted quota's reset is the wait (here past the limit).
+    let j = judge(&p, 1, 429, &quota, b"");
+    assert!(
+        matches!(
+            j.decision,
+            Decision::Stop(StopReason::ServerWaitTooLong { .. })
+        ),
+        "{:?}",
+        j.decision
+    );
+}
+
+#[test]
+fn a_zero_named_wait_falls_back_to_computed_backoff() {
+    let p = policy();
+    for zero in [("retry-after", "0"), ("retry-after-ms", "0")] {
+        let j = judge(&p, 1, 429, &headers(&[zero]), b"");
+        assert_eq!(
+            j.decision,
+            Decision::Retry {
+                delay: Duration::from_millis(500),
+                server_wait: None
+            },
+            "{zero:?}"
+        );
+    }
+}

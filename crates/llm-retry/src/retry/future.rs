@@ -23,6 +23,10 @@ use tower::Service;
 
 /// Shortest time allowed to read a failed response's body, even near the deadline.
 const MIN_PEEK_TIME: Duration = Duration::from_secs(1);
+/// Longest time spent reading a failed response's body before judging it on
+/// its status, headers and what arrived: a stalled error body must not eat
+/// the whole deadline.
+const MAX_PEEK_TIME: Duration = Duration::from_secs(10);
 
 pin_project! {
     /// The future returned by [`Retry`](super::Retry): resolves to the final
@@ -147,8 +151,9 @@ where
                     }
                     Ok(response) => {
                         let (head, body) = response.into_parts();
-                        let timer =
-                            Box::pin(tokio::time::sleep(ctx.remaining().max(MIN_PEEK_TIME)));
+                        let timer = Box::pin(tokio::time::sleep(
+                            ctx.remaining().clamp(MIN_PEEK_TIME, MAX_PEEK_TIME),
+                        ));
                         let peeking = State::Peeking {
                             head: Some(head),
                             body: Some(Box::pin(body)),
@@ -188,9 +193,16 @@ where
                     };
                     match end {
                         PeekEnd::Failed(e) => {
-                            // The body broke before its error could be read: a reset.
+                            // The status and headers still decide (a 404 stays final,
+                            // `x-should-retry` and named waits still count); the
+                            // broken body only means there is no response to hand over.
                             let error: BoxError = e.into();
-                            let step = ctx.judge(Outcome::Error(&*error));
+                            let outcome = Outcome::Response {
+                                status: head.status,
+                                headers: &head.headers,
+                                body: Some(peeked.window(limit)),
+                            };
+                            let step = ctx.judge(outcome);
                             advance(step, this.state.as_mut(), |report| {
                                 Err(ctx.error(report, error))
                             })
