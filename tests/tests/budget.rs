@@ -96,3 +96,31 @@ async fn waiting_retries_beyond_the_admission_limit_are_suppressed() {
     );
     assert_eq!(mock.request_count(), 5);
 }
+
+#[tokio::test]
+async fn a_resend_that_cannot_happen_spends_no_budget() {
+    let mock = mock(Route::always(Reply::status(503))).await;
+    let budget = RetryBudget::new(1.0, 10, Duration::from_secs(10)).unwrap();
+    let policy = fast_policy()
+        .max_replay_body(16)
+        .budget(budget.clone())
+        .build()
+        .unwrap();
+    let svc = RetryLayer::new(policy).layer(client());
+    // A streamed body larger than the 16-byte replay buffer: sent once, not replayable.
+    let chunks: Vec<Result<http_body::Frame<bytes::Bytes>, llm_retry::BoxError>> = (0..4)
+        .map(|_| {
+            Ok(http_body::Frame::data(bytes::Bytes::from_static(
+                b"0123456789",
+            )))
+        })
+        .collect();
+    let body = http_body_util::StreamBody::new(futures_util::stream::iter(chunks));
+    let req = http::Request::post(mock.url("/v1/messages"))
+        .body(body)
+        .unwrap();
+    let res = svc.oneshot(req).await.unwrap();
+    let report = res.extensions().get::<RetryReport>().unwrap();
+    assert_eq!(report.stop, StopReason::BodyNotReplayable { cap: 16 });
+    assert_eq!(budget.level().withdrawn, 0);
+}

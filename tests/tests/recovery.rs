@@ -360,3 +360,18 @@ async fn behind_a_gateway_only_an_explicit_yes_is_retried() {
     assert_eq!(res.status(), StatusCode::OK);
     assert_eq!(invited.request_count(), 2);
 }
+
+#[tokio::test]
+async fn behind_a_gateway_an_overloaded_first_stream_event_is_left_to_it() {
+    let event = Reply::anthropic_stream_error("overloaded_error", "Overloaded");
+    let mock = mock(Route::sequence([event, Reply::anthropic_stream(&["ok"])])).await;
+    let policy = fast_policy().behind_gateway(true).build().unwrap();
+    let svc = RetryLayer::new(policy).layer(StreamGuardLayer::new().layer(client()));
+    let err = svc
+        .oneshot(post(&mock.url("/v1/messages"), &anthropic_body()))
+        .await
+        .unwrap_err();
+    let err = err.downcast::<RetryError>().unwrap();
+    assert_eq!(err.report().stop, StopReason::LeftToGateway);
+    assert_eq!(mock.request_count(), 1);
+}

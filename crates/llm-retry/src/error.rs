@@ -7,8 +7,10 @@ use std::fmt;
 /// A boxed, thread-safe error: what every service in this crate returns.
 pub type BoxError = Box<dyn Error + Send + Sync>;
 
-/// A logical request ended without a response: the last attempt failed
-/// before a response arrived and no further attempt was allowed.
+/// A logical request ended without a response to hand over: the last
+/// attempt failed before a complete response arrived and no further attempt
+/// was allowed, or the stop needs the caller's action even though a
+/// response arrived (a manual fallback: [`is_fallback`](Self::is_fallback)).
 ///
 /// Carries the full [`RetryReport`] and the last attempt's error as its
 /// [`source`](Error::source).

@@ -97,7 +97,7 @@ impl RetryPolicy {
             Classification::Retryable(kind) => {
                 let gateway_managed = self.behind_gateway()
                     && hint.should_retry != Some(true)
-                    && status_of(&outcome).is_some()
+                    && (status_of(&outcome).is_some() || stream_verdict(&outcome))
                     && matches!(
                         kind,
                         RetryableKind::RateLimited
@@ -176,6 +176,17 @@ fn status_of(outcome: &Outcome<'_>) -> Option<StatusCode> {
     match outcome {
         Outcome::Response { status, .. } => Some(*status),
         Outcome::Error(_) => None,
+    }
+}
+
+/// Whether an error outcome is a stream guard's verdict on a provider's
+/// answer (an error event before content), which a gateway passed through.
+fn stream_verdict(outcome: &Outcome<'_>) -> bool {
+    match outcome {
+        Outcome::Response { .. } => false,
+        Outcome::Error(error) => std::iter::successors(Some(*error), |&e| e.source())
+            .take(32)
+            .any(|e| e.is::<PreContentError>()),
     }
 }
 

@@ -4,7 +4,7 @@
 //! Multiplicative decrease, then a quick regain and a slow probe: a 429
 //! multiplies the rate by 0.7 — at most once per congestion event (a burst
 //! of concurrent 429s is one signal, not a hundred); while sends succeed the
-//! rate closes the gap to 95 % of the rate that last drew a 429 with a one
+//! rate closes the gap to 90 % of the rate that last drew a 429 with a one
 //! second time constant, and past it probes upward by a hundredth of the
 //! ceiling per second. The regain keeps goodput near the provider's limit;
 //! the slow probe keeps 429s rare.

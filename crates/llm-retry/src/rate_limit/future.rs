@@ -99,8 +99,8 @@ where
                         gate.throttled(*key, *slot, now);
                         let hint = parse_hint(response.headers(), None, SystemTime::now());
                         // The provider's wait is about the key: every later send waits too.
-                        if let Some(until) = hint.wait.and_then(|w| now.checked_add(w.duration)) {
-                            gate.hold(*key, until);
+                        if let Some(wait) = hint.wait {
+                            gate.hold(*key, now, wait.duration);
                         }
                     } else if response.status().is_success() {
                         gate.succeeded(*key, Instant::now());

@@ -10,6 +10,9 @@ use tokio::time::Instant;
 
 /// Keys kept before idle ones are dropped.
 const MAX_KEYS: usize = 4096;
+/// Longest hold one answer can put on a key: a bogus or huge `Retry-After`
+/// must not freeze every request to the key for hours.
+pub(super) const MAX_HOLD: Duration = crate::budget::DEFAULT_MAX_SERVER_WAIT;
 
 /// Per-key pacing state shared by every clone of one [`RateLimitLayer`](super::RateLimitLayer).
 #[derive(Clone)]
@@ -172,7 +175,10 @@ impl Gate {
 
     /// Keeps every later send of `key` at or after `until`: the provider
     /// named a wait, and it is a fact about the key, not one request.
-    pub(super) fn hold(&self, key: u64, until: Instant) {
+    pub(super) fn hold(&self, key: u64, now: Instant, wait: Duration) {
+        let Some(until) = now.checked_add(wait.min(MAX_HOLD)) else {
+            return;
+        };
         let mut keys = self.lock();
         let state = keys.entry(key).or_insert(KeyState::NEW);
         state.held_until = Some(state.held_until.map_or(until, |held| held.max(until)));

@@ -27,10 +27,15 @@ fn upstream(
                 .unwrap()
                 .push((Instant::now(), req.uri().to_string()));
             let mut res = Response::new(Full::new(Bytes::new()));
-            if req.uri().path() == "/busy" {
+            let wait = match req.uri().path() {
+                "/busy" => Some("2"),
+                "/huge" => Some("99999999999999999999"),
+                _ => None,
+            };
+            if let Some(wait) = wait {
                 *res.status_mut() = http::StatusCode::TOO_MANY_REQUESTS;
                 res.headers_mut()
-                    .insert("retry-after", http::HeaderValue::from_static("2"));
+                    .insert("retry-after", http::HeaderValue::from_static(wait));
             }
             Ok::<_, crate::BoxError>(res)
         }
@@ -257,4 +262,20 @@ async fn adaptive_pacing_settles_below_the_providers_limit() {
         unpaced > 0.9,
         "without pacing nearly every send is refused: {unpaced}"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_huge_named_wait_holds_the_key_no_longer_than_the_cap() {
+    let sends = Sends::default();
+    let svc = RateLimitLayer::new(Quotas::none()).layer(upstream(sends.clone()));
+    let start = Instant::now();
+    svc.clone()
+        .oneshot(get("http://a.test/huge"))
+        .await
+        .unwrap();
+    svc.clone()
+        .oneshot(get("http://a.test/next"))
+        .await
+        .unwrap();
+    assert_eq!(offsets(&sends, start), [0, 120_000]);
 }

@@ -118,13 +118,17 @@ impl<B> AttemptCtx<B> {
             Decision::Recover(recovery) => return self.recover(recovery, &judgement.class, status),
             Decision::Retry { delay, server_wait } => (delay, server_wait),
         };
-        let permit = match self.spend_budget(delay) {
-            Ok(permit) => permit,
-            Err(stop) => return Step::Finish(self.finish(stop)),
-        };
+        // Prepare first: a resend that cannot happen spends no budget.
         if let Err(stop) = self.prepare_next() {
             return Step::Finish(self.finish(stop));
         }
+        let permit = match self.spend_budget(delay) {
+            Ok(permit) => permit,
+            Err(stop) => {
+                self.next = None;
+                return Step::Finish(self.finish(stop));
+            }
+        };
         self.state.record_wait(delay, server_wait.is_some());
         let event = RetryEvent {
             retry: self.state.attempts(),

@@ -18,9 +18,6 @@ impl<B> AttemptCtx<B> {
         class: &Classification,
         status: Option<StatusCode>,
     ) -> Step {
-        if let Err(stop) = self.spend_budget(Duration::ZERO) {
-            return Step::Finish(self.finish(stop));
-        }
         self.state.record_recovery(&recovery);
         let reason = match status {
             Some(status) => format!("{class:?} on status {}", status.as_u16()),
@@ -48,6 +45,9 @@ impl<B> AttemptCtx<B> {
                     old: None,
                     new: None,
                 });
+                if let Err(stop) = self.spend_budget(Duration::ZERO) {
+                    return Step::Finish(self.finish(stop));
+                }
                 hook.clear_token_cache();
                 Step::Refresh(hook.refresh())
             }
@@ -73,10 +73,14 @@ impl<B> AttemptCtx<B> {
             old: Some(applied.old),
             new: Some(applied.new),
         });
-        match self.prepare_next() {
-            Ok(()) => Step::Wait(Duration::ZERO, None),
-            Err(stop) => Step::Finish(self.finish(stop)),
+        if let Err(stop) = self
+            .prepare_next()
+            .and_then(|()| self.spend_budget(Duration::ZERO))
+        {
+            self.next = None;
+            return Step::Finish(self.finish(stop));
         }
+        Step::Wait(Duration::ZERO, None)
     }
 
     /// Puts fresh credentials on every later attempt.
