@@ -164,7 +164,16 @@ where
         let Some(inner) = shared.inner.as_mut() else {
             return Poll::Ready(Some(Err(ReplayError::SourceFailed.into())));
         };
-        match inner.as_mut().poll_frame(cx) {
+        let polled = inner.as_mut().poll_frame(cx);
+        let ended = inner.is_end_stream();
+        if polled.is_pending() {
+            // The source keeps only the last waker it was given; park this
+            // clone's too, so whichever clone pulls next wakes the others.
+            shared.park(cx.waker());
+            return Poll::Pending;
+        }
+        shared.wake_parked();
+        match polled {
             Poll::Pending => Poll::Pending,
             Poll::Ready(None) => {
                 shared.source = Source::Done;
@@ -179,7 +188,6 @@ where
             }
             Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
                 Ok(chunk) => {
-                    let ended = inner.is_end_stream();
                     shared.keep(&chunk);
                     this.next = shared.seen();
                     // Clients stop polling once a body reports its end, so

@@ -3,6 +3,7 @@
 use bytes::Bytes;
 use http::HeaderMap;
 use std::pin::Pin;
+use std::task::Waker;
 
 /// Where the inner body stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,6 +30,8 @@ pub(super) struct Shared<B> {
     pub(super) cap: usize,
     pub(super) capped: bool,
     pub(super) trailers: Option<HeaderMap>,
+    /// Clones waiting at the live edge, woken when any clone pulls a frame.
+    pub(super) parked: Vec<Waker>,
 }
 
 impl<B> Shared<B> {
@@ -42,6 +45,21 @@ impl<B> Shared<B> {
             cap,
             capped: false,
             trailers: None,
+            parked: Vec::new(),
+        }
+    }
+
+    /// Remembers a waker of a clone waiting for the source.
+    pub(super) fn park(&mut self, waker: &Waker) {
+        if !self.parked.iter().any(|w| w.will_wake(waker)) {
+            self.parked.push(waker.clone());
+        }
+    }
+
+    /// Wakes every parked clone: the source moved on.
+    pub(super) fn wake_parked(&mut self) {
+        for waker in self.parked.drain(..) {
+            waker.wake();
         }
     }
 
@@ -56,6 +74,7 @@ impl<B> Shared<B> {
             cap,
             capped: false,
             trailers: None,
+            parked: Vec::new(),
         }
     }
 

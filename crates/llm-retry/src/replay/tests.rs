@@ -123,3 +123,54 @@ async fn a_body_that_reports_its_end_is_complete_without_a_final_poll() {
     assert!(first.is_end_stream());
     assert_eq!(first.buffered().unwrap(), "abc");
 }
+
+/// A waker that counts its wakes.
+struct CountingWaker(std::sync::atomic::AtomicUsize);
+
+impl std::task::Wake for CountingWaker {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[tokio::test]
+async fn a_clone_waiting_at_the_live_edge_is_woken_when_another_pulls() {
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+    use std::task::{Context, Poll, Waker};
+
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, BoxError>>(1);
+    let source = StreamBody::new(futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)));
+    let mut a = ReplayBody::new(source, 1024);
+    let mut b = a.try_clone().unwrap();
+    let woken_a = Arc::new(CountingWaker(0.into()));
+    let woken_b = Arc::new(CountingWaker(0.into()));
+    let waker_a = Waker::from(Arc::clone(&woken_a));
+    let waker_b = Waker::from(Arc::clone(&woken_b));
+    // Both wait; the channel keeps only B's waker.
+    assert!(Pin::new(&mut a)
+        .poll_frame(&mut Context::from_waker(&waker_a))
+        .is_pending());
+    assert!(Pin::new(&mut b)
+        .poll_frame(&mut Context::from_waker(&waker_b))
+        .is_pending());
+    tx.send(Ok(Frame::data(Bytes::from_static(b"x"))))
+        .await
+        .unwrap();
+    assert_eq!(woken_b.0.load(Ordering::SeqCst), 1);
+    let Poll::Ready(Some(Ok(_))) = Pin::new(&mut b).poll_frame(&mut Context::from_waker(&waker_b))
+    else {
+        panic!("B reads the chunk");
+    };
+    assert_eq!(
+        woken_a.0.load(Ordering::SeqCst),
+        1,
+        "A is told the buffer moved on"
+    );
+    let Poll::Ready(Some(Ok(frame))) =
+        Pin::new(&mut a).poll_frame(&mut Context::from_waker(&waker_a))
+    else {
+        panic!("A reads the same chunk from the buffer");
+    };
+    assert_eq!(frame.into_data().unwrap(), "x");
+}
