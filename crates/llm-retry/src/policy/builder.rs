@@ -70,7 +70,9 @@ impl RetryPolicyBuilder {
         self
     }
 
-    /// Bound on a request's total time, waits included (default 300 s).
+    /// Bound on a request's total time, waits included (default 300 s). A
+    /// wait or resend that would end past it is not started; an attempt
+    /// already in flight is bounded by a timeout layer under `RetryLayer`.
     pub fn max_elapsed(mut self, d: Duration) -> Self {
         self.limits.max_elapsed = d;
         self

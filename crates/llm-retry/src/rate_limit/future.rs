@@ -30,6 +30,7 @@ pin_project! {
     #[project = StateProj]
     enum State<F> {
         Waiting { #[pin] sleep: Sleep },
+        Readying,
         Calling { #[pin] future: F },
         Refused { error: Option<GateError> },
     }
@@ -81,6 +82,15 @@ where
                 }
                 StateProj::Waiting { sleep } => {
                     ready!(sleep.poll(cx));
+                    this.state.set(State::Readying);
+                }
+                StateProj::Readying => {
+                    let Some((service, _)) = this.pending.as_mut() else {
+                        return Poll::Ready(
+                            Err("rate limit future polled after completion".into()),
+                        );
+                    };
+                    ready!(service.poll_ready(cx)).map_err(Into::into)?;
                     let Some((mut service, request)) = this.pending.take() else {
                         return Poll::Ready(
                             Err("rate limit future polled after completion".into()),

@@ -53,8 +53,12 @@ where
         let cost = parts.extensions.get::<TokenCost>().map_or(0, |c| c.0);
         let deadline = parts.extensions.get::<RequestDeadline>().map(|d| d.0);
         let request = Request::from_parts(parts, body);
+        // The send happens after the gate's wait: give back what the caller's
+        // `poll_ready` reserved (a concurrency permit, a buffer slot) and let
+        // the future make an unreserved clone ready when its slot comes.
         let clone = self.inner.clone();
-        let ready = std::mem::replace(&mut self.inner, clone);
+        drop(std::mem::replace(&mut self.inner, clone));
+        let ready = self.inner.clone();
         let now = Instant::now();
         match self.gate.reserve(key, cost, now, deadline) {
             Ok(slot) => {
