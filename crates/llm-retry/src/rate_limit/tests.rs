@@ -279,3 +279,31 @@ async fn a_huge_named_wait_holds_the_key_no_longer_than_the_cap() {
         .unwrap();
     assert_eq!(offsets(&sends, start), [0, 120_000]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_send_waiting_for_its_slot_holds_no_inner_readiness() {
+    use futures_util::FutureExt;
+    let sends = Sends::default();
+    let limited = tower::limit::ConcurrencyLimitLayer::new(1).layer(upstream(sends.clone()));
+    let mut svc =
+        RateLimitLayer::new(Quotas::none().requests_per_minute_with_burst(60, 1)).layer(limited);
+    svc.ready().await.unwrap();
+    svc.call(get("http://a.test/first")).await.unwrap();
+    // The second send waits a second for its slot...
+    svc.ready().await.unwrap();
+    let second = svc.call(get("http://a.test/second"));
+    // ...without keeping the only concurrency permit from the next caller.
+    let ready = svc.ready().now_or_never();
+    assert!(
+        matches!(ready, Some(Ok(_))),
+        "the inner service is free while the send waits"
+    );
+    // The permit just reserved goes back with the service; then the
+    // waiting send takes it when its slot comes.
+    drop(svc);
+    second.await.unwrap();
+    assert_eq!(
+        offsets(&sends, tokio::time::Instant::now() - Duration::from_secs(1)),
+        [0, 1_000]
+    );
+}
