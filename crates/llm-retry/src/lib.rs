@@ -75,6 +75,7 @@ pub mod sse;
 pub mod stream_guard;
 
 mod error;
+mod held;
 mod hooks;
 mod observe;
 #[cfg(all(test, feature = "metrics"))]

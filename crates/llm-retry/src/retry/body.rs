@@ -1,6 +1,6 @@
 //! [`RetryBody`]: the final response's body.
 
-use crate::size_hint::held_then;
+use crate::held::Held;
 use bytes::Bytes;
 use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
@@ -24,11 +24,7 @@ pin_project! {
     #[project = KindProj]
     enum Kind<B> {
         Passthrough { #[pin] inner: B },
-        Peeked {
-            prefix: Option<Bytes>,
-            trailers: Option<HeaderMap>,
-            rest: Option<Pin<Box<B>>>,
-        },
+        Peeked { held: Held<B> },
     }
 }
 
@@ -44,13 +40,14 @@ impl<B> RetryBody<B> {
         prefix: Bytes,
         trailers: Option<HeaderMap>,
         rest: Option<Pin<Box<B>>>,
-    ) -> RetryBody<B> {
-        let prefix = (!prefix.is_empty()).then_some(prefix);
+    ) -> RetryBody<B>
+    where
+        B: Body<Data = Bytes>,
+    {
+        let chunks = (!prefix.is_empty()).then_some(prefix).into_iter().collect();
         RetryBody {
             kind: Kind::Peeked {
-                prefix,
-                trailers,
-                rest,
+                held: Held::new(chunks, trailers, rest),
             },
         }
     }
@@ -79,44 +76,21 @@ where
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         match self.project().kind.project() {
             KindProj::Passthrough { inner } => inner.poll_frame(cx),
-            KindProj::Peeked {
-                prefix,
-                trailers,
-                rest,
-            } => {
-                if let Some(bytes) = prefix.take() {
-                    return Poll::Ready(Some(Ok(Frame::data(bytes))));
-                }
-                if let Some(body) = rest.as_mut() {
-                    return body.as_mut().poll_frame(cx);
-                }
-                Poll::Ready(trailers.take().map(|t| Ok(Frame::trailers(t))))
-            }
+            KindProj::Peeked { held } => held.poll_frame(cx),
         }
     }
 
     fn is_end_stream(&self) -> bool {
         match &self.kind {
             Kind::Passthrough { inner } => inner.is_end_stream(),
-            Kind::Peeked {
-                prefix,
-                trailers,
-                rest,
-            } => {
-                prefix.is_none()
-                    && trailers.is_none()
-                    && rest.as_ref().is_none_or(|b| b.is_end_stream())
-            }
+            Kind::Peeked { held } => held.is_end_stream(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match &self.kind {
             Kind::Passthrough { inner } => inner.size_hint(),
-            Kind::Peeked { prefix, rest, .. } => {
-                let held = prefix.as_ref().map_or(0, |b| b.len() as u64);
-                held_then(held, rest.as_ref().map(|b| b.size_hint()))
-            }
+            Kind::Peeked { held } => held.size_hint(),
         }
     }
 }

@@ -3,7 +3,7 @@
 use super::error::StreamInterrupted;
 use super::{StreamCommit, StreamEnd};
 use crate::error::BoxError;
-use crate::size_hint::held_then;
+use crate::held::Held;
 use bytes::Bytes;
 use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
@@ -29,12 +29,7 @@ pin_project! {
     #[project = KindProj]
     enum Kind<B> {
         Passthrough { #[pin] inner: B },
-        Guarded {
-            held: VecDeque<Bytes>,
-            trailers: Option<HeaderMap>,
-            rest: Option<Pin<Box<B>>>,
-            end: EndOnDrop,
-        },
+        Guarded { held: Held<B>, end: EndOnDrop },
     }
 }
 
@@ -60,14 +55,14 @@ impl<B> GuardedBody<B> {
         trailers: Option<HeaderMap>,
         rest: Pin<Box<B>>,
         commit: StreamCommit,
-    ) -> GuardedBody<B> {
-        // Trailers seen while holding mean the body already ended.
-        let rest = trailers.is_none().then_some(rest);
+    ) -> GuardedBody<B>
+    where
+        B: Body<Data = Bytes>,
+    {
+        let held = Held::new(held, trailers, Some(rest));
         GuardedBody {
             kind: Kind::Guarded {
                 held,
-                trailers,
-                rest,
                 end: EndOnDrop(commit),
             },
         }
@@ -98,25 +93,11 @@ where
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.project().kind.project() {
             KindProj::Passthrough { inner } => inner.poll_frame(cx).map_err(Into::into),
-            KindProj::Guarded {
-                held,
-                trailers,
-                rest,
-                end,
-            } => {
+            KindProj::Guarded { held, end } => {
                 let commit = &end.0;
-                if let Some(chunk) = held.pop_front() {
-                    commit.add_forwarded(chunk.len());
-                    return Poll::Ready(Some(Ok(Frame::data(chunk))));
-                }
-                let Some(body) = rest.as_mut() else {
-                    commit.set_end(StreamEnd::Completed);
-                    return Poll::Ready(trailers.take().map(|t| Ok(Frame::trailers(t))));
-                };
-                match body.as_mut().poll_frame(cx) {
+                match held.poll_frame(cx) {
                     Poll::Pending => Poll::Pending,
                     Poll::Ready(None) => {
-                        *rest = None;
                         commit.set_end(StreamEnd::Completed);
                         Poll::Ready(None)
                     }
@@ -127,7 +108,6 @@ where
                         Poll::Ready(Some(Ok(frame)))
                     }
                     Poll::Ready(Some(Err(error))) => {
-                        *rest = None;
                         commit.set_end(StreamEnd::Interrupted);
                         let error = StreamInterrupted::new(commit.bytes_forwarded(), error.into());
                         Poll::Ready(Some(Err(Box::new(error))))
@@ -140,26 +120,14 @@ where
     fn is_end_stream(&self) -> bool {
         match &self.kind {
             Kind::Passthrough { inner } => inner.is_end_stream(),
-            Kind::Guarded {
-                held,
-                trailers,
-                rest,
-                ..
-            } => {
-                held.is_empty()
-                    && trailers.is_none()
-                    && rest.as_ref().is_none_or(|b| b.is_end_stream())
-            }
+            Kind::Guarded { held, .. } => held.is_end_stream(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match &self.kind {
             Kind::Passthrough { inner } => inner.size_hint(),
-            Kind::Guarded { held, rest, .. } => {
-                let held: u64 = held.iter().map(|c| c.len() as u64).sum();
-                held_then(held, rest.as_ref().map(|b| b.size_hint()))
-            }
+            Kind::Guarded { held, .. } => held.size_hint(),
         }
     }
 }
