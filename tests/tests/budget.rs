@@ -6,16 +6,10 @@ mod support;
 
 use llm_retry::budget::RetryBudget;
 use llm_retry::{RetryLayer, RetryReport, StopReason};
-use llm_retry_mock::{MockServer, Reply, Route, Script};
+use llm_retry_mock::{Reply, Route};
 use std::time::Duration;
-use support::{client, fast_policy, messages_request};
+use support::{client, fast_policy, messages_request, mock};
 use tower::{Layer, ServiceExt};
-
-async fn mock(route: Route) -> MockServer {
-    MockServer::start(Script::new().route("/v1/messages", route))
-        .await
-        .unwrap()
-}
 
 #[tokio::test]
 async fn a_burst_against_a_failing_upstream_spends_only_the_budget() {

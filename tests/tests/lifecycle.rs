@@ -4,36 +4,12 @@
 mod support;
 
 use http::StatusCode;
-use llm_retry::{RetryEvent, RetryHooks, RetryLayer, RetryPolicy, RetryReport};
-use llm_retry_mock::{MockServer, Reply, Route, Script};
+use llm_retry::{RetryLayer, RetryPolicy};
+use llm_retry_mock::{Reply, Route};
 use std::time::Duration;
-use support::{client, fast_policy, messages_request};
+use support::{client, drain, fast_policy, messages_request, mock, Recorder};
 use tokio::sync::mpsc;
 use tower::{Layer, ServiceExt};
-
-/// Hooks that forward everything they see to a channel.
-struct Recorder(mpsc::UnboundedSender<String>);
-
-impl RetryHooks for Recorder {
-    fn on_retry(&self, e: &RetryEvent) {
-        let _ = self.0.send(format!(
-            "retry {}/{} after {:?} status={:?} error={:?}",
-            e.retry, e.max_retries, e.delay, e.status, e.error
-        ));
-    }
-    fn on_recovered(&self, r: &RetryReport) {
-        let _ = self.0.send(format!("recovered after {}", r.attempts));
-    }
-    fn on_give_up(&self, r: &RetryReport) {
-        let _ = self.0.send(format!("give up: {r}"));
-    }
-}
-
-async fn mock(route: Route) -> MockServer {
-    MockServer::start(Script::new().route("/v1/messages", route))
-        .await
-        .unwrap()
-}
 
 #[tokio::test(start_paused = true)]
 async fn dropping_the_call_mid_wait_stops_at_once_and_sends_nothing_more() {
@@ -99,10 +75,7 @@ async fn hooks_see_each_retry_then_the_recovery() {
         .await
         .unwrap();
     assert_eq!(res.status(), StatusCode::OK);
-    let mut seen = Vec::new();
-    while let Ok(line) = rx.try_recv() {
-        seen.push(line);
-    }
+    let seen = drain(&mut rx);
     assert_eq!(seen.len(), 3, "{seen:?}");
     assert!(
         seen[0].starts_with("retry 1/10") && seen[0].contains("529"),
@@ -128,7 +101,7 @@ async fn hooks_see_the_give_up() {
         .await
         .unwrap();
     assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
-    let lines: Vec<String> = std::iter::from_fn(|| rx.try_recv().ok()).collect();
+    let lines = drain(&mut rx);
     assert_eq!(lines.len(), 2, "{lines:?}");
     assert!(
         lines[1].starts_with("give up: gave up after 2 attempts"),

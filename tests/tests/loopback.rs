@@ -6,17 +6,11 @@ mod support;
 
 use bytes::Bytes;
 use http::StatusCode;
-use http_body_util::{BodyExt, Full, StreamBody};
+use http_body_util::{BodyExt, StreamBody};
 use llm_retry::{ErrorKind, RetryError, RetryLayer, RetryReport, StopReason};
-use llm_retry_mock::{MockServer, Reply, Route, Script};
-use support::{client, fast_policy, messages_request, PROMPT};
+use llm_retry_mock::{Reply, Route};
+use support::{client, fast_policy, mock, send, PROMPT};
 use tower::{Layer, ServiceExt};
-
-async fn mock(route: Route) -> MockServer {
-    MockServer::start(Script::new().route("/v1/messages", route))
-        .await
-        .unwrap()
-}
 
 fn report(res: &http::Response<impl Sized>) -> RetryReport {
     res.extensions()
@@ -32,11 +26,7 @@ async fn a_429_then_200_succeeds_on_the_second_send() {
         Reply::anthropic_ok("Hello"),
     ]))
     .await;
-    let svc = RetryLayer::new(fast_policy().build().unwrap()).layer(client());
-    let res = svc
-        .oneshot(messages_request(&mock.url("/v1/messages")))
-        .await
-        .unwrap();
+    let res = send(fast_policy().build().unwrap(), &mock).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     let report = report(&res);
     // `Retry-After: 0` is no wait at all: computed backoff applies instead.
@@ -56,11 +46,7 @@ async fn a_400_is_not_retried_and_its_body_reaches_the_caller() {
     let bad = Reply::anthropic_error(400, "invalid_request_error", "messages: field required");
     let expected = bad.expected_body().unwrap();
     let mock = mock(Route::always(bad)).await;
-    let svc = RetryLayer::new(fast_policy().build().unwrap()).layer(client());
-    let res = svc
-        .oneshot(messages_request(&mock.url("/v1/messages")))
-        .await
-        .unwrap();
+    let res = send(fast_policy().build().unwrap(), &mock).await.unwrap();
     assert_eq!(res.status(), StatusCode::BAD_REQUEST);
     assert_eq!(report(&res).attempts, 1);
     assert_eq!(
@@ -73,9 +59,7 @@ async fn a_400_is_not_retried_and_its_body_reaches_the_caller() {
 #[tokio::test]
 async fn a_permanent_429_stops_at_the_retry_cap_with_the_report() {
     let mock = mock(Route::always(Reply::rate_limited(None))).await;
-    let svc = RetryLayer::new(fast_policy().max_retries(4).build().unwrap()).layer(client());
-    let res = svc
-        .oneshot(messages_request(&mock.url("/v1/messages")))
+    let res = send(fast_policy().max_retries(4).build().unwrap(), &mock)
         .await
         .unwrap();
     assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
@@ -101,11 +85,7 @@ async fn x_should_retry_false_on_a_503_is_final() {
         Reply::anthropic_ok("unreachable"),
     ]))
     .await;
-    let svc = RetryLayer::new(fast_policy().build().unwrap()).layer(client());
-    let res = svc
-        .oneshot(messages_request(&mock.url("/v1/messages")))
-        .await
-        .unwrap();
+    let res = send(fast_policy().build().unwrap(), &mock).await.unwrap();
     assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(mock.request_count(), 1);
     assert!(matches!(report(&res).stop, StopReason::NotRetryable(_)));
@@ -118,11 +98,7 @@ async fn a_reset_before_headers_is_retried() {
         Reply::anthropic_ok("back"),
     ]))
     .await;
-    let svc = RetryLayer::new(fast_policy().build().unwrap()).layer(client());
-    let res = svc
-        .oneshot(messages_request(&mock.url("/v1/messages")))
-        .await
-        .unwrap();
+    let res = send(fast_policy().build().unwrap(), &mock).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     assert_eq!(report(&res).attempts, 2);
     assert_eq!(mock.request_count(), 2);
@@ -131,9 +107,7 @@ async fn a_reset_before_headers_is_retried() {
 #[tokio::test]
 async fn resets_to_the_end_give_one_typed_error_with_the_report() {
     let mock = mock(Route::always(Reply::reset_before_headers())).await;
-    let svc = RetryLayer::new(fast_policy().max_retries(2).build().unwrap()).layer(client());
-    let err = svc
-        .oneshot(messages_request(&mock.url("/v1/messages")))
+    let err = send(fast_policy().max_retries(2).build().unwrap(), &mock)
         .await
         .unwrap_err();
     let err = err.downcast::<RetryError>().expect("a RetryError");
@@ -216,11 +190,7 @@ async fn a_full_body_is_sent_with_its_content_length_on_every_attempt() {
         Reply::anthropic_ok("ok"),
     ]))
     .await;
-    let svc = RetryLayer::new(fast_policy().build().unwrap()).layer(client::<Full<Bytes>>());
-    let res = svc
-        .oneshot(messages_request(&mock.url("/v1/messages")))
-        .await
-        .unwrap();
+    let res = send(fast_policy().build().unwrap(), &mock).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     for sent in mock.requests() {
         assert_eq!(
@@ -236,9 +206,7 @@ async fn a_broken_error_body_is_still_judged_by_its_status() {
     let cut =
         Reply::anthropic_error(404, "not_found_error", "model: claude-nope").reset_after_bytes(10);
     let mock = mock(Route::sequence([cut, Reply::anthropic_ok("unreachable")])).await;
-    let svc = RetryLayer::new(fast_policy().build().unwrap()).layer(client());
-    let err = svc
-        .oneshot(messages_request(&mock.url("/v1/messages")))
+    let err = send(fast_policy().build().unwrap(), &mock)
         .await
         .unwrap_err();
     let err = err.downcast::<RetryError>().unwrap();
@@ -253,10 +221,6 @@ async fn x_should_retry_false_holds_even_when_the_body_breaks() {
         .header("x-should-retry", "false")
         .reset_after_bytes(5);
     let mock = mock(Route::sequence([cut, Reply::anthropic_ok("unreachable")])).await;
-    let svc = RetryLayer::new(fast_policy().build().unwrap()).layer(client());
-    assert!(svc
-        .oneshot(messages_request(&mock.url("/v1/messages")))
-        .await
-        .is_err());
+    assert!(send(fast_policy().build().unwrap(), &mock).await.is_err());
     assert_eq!(mock.request_count(), 1);
 }

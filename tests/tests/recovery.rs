@@ -10,18 +10,12 @@ use http_body_util::Full;
 use llm_retry::policy::{CredentialsFuture, FallbackMode, RefreshCredentials};
 use llm_retry::stream_guard::StreamGuardLayer;
 use llm_retry::{ErrorKind, RetryError, RetryLayer, RetryReport, StopReason};
-use llm_retry_mock::{MockServer, Reply, Route, Script};
+use llm_retry_mock::{MockServer, Reply, Route};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use support::{client, fast_policy, API_KEY};
+use support::{client, fast_policy, mock, API_KEY};
 use tower::{Layer, ServiceExt};
-
-async fn mock(route: Route) -> MockServer {
-    MockServer::start(Script::new().route("/v1/messages", route))
-        .await
-        .unwrap()
-}
 
 fn post(url: &str, body: &Value) -> http::Request<Full<Bytes>> {
     http::Request::post(url)

@@ -8,11 +8,11 @@ mod support;
 
 use http::StatusCode;
 use llm_retry::policy::{CredentialsFuture, RefreshCredentials};
-use llm_retry::{RecoveryEvent, RetryEvent, RetryHooks, RetryLayer, RetryReport};
-use llm_retry_mock::{MockServer, Reply, Route, Script};
+use llm_retry::{RetryLayer, RetryReport};
+use llm_retry_mock::{Reply, Route};
 use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
-use support::{client, fast_policy, messages_request, API_KEY};
+use support::{client, drain, fast_policy, messages_request, mock, Recorder, API_KEY};
 use tokio::sync::mpsc;
 use tower::{Layer, ServiceExt};
 
@@ -59,30 +59,6 @@ fn captured_logs() -> Captured {
     .clone()
 }
 
-/// Hooks that forward everything they see to a channel.
-struct Recorder(mpsc::UnboundedSender<String>);
-
-impl RetryHooks for Recorder {
-    fn on_retry(&self, e: &RetryEvent) {
-        let _ = self.0.send(format!(
-            "retry {} status={:?} error={:?} {e:?}",
-            e.retry, e.status, e.error
-        ));
-    }
-    fn on_recover(&self, e: &RecoveryEvent) {
-        let _ = self.0.send(format!("recover {e:?}"));
-    }
-    fn on_give_up(&self, r: &RetryReport) {
-        let _ = self.0.send(format!("give up: {r} {r:?}"));
-    }
-}
-
-async fn mock(route: Route) -> MockServer {
-    MockServer::start(Script::new().route("/v1/messages", route))
-        .await
-        .unwrap()
-}
-
 fn assert_no_secret(parts: [(&str, String); 3]) {
     for (what, text) in parts {
         assert!(!text.contains("SECRET"), "{what} leaked a key: {text}");
@@ -113,9 +89,7 @@ async fn no_secret_reaches_logs_hooks_reports_or_errors() {
         logs.contains("http.request.resend_count=2"),
         "resends are counted on the span: {logs}"
     );
-    let hooks: String = std::iter::from_fn(|| rx.try_recv().ok())
-        .collect::<Vec<_>>()
-        .join("\n");
+    let hooks: String = drain(&mut rx).join("\n");
     assert!(hooks.contains("give up"), "{hooks}");
     assert_no_secret([
         ("logs", logs),
@@ -173,9 +147,7 @@ async fn neither_the_old_nor_the_refreshed_credential_is_logged() {
         logs.contains("credentials refreshed"),
         "the refresh path logged: {logs}"
     );
-    let hooks: String = std::iter::from_fn(|| rx.try_recv().ok())
-        .collect::<Vec<_>>()
-        .join("\n");
+    let hooks: String = drain(&mut rx).join("\n");
     assert!(hooks.contains("RefreshCredentials"), "{hooks}");
     assert_no_secret([
         ("logs", logs),

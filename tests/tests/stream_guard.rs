@@ -13,15 +13,9 @@ use llm_retry::stream_guard::{
     may_replay, StreamCommit, StreamEnd, StreamGuardLayer, StreamInterrupted,
 };
 use llm_retry::{BoxError, RetryError, RetryLayer, RetryReport};
-use llm_retry_mock::{MockServer, Reply, Route, SseEvent};
-use support::{client, fast_policy, messages_request};
+use llm_retry_mock::{Reply, Route, SseEvent};
+use support::{client, fast_policy, messages_request, mock};
 use tower::{Layer, ServiceExt};
-
-async fn mock(route: Route) -> MockServer {
-    MockServer::start(llm_retry_mock::Script::new().route("/v1/messages", route))
-        .await
-        .unwrap()
-}
 
 /// The full stack: retry over guard over a hyper-util client.
 fn stack(

@@ -7,21 +7,14 @@ use bytes::Bytes;
 use http::StatusCode;
 use http_body_util::Full;
 use llm_retry::{BoxError, ReplayBody};
-use llm_retry_mock::{MockServer, Reply, Route, Script};
-use support::{client, fast_policy, PROMPT};
+use llm_retry_mock::{Reply, Route};
+use support::{client, fast_policy, mock, PROMPT};
 use tower::{ServiceBuilder, ServiceExt};
 
-#[tokio::test]
-async fn plain_tower_retry_layer_retries_with_the_policy() {
-    let script = Script::new().route(
-        "/v1/messages",
-        Route::sequence([
-            Reply::overloaded(),
-            Reply::status(503),
-            Reply::anthropic_ok("ok"),
-        ]),
-    );
-    let mock = MockServer::start(script).await.unwrap();
+/// Sends one request through `tower::retry::RetryLayer` with the policy;
+/// returns the final status and how many sends the upstream saw.
+async fn through_tower_retry(route: Route) -> (StatusCode, usize) {
+    let mock = mock(route).await;
     let svc = ServiceBuilder::new()
         .layer(tower::retry::RetryLayer::new(
             fast_policy().build().unwrap(),
@@ -33,29 +26,25 @@ async fn plain_tower_retry_layer_retries_with_the_policy() {
         .body(body)
         .unwrap();
     let res = svc.oneshot(req).await.unwrap();
-    assert_eq!(res.status(), StatusCode::OK);
-    assert_eq!(mock.request_count(), 3);
+    (res.status(), mock.request_count())
+}
+
+#[tokio::test]
+async fn plain_tower_retry_layer_retries_with_the_policy() {
+    let route = Route::sequence([
+        Reply::overloaded(),
+        Reply::status(503),
+        Reply::anthropic_ok("ok"),
+    ]);
+    assert_eq!(through_tower_retry(route).await, (StatusCode::OK, 3));
 }
 
 #[tokio::test]
 async fn plain_tower_retry_layer_respects_x_should_retry_false() {
     let declined = Reply::status(503).header("x-should-retry", "false");
-    let script = Script::new().route(
-        "/v1/messages",
-        Route::sequence([declined, Reply::anthropic_ok("ok")]),
+    let route = Route::sequence([declined, Reply::anthropic_ok("ok")]);
+    assert_eq!(
+        through_tower_retry(route).await,
+        (StatusCode::SERVICE_UNAVAILABLE, 1)
     );
-    let mock = MockServer::start(script).await.unwrap();
-    let svc = ServiceBuilder::new()
-        .layer(tower::retry::RetryLayer::new(
-            fast_policy().build().unwrap(),
-        ))
-        .map_err(BoxError::from)
-        .service(client::<Full<Bytes>>());
-    let body = ReplayBody::new(Full::new(Bytes::from_static(PROMPT.as_bytes())), 1 << 20);
-    let req = http::Request::post(mock.url("/v1/messages"))
-        .body(body)
-        .unwrap();
-    let res = svc.oneshot(req).await.unwrap();
-    assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
-    assert_eq!(mock.request_count(), 1);
 }

@@ -44,3 +44,48 @@ pub fn messages_request(url: &str) -> http::Request<Full<Bytes>> {
 
 /// The hyper-util client type the tests wrap.
 pub type TestClient = Client<HttpConnector, ReplayBody<Full<Bytes>>>;
+
+/// A mock upstream serving `route` at `/v1/messages`.
+pub async fn mock(route: llm_retry_mock::Route) -> llm_retry_mock::MockServer {
+    llm_retry_mock::MockServer::start(llm_retry_mock::Script::new().route("/v1/messages", route))
+        .await
+        .unwrap()
+}
+
+/// Sends a messages request to `mock` through `RetryLayer` with `policy`.
+pub async fn send(
+    policy: RetryPolicy,
+    mock: &llm_retry_mock::MockServer,
+) -> Result<http::Response<llm_retry::RetryBody<hyper::body::Incoming>>, llm_retry::BoxError> {
+    use tower::{Layer, ServiceExt};
+    llm_retry::RetryLayer::new(policy)
+        .layer(client())
+        .oneshot(messages_request(&mock.url("/v1/messages")))
+        .await
+}
+
+/// Hooks that forward a line per callback to a channel.
+pub struct Recorder(pub tokio::sync::mpsc::UnboundedSender<String>);
+
+impl llm_retry::RetryHooks for Recorder {
+    fn on_retry(&self, e: &llm_retry::RetryEvent) {
+        let _ = self.0.send(format!(
+            "retry {}/{} after {:?} status={:?} error={:?} {e:?}",
+            e.retry, e.max_retries, e.delay, e.status, e.error
+        ));
+    }
+    fn on_recover(&self, e: &llm_retry::RecoveryEvent) {
+        let _ = self.0.send(format!("recover {e:?}"));
+    }
+    fn on_recovered(&self, r: &llm_retry::RetryReport) {
+        let _ = self.0.send(format!("recovered after {}", r.attempts));
+    }
+    fn on_give_up(&self, r: &llm_retry::RetryReport) {
+        let _ = self.0.send(format!("give up: {r} {r:?}"));
+    }
+}
+
+/// Everything a [`Recorder`] forwarded so far.
+pub fn drain(rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>) -> Vec<String> {
+    std::iter::from_fn(|| rx.try_recv().ok()).collect()
+}
