@@ -83,7 +83,7 @@ impl RetryPolicy {
             }
             Outcome::Error(error) => (
                 classify_error(error),
-                stream_provider_error(error),
+                pre_content(&outcome).and_then(|e| e.provider_error().cloned()),
                 ServerHint::default(),
             ),
         };
@@ -97,7 +97,7 @@ impl RetryPolicy {
             Classification::Retryable(kind) => {
                 let gateway_managed = self.behind_gateway()
                     && hint.should_retry != Some(true)
-                    && (status_of(&outcome).is_some() || stream_verdict(&outcome))
+                    && (status_of(&outcome).is_some() || pre_content(&outcome).is_some())
                     && matches!(
                         kind,
                         RetryableKind::RateLimited
@@ -179,23 +179,15 @@ fn status_of(outcome: &Outcome<'_>) -> Option<StatusCode> {
     }
 }
 
-/// Whether an error outcome is a stream guard's verdict on a provider's
-/// answer (an error event before content), which a gateway passed through.
-fn stream_verdict(outcome: &Outcome<'_>) -> bool {
-    match outcome {
-        Outcome::Response { .. } => false,
-        Outcome::Error(error) => std::iter::successors(Some(*error), |&e| e.source())
-            .take(32)
-            .any(|e| e.is::<PreContentError>()),
-    }
-}
-
-/// The provider error carried by a stream guard's pre-content failure.
-fn stream_provider_error(error: &(dyn Error + 'static)) -> Option<ProviderError> {
+/// The stream guard's verdict carried by an error outcome, if any: an
+/// error event before content, i.e. a provider's answer, not a transport failure.
+fn pre_content<'a>(outcome: &Outcome<'a>) -> Option<&'a PreContentError> {
+    let Outcome::Error(error) = *outcome else {
+        return None;
+    };
     std::iter::successors(Some(error), |&e| e.source())
         .take(32)
         .find_map(|e| e.downcast_ref::<PreContentError>())
-        .and_then(|e| e.provider_error().cloned())
 }
 
 fn ceil_millis(d: Duration) -> Duration {
