@@ -254,7 +254,7 @@ async fn an_empty_window_never_matches() {
 #[tokio::test]
 async fn capacity_holds_on_the_real_clock() {
     // 50 req/s, burst 5, hammered for ~300 ms by 4 sequential loops:
-    // at most 5 + 50 × elapsed admitted, and never starved.
+    // at most 5 + 50 × elapsed admitted, and at least the burst.
     let server = start(capacity(50, 5)).await;
     let url = server.url("/v1/messages");
     let started = Instant::now();
@@ -278,5 +278,8 @@ async fn capacity_holds_on_the_real_clock() {
     }
     let bound = 5.0 + 50.0 * started.elapsed().as_secs_f64();
     assert!(f64::from(admitted) <= bound, "{admitted} > {bound}");
-    assert!(admitted >= 10, "only {admitted} admitted");
+    // The burst is admitted however slow the machine is; how much of the
+    // refill gets used depends on scheduling, so it is not asserted here
+    // (the paused-clock tests above pin the refill exactly).
+    assert!(admitted >= 5, "only {admitted} admitted");
 }
