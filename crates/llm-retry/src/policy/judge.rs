@@ -112,7 +112,7 @@ impl RetryPolicy {
                 {
                     decision
                 } else {
-                    self.plan_retry(state.attempts(), hint.wait, elapsed)
+                    self.plan_retry(state, hint.wait, elapsed)
                         .unwrap_or_else(|refusal| Decision::Stop(refusal.into()))
                 }
             }
@@ -127,12 +127,12 @@ impl RetryPolicy {
 
     fn plan_retry(
         &self,
-        retry: u32,
+        state: &RetryState,
         server_wait: Option<ServerWait>,
         elapsed: Duration,
     ) -> Result<Decision, Refusal> {
         let limits = self.limits();
-        limits.admit_retry(retry.max(1))?;
+        limits.admit_retry(state.attempts().max(1))?;
         let delay = {
             let mut rng = self
                 .config
@@ -144,7 +144,9 @@ impl RetryPolicy {
                     limits.admit_server_wait(wait.duration)?;
                     spread_server_wait(wait.duration, &mut *rng)
                 }
-                None => self.backoff().delay(retry.max(1), &mut *rng),
+                None => self
+                    .backoff()
+                    .delay(state.computed_waits().saturating_add(1), &mut *rng),
             }
         };
         // Timers tick in whole milliseconds; rounding up here keeps the

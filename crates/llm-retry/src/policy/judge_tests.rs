@@ -13,9 +13,13 @@ fn policy() -> RetryPolicy {
         .unwrap()
 }
 
+/// A request after `attempts` sends, each resend after a computed wait.
 fn after(attempts: u32) -> RetryState {
     let mut state = RetryState::new();
-    for _ in 0..attempts {
+    for n in 0..attempts {
+        if n > 0 {
+            state.record_wait(Duration::from_millis(1), false);
+        }
         state.record_send();
     }
     state
@@ -234,4 +238,41 @@ fn a_zero_named_wait_falls_back_to_computed_backoff() {
             "{zero:?}"
         );
     }
+}
+
+#[test]
+fn server_named_waits_do_not_raise_the_backoff_exponent() {
+    // Five 429s that each named a wait, then a silent 503: the 503's
+    // backoff is the first step, not the sixth (after an outage or a rate
+    // limit, a request must not sleep long past the server's recovery).
+    let p = policy();
+    let mut state = RetryState::new();
+    state.record_send();
+    for _ in 0..5 {
+        state.record_wait(Duration::from_secs(1), true);
+        state.record_send();
+    }
+    let outcome = Outcome::Response {
+        status: StatusCode::SERVICE_UNAVAILABLE,
+        headers: &HeaderMap::new(),
+        body: Some(b""),
+    };
+    match p.judge(&state, outcome, Duration::ZERO).decision {
+        Decision::Retry {
+            delay,
+            server_wait: None,
+        } => assert_eq!(delay, Duration::from_millis(500)),
+        other => panic!("{other:?}"),
+    }
+    // The retry cap still counts every send.
+    let capped = RetryPolicy::builder().max_retries(5).build().unwrap();
+    let outcome = Outcome::Response {
+        status: StatusCode::SERVICE_UNAVAILABLE,
+        headers: &HeaderMap::new(),
+        body: Some(b""),
+    };
+    assert!(matches!(
+        capped.judge(&state, outcome, Duration::ZERO).decision,
+        Decision::Stop(StopReason::RetriesExhausted { max_retries: 5 })
+    ));
 }

@@ -15,6 +15,8 @@ pub struct RetryState {
     attempts: u32,
     total_wait: Duration,
     server_waits_honoured: u32,
+    /// Waits the backoff computed (the server named none): the exponent.
+    computed_waits: u32,
     consecutive_overloads: u32,
     last_status: Option<StatusCode>,
     last_error_type: Option<String>,
@@ -37,6 +39,7 @@ impl RetryState {
             attempts: 0,
             total_wait: Duration::ZERO,
             server_waits_honoured: 0,
+            computed_waits: 0,
             consecutive_overloads: 0,
             last_status: None,
             last_error_type: None,
@@ -54,6 +57,14 @@ impl RetryState {
     /// Time since the account started.
     pub fn elapsed(&self) -> Duration {
         self.started.elapsed()
+    }
+
+    /// Waits so far whose length the backoff computed because the server
+    /// named none. The backoff's exponent counts these only: a request that
+    /// honoured five `Retry-After`s and then meets a silent 503 starts the
+    /// backoff at its first step, not its sixth.
+    pub fn computed_waits(&self) -> u32 {
+        self.computed_waits
     }
 
     /// Overloads in a row, ending at the last attempt.
@@ -102,6 +113,8 @@ impl RetryState {
         self.total_wait = self.total_wait.saturating_add(delay);
         if server_named {
             self.server_waits_honoured = self.server_waits_honoured.saturating_add(1);
+        } else {
+            self.computed_waits = self.computed_waits.saturating_add(1);
         }
     }
 
