@@ -4,6 +4,11 @@
 //!
 //! # Overview
 //!
+//! [`ClientLayer`] is the recommended stack in one layer: [`RetryLayer`]
+//! with a shared retry budget, over a [`rate_limit::RateLimitLayer`] that
+//! learns each key's rate from its 429s, over a
+//! [`stream_guard::StreamGuardLayer`]. Build it once per client and clone it.
+//!
 //! [`RetryLayer`] is a tower middleware for `http::Request<B>` services. Each
 //! attempt's outcome is classified ([`classify`]), the server's own wait is
 //! read ([`hint`]), a delay is chosen ([`backoff`]) inside hard per-request
@@ -14,13 +19,13 @@
 //! use bytes::Bytes;
 //! use http_body_util::Full;
 //! use hyper_util::{client::legacy::Client, rt::TokioExecutor};
-//! use llm_retry::{RetryLayer, RetryPolicy, RetryReport};
+//! use llm_retry::{ClientLayer, RetryReport};
 //! use tower::{ServiceBuilder, ServiceExt};
 //!
 //! # async fn run() -> Result<(), llm_retry::BoxError> {
 //! let client = Client::builder(TokioExecutor::new()).build_http();
 //! let service = ServiceBuilder::new()
-//!     .layer(RetryLayer::new(RetryPolicy::default()))
+//!     .layer(ClientLayer::default())
 //!     .service(client);
 //! let request = http::Request::post("https://api.anthropic.com/v1/messages")
 //!     .body(Full::new(Bytes::from_static(b"{}")))?;
@@ -74,6 +79,7 @@ pub mod replay;
 pub mod sse;
 pub mod stream_guard;
 
+mod client_layer;
 mod error;
 mod held;
 mod hooks;
@@ -84,6 +90,7 @@ mod report;
 mod retry;
 mod size_hint;
 
+pub use client_layer::{ClientLayer, ClientStack};
 pub use error::{BoxError, ErrorKind, RetryError};
 pub use hooks::{on_retry, NoHooks, OnRetry, RecoveryEvent, RetryEvent, RetryHooks};
 pub use policy::{RetryPolicy, RetryPolicyBuilder};

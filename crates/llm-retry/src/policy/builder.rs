@@ -43,7 +43,7 @@ impl Default for RetryPolicyBuilder {
             seed: None,
             clock: None,
             recovery: RecoveryConfig::default(),
-            budget: None,
+            budget: Some(RetryBudget::default()),
         }
     }
 }
@@ -171,10 +171,24 @@ impl RetryPolicyBuilder {
 
     /// Shares `budget` with every request of this policy: each first send
     /// deposits, each resend withdraws, and waiting retries are admitted up to
-    /// the budget's limit (default: no shared budget). Clone one budget into
-    /// several policies to share it across clients.
+    /// the budget's limit. Clone one budget into several policies to share
+    /// it across clients.
+    ///
+    /// Default: a fresh [`RetryBudget::default()`] (retries may add 20 % to
+    /// the first sends of the last 10 s, plus 10 a second), shared by every
+    /// clone of the built policy and every request through a layer built
+    /// from it — so a crowd of requests cannot turn an outage into a retry
+    /// storm. [`no_budget`](Self::no_budget) turns it off.
     pub fn budget(mut self, budget: RetryBudget) -> Self {
         self.budget = Some(budget);
+        self
+    }
+
+    /// No shared budget: each request is bounded only by its own limits
+    /// (retries, deadline). For a single caller whose few requests must each
+    /// try their utmost; a crowd of requests should keep a budget.
+    pub fn no_budget(mut self) -> Self {
+        self.budget = None;
         self
     }
 

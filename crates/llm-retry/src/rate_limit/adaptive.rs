@@ -2,12 +2,24 @@
 //! settles below the provider's limit instead of oscillating around it.
 //!
 //! Multiplicative decrease, then a quick regain and a slow probe: a 429
-//! multiplies the rate by 0.7 — at most once per congestion event (a burst
+//! multiplies the rate by 0.8 — at most once per congestion event (a burst
 //! of concurrent 429s is one signal, not a hundred); while sends succeed the
-//! rate closes the gap to 90 % of the rate that last drew a 429 with a one
+//! rate closes the gap to 95 % of the rate that last drew a 429 with a one
 //! second time constant, and past it probes upward by a hundredth of the
 //! ceiling per second. The regain keeps goodput near the provider's limit;
 //! the slow probe keeps 429s rare.
+//!
+//! Without a ceiling (`max_per_sec` infinite) a key is unpaced until its
+//! first 429, and the first rate is measured rather than configured: the
+//! successes per second since the key's first send, or one send per wait
+//! the 429 named to the millisecond. With neither (calls still running,
+//! whole-second waits) the first rate is a guess on the low side, and the
+//! rate then doubles each second of successes until the next 429 — slow
+//! start. From there it adapts as above.
+//!
+//! Every 429 is taken as news about the key's rate: 429s that come whatever
+//! the rate (a quota on something other than requests) drive the learned
+//! rate down to its floor. Such upstreams want a gate without a learned rate.
 
 use std::time::Duration;
 use tokio::time::Instant;
@@ -17,16 +29,40 @@ use tokio::time::Instant;
 pub struct AdaptiveRate {
     /// The rate never falls below this (sends per second, > 0).
     pub min_per_sec: f64,
-    /// The rate never rises above this, and starts here.
+    /// The rate never rises above this, and starts here. Infinite: no
+    /// ceiling, unpaced until the first 429 (see [`Quotas::learned`](super::Quotas::learned)).
     pub max_per_sec: f64,
 }
 
 /// Share of the rate kept after a 429.
-const DECREASE: f64 = 0.7;
+const DECREASE: f64 = 0.8;
 /// Share of the ceiling added per second of successes, past the regain.
 const INCREASE_PER_SEC: f64 = 0.01;
 /// Share of the last throttled rate the regain aims for.
-const REGAIN_TARGET: f64 = 0.9;
+const REGAIN_TARGET: f64 = 0.95;
+/// Successes after which their rate is the first estimate, whatever a 429 says.
+const MIN_SUCCESSES: u32 = 5;
+/// Growth a second in slow start after a measured first estimate (one
+/// resting on little doubles): enough to correct a rate rounded down.
+const SLOW_START_MEASURED: f64 = 1.25;
+/// Shortest span a first estimate divides by, so one instant's burst does
+/// not read as an infinite rate.
+const MIN_SPAN: Duration = Duration::from_millis(10);
+
+/// A wait named to the millisecond, under a second: a token bucket's time
+/// to its next token. Whole-second waits say little about a rate.
+fn precise(named_wait: Option<Duration>) -> Option<Duration> {
+    named_wait.filter(|wait| *wait >= Duration::from_millis(1) && *wait < Duration::from_secs(1))
+}
+
+/// How much a first estimate rests on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Confidence {
+    /// Enough successes, or a wait named to the millisecond.
+    Measured,
+    /// One or two successes, or none: a floor more than a rate.
+    Low,
+}
 
 /// The learned rate of one key.
 #[derive(Debug, Clone, Copy)]
@@ -38,13 +74,23 @@ pub(super) struct Learned {
     changed: Option<Instant>,
     /// The rate that last drew a 429.
     last_throttled: Option<f64>,
+    /// Since the key's first send, while its rate is still unmeasured:
+    /// when it started, and the successes seen.
+    first: Option<(Instant, u32)>,
+    /// While the 429s of the burst that drew the first estimate come back:
+    /// sends that went up to this instant belong to it.
+    first_burst: Option<Instant>,
+    /// After a first estimate, until the next 429: the factor the rate
+    /// grows by each second of successes (2 when the estimate rests on
+    /// little and may be far too low).
+    slow_start: Option<f64>,
 }
 
 impl AdaptiveRate {
     /// Valid bounds, or `None`.
     pub(super) fn checked(self) -> Option<AdaptiveRate> {
         let ok = self.min_per_sec.is_finite()
-            && self.max_per_sec.is_finite()
+            && !self.max_per_sec.is_nan()
             && self.min_per_sec > 0.0
             && self.min_per_sec <= self.max_per_sec;
         ok.then_some(self)
@@ -56,6 +102,9 @@ impl AdaptiveRate {
             quiet_until: None,
             changed: None,
             last_throttled: None,
+            first: None,
+            slow_start: None,
+            first_burst: None,
         }
     }
 }
@@ -71,124 +120,121 @@ impl Learned {
         self.per_sec
     }
 
+    /// Whether the key is still unpaced: no ceiling and no 429 yet.
+    fn unmeasured(&self) -> bool {
+        self.per_sec.is_infinite()
+    }
+
+    /// A send booked at `now`: an unmeasured key's measurement starts.
+    pub(super) fn on_send(&mut self, now: Instant) {
+        if self.unmeasured() && self.first.is_none() {
+            self.first = Some((now, 0));
+        }
+    }
+
+    /// The first rate of an unmeasured key throttled at `now`: one send per
+    /// wait the 429 named to the millisecond (the time to a token bucket's
+    /// next token; the rest of the burst's 429s then refine it), else the
+    /// successes per second since its first send once five have come back,
+    /// else the one or few successes over at least 10 ms — a guess, which
+    /// slow start lifts quickly if it is low.
+    fn first_estimate(&self, now: Instant, named_wait: Option<Duration>) -> (f64, Confidence) {
+        let Some((since, successes)) = self.first else {
+            return (0.0, Confidence::Low);
+        };
+        let span = now.saturating_duration_since(since).max(MIN_SPAN);
+        match precise(named_wait) {
+            Some(wait) => (1.0 / wait.as_secs_f64(), Confidence::Measured),
+            None if successes >= MIN_SUCCESSES => (
+                f64::from(successes) / span.as_secs_f64(),
+                Confidence::Measured,
+            ),
+            None => (
+                f64::from(successes.max(1)) / span.as_secs_f64(),
+                Confidence::Low,
+            ),
+        }
+    }
+
     /// A success at `now`: climb in proportion to the time since the last change.
     pub(super) fn on_success(&mut self, bounds: &AdaptiveRate, now: Instant) {
+        if self.unmeasured() {
+            if let Some((_, successes)) = &mut self.first {
+                *successes = successes.saturating_add(1);
+            }
+            return;
+        }
         let since = self
             .changed
             .map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
         let dt = since.min(Duration::from_secs(1)).as_secs_f64();
-        let probe = bounds.max_per_sec * INCREASE_PER_SEC * dt;
+        // Without a ceiling, probe by a hundredth of the highest rate seen.
+        let scale = if bounds.max_per_sec.is_finite() {
+            bounds.max_per_sec
+        } else {
+            self.last_throttled
+                .unwrap_or(self.per_sec)
+                .max(self.per_sec)
+        };
+        let probe = scale * INCREASE_PER_SEC * dt;
         let regain = self.last_throttled.map_or(0.0, |rate| {
             (rate * REGAIN_TARGET - self.per_sec).max(0.0) * dt
         });
-        self.per_sec = (self.per_sec + probe.max(regain)).min(bounds.max_per_sec);
+        let doubling = self
+            .slow_start
+            .map_or(0.0, |factor| self.per_sec * (factor.powf(dt) - 1.0));
+        self.per_sec = (self.per_sec + probe.max(regain).max(doubling)).min(bounds.max_per_sec);
         self.changed = Some(now);
     }
 
     /// A 429 for a send slotted at `sent`: decrease once per congestion
     /// event, then ignore the 429s of sends already booked at the old rate
-    /// (every slot up to `booked_until`).
+    /// (every slot up to `booked_until`). Whether the rate fell.
     pub(super) fn on_throttle(
         &mut self,
         bounds: &AdaptiveRate,
         sent: Instant,
         now: Instant,
         booked_until: Instant,
-    ) {
+        named_wait: Option<Duration>,
+    ) -> bool {
         if self.quiet_until.is_some_and(|quiet| sent <= quiet) {
-            return;
+            // The rest of the burst that drew the first estimate: a longer
+            // wait named to the millisecond is a closer look at the rate.
+            if let (Some(first), Some(wait)) = (self.first_burst, precise(named_wait)) {
+                let rate = (1.0 / wait.as_secs_f64()).max(bounds.min_per_sec);
+                if sent <= first && rate < self.per_sec {
+                    self.per_sec = rate;
+                    self.last_throttled = Some(rate);
+                    return true;
+                }
+            }
+            return false;
         }
-        self.last_throttled = Some(self.per_sec);
-        self.per_sec = (self.per_sec * DECREASE).max(bounds.min_per_sec);
+        self.first_burst = None;
+        if self.unmeasured() {
+            let (estimate, confidence) = self.first_estimate(now, named_wait);
+            self.first_burst = Some(now);
+            let estimate = estimate.max(bounds.min_per_sec);
+            self.first = None;
+            self.last_throttled = Some(estimate);
+            self.per_sec = estimate;
+            // A guess from one or two answers may be far too low: climb fast.
+            self.slow_start = Some(match confidence {
+                Confidence::Low => 2.0,
+                Confidence::Measured => SLOW_START_MEASURED,
+            });
+        } else {
+            self.slow_start = None;
+            self.last_throttled = Some(self.per_sec);
+            self.per_sec = (self.per_sec * DECREASE).max(bounds.min_per_sec);
+        }
         self.quiet_until = Some(now.max(booked_until));
         self.changed = Some(now);
+        true
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const BOUNDS: AdaptiveRate = AdaptiveRate {
-        min_per_sec: 1.0,
-        max_per_sec: 100.0,
-    };
-
-    #[test]
-    fn after_a_decrease_the_rate_regains_quickly_then_probes_slowly() {
-        let mut learned = BOUNDS.start();
-        let t0 = Instant::now();
-        learned.per_sec = 50.0;
-        learned.on_throttle(&BOUNDS, t0, t0, t0);
-        assert!((learned.per_sec() - 35.0).abs() < 1e-9);
-        // Successes every 10 ms for 3 s: most of the gap to the target closes.
-        let target = 50.0 * REGAIN_TARGET;
-        let mut at = t0;
-        for _ in 0..300 {
-            at += Duration::from_millis(10);
-            learned.on_success(&BOUNDS, at);
-        }
-        let regained = learned.per_sec();
-        assert!(regained > target - 1.0 && regained <= target, "{regained}");
-        // Past the regain target only the slow probe (1 /s per second) remains.
-        for _ in 0..100 {
-            at += Duration::from_millis(10);
-            learned.on_success(&BOUNDS, at);
-        }
-        assert!(learned.per_sec() - regained < 1.1, "{}", learned.per_sec());
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_burst_of_429s_is_one_decrease() {
-        let mut learned = BOUNDS.start();
-        let sent = Instant::now();
-        tokio::time::advance(Duration::from_millis(10)).await;
-        for _ in 0..50 {
-            learned.on_throttle(&BOUNDS, sent, Instant::now(), sent);
-        }
-        assert!((learned.per_sec() - 70.0).abs() < 1e-9);
-        tokio::time::advance(Duration::from_millis(10)).await;
-        learned.on_throttle(&BOUNDS, Instant::now(), Instant::now(), sent);
-        assert!(
-            (learned.per_sec() - 49.0).abs() < 1e-9,
-            "a later send's 429 is a new event"
-        );
-    }
-
-    #[test]
-    fn the_rate_stays_inside_its_bounds() {
-        let mut learned = BOUNDS.start();
-        let now = Instant::now();
-        for _ in 0..100 {
-            learned.quiet_until = None;
-            learned.on_throttle(&BOUNDS, now, now, now);
-        }
-        assert_eq!(learned.per_sec(), 1.0);
-        let mut at = now;
-        learned.on_success(&BOUNDS, at);
-        for _ in 0..200 {
-            at += Duration::from_secs(1);
-            learned.on_success(&BOUNDS, at);
-        }
-        assert_eq!(learned.per_sec(), 100.0);
-        assert_eq!(learned.interval(), Duration::from_millis(10));
-        assert!(AdaptiveRate {
-            min_per_sec: 0.0,
-            max_per_sec: 1.0
-        }
-        .checked()
-        .is_none());
-        assert!(AdaptiveRate {
-            min_per_sec: 2.0,
-            max_per_sec: 1.0
-        }
-        .checked()
-        .is_none());
-        assert!(AdaptiveRate {
-            min_per_sec: 1.0,
-            max_per_sec: f64::NAN
-        }
-        .checked()
-        .is_none());
-    }
-}
+#[path = "adaptive_tests.rs"]
+mod tests;

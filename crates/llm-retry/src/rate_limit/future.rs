@@ -1,6 +1,7 @@
 //! [`ResponseFuture`]: wait for the slot, send, learn from a 429.
 
-use super::gate::{Gate, GateError};
+use super::error::GateError;
+use super::gate::{Booking, Check, Gate};
 use crate::error::BoxError;
 use crate::hint::parse_hint;
 use http::{Response, StatusCode};
@@ -9,6 +10,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 use std::time::SystemTime;
+use tokio::sync::futures::OwnedNotified;
 use tokio::time::{Instant, Sleep};
 use tower::Service;
 
@@ -22,14 +24,25 @@ pin_project! {
         #[pin]
         state: State<S::Future>,
         pending: Option<(S, Req)>,
-        gate: Option<(Gate, u64, Instant)>,
+        gate: Option<Ticket>,
     }
+}
+
+/// What a send needs to check its place again, and to learn from its answer.
+struct Ticket {
+    gate: Gate,
+    key: u64,
+    booking: Booking,
 }
 
 pin_project! {
     #[project = StateProj]
     enum State<F> {
-        Waiting { #[pin] sleep: Sleep },
+        Waiting {
+            #[pin] sleep: Sleep,
+            // Fires when the key's learned rate rose: the slot may be earlier.
+            #[pin] rose: Option<OwnedNotified>,
+        },
         Readying,
         Calling { #[pin] future: F },
         Refused { error: Option<GateError> },
@@ -37,13 +50,20 @@ pin_project! {
 }
 
 impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
-    pub(super) fn waiting(service: S, request: Req, slot: Instant, gate: Gate, key: u64) -> Self {
+    /// A send queued on `key`: sent when its booking says so.
+    pub(super) fn queued(service: S, request: Req, gate: Gate, key: u64, booking: Booking) -> Self {
+        let state = if booking.is_now(Instant::now()) {
+            State::Readying
+        } else {
+            State::Waiting {
+                sleep: tokio::time::sleep_until(booking.slot),
+                rose: gate.rises(key).map(|notify| notify.notified_owned()),
+            }
+        };
         ResponseFuture {
-            state: State::Waiting {
-                sleep: tokio::time::sleep_until(slot),
-            },
+            state,
             pending: Some((service, request)),
-            gate: Some((gate, key, slot)),
+            gate: Some(Ticket { gate, key, booking }),
         }
     }
 
@@ -80,9 +100,42 @@ where
                     );
                     return Poll::Ready(Err(error));
                 }
-                StateProj::Waiting { sleep } => {
-                    ready!(sleep.poll(cx));
-                    this.state.set(State::Readying);
+                StateProj::Waiting {
+                    mut sleep,
+                    mut rose,
+                } => {
+                    let woken = match rose.as_mut().as_pin_mut() {
+                        Some(notified) => notified.poll(cx).is_ready(),
+                        None => false,
+                    };
+                    if !woken && sleep.as_mut().poll(cx).is_pending() {
+                        return Poll::Pending;
+                    }
+                    let Some(ticket) = this.gate.as_mut() else {
+                        this.state.set(State::Readying);
+                        continue;
+                    };
+                    if woken {
+                        rose.set(
+                            ticket
+                                .gate
+                                .rises(ticket.key)
+                                .map(|notify| notify.notified_owned()),
+                        );
+                    }
+                    // The rate or a hold may have moved the slot since it
+                    // was computed: look again.
+                    let now = Instant::now();
+                    match ticket.gate.check(ticket.key, &mut ticket.booking, now) {
+                        Ok(Check::Go) => this.state.set(State::Readying),
+                        Ok(Check::WaitUntil(slot)) => sleep.reset(slot),
+                        Err(refused) => {
+                            tracing::warn!(error = %refused, "llm-retry: rate limit refused a send");
+                            crate::observe::gate_refusal(refused.label());
+                            this.pending.take();
+                            return Poll::Ready(Err(refused.into()));
+                        }
+                    }
                 }
                 StateProj::Readying => {
                     let Some((service, _)) = this.pending.as_mut() else {
@@ -101,16 +154,17 @@ where
                 }
                 StateProj::Calling { future } => {
                     let response = ready!(future.poll(cx)).map_err(Into::into)?;
-                    let Some((gate, key, slot)) = this.gate.as_ref() else {
+                    let Some(Ticket { gate, key, booking }) = this.gate.as_ref() else {
                         return Poll::Ready(Ok(response));
                     };
                     if response.status() == StatusCode::TOO_MANY_REQUESTS {
                         let now = Instant::now();
-                        gate.throttled(*key, *slot, now);
                         let hint = parse_hint(response.headers(), None, SystemTime::now());
+                        let named = hint.wait.map(|wait| wait.duration);
+                        gate.throttled(*key, booking.slot, now, named);
                         // The provider's wait is about the key: every later send waits too.
-                        if let Some(wait) = hint.wait {
-                            gate.hold(*key, now, wait.duration);
+                        if let Some(wait) = named {
+                            gate.hold(*key, now, wait);
                         }
                     } else if response.status().is_success() {
                         gate.succeeded(*key, Instant::now());

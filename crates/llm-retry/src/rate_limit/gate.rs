@@ -1,13 +1,25 @@
 //! The shared gate: per-key pacing of every send, first in, first out.
+//!
+//! Three things can hold a send back, and its time is the latest of them:
+//! a hold (a 429 named a wait, which is a fact about the key), the quotas
+//! (fixed GCRA slots, booked when the send arrives), and a learned rate
+//! (a ticket in the key's [`Schedule`], whose time follows the rate as it
+//! changes). A waiting send checks again when its time comes, or earlier
+//! when the learned rate rises enough to be worth waking for.
 
 use super::adaptive::{AdaptiveRate, Learned};
+use super::error::GateError;
 use super::gcra::{Pace, Tat};
+use super::schedule::Schedule;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
+/// Rise of a learned rate that wakes the sends waiting on it.
+const WAKE_ON_RISE: f64 = 1.1;
 /// Keys kept before idle ones are dropped.
 const MAX_KEYS: usize = 4096;
 /// Longest hold one answer can put on a key: a bogus or huge `Retry-After`
@@ -23,73 +35,113 @@ pub(super) struct Gate {
     keys: Arc<Mutex<HashMap<u64, KeyState>>>,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 struct KeyState {
     requests: Tat,
     tokens: Tat,
     /// No send before this instant: the provider named a wait.
     held_until: Option<Instant>,
-    /// The learned rate and its pacing, in adaptive mode.
-    learned: Option<(Learned, Tat)>,
+    /// Bumped when a hold voids the quota slots handed out so far: their
+    /// holders book again.
+    epoch: u64,
+    /// The learned rate and its schedule, in adaptive mode.
+    learned: Option<LearnedKey>,
+}
+
+#[derive(Debug)]
+struct LearnedKey {
+    rate: Learned,
+    schedule: Schedule,
+    /// Wakes the waiting sends when the rate rose enough.
+    rose: Arc<Notify>,
+    /// The rate when they were last woken.
+    woken_at_rate: f64,
 }
 
 impl KeyState {
-    const NEW: KeyState = KeyState {
-        requests: Tat(None),
-        tokens: Tat(None),
-        held_until: None,
-        learned: None,
-    };
+    fn new(adaptive: Option<&AdaptiveRate>, now: Instant) -> KeyState {
+        KeyState {
+            requests: Tat(None),
+            tokens: Tat(None),
+            held_until: None,
+            epoch: 0,
+            learned: adaptive.map(|bounds| {
+                let rate = bounds.start();
+                LearnedKey {
+                    woken_at_rate: rate.per_sec(),
+                    rate,
+                    schedule: Schedule::new(now),
+                    rose: Arc::new(Notify::new()),
+                }
+            }),
+        }
+    }
 
     fn idle(&self, now: Instant) -> bool {
-        self.requests.idle(now) && self.tokens.idle(now) && self.held_until.is_none_or(|t| t <= now)
+        self.requests.idle(now)
+            && self.tokens.idle(now)
+            && self.held_until.is_none_or(|t| t <= now)
+            && self
+                .learned
+                .as_ref()
+                .is_none_or(|l| l.schedule.end(l.rate.interval()) <= now)
+    }
+
+    /// The earliest any send may go: now, or the end of a hold.
+    fn floor(&self, now: Instant) -> Instant {
+        self.held_until.map_or(now, |held| held.max(now))
+    }
+
+    /// The earliest slot the quotas give a send of `cost` tokens at `now`.
+    fn quota_slot(&self, gate: &Gate, cost: u64, now: Instant) -> Instant {
+        let mut slot = now;
+        if let Some(pace) = &gate.requests {
+            slot = slot.max(self.requests.slot(pace, now, 1));
+        }
+        if let Some(pace) = &gate.tokens {
+            slot = slot.max(self.tokens.slot(pace, now, cost));
+        }
+        slot
+    }
+
+    fn book_quotas(&mut self, gate: &Gate, cost: u64, slot: Instant) {
+        if let Some(pace) = &gate.requests {
+            self.requests.book(pace, slot, 1);
+        }
+        if let Some(pace) = &gate.tokens {
+            self.tokens.book(pace, slot, cost);
+        }
     }
 }
 
-/// Why the gate refused a send.
+/// A send's place in its key's queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum GateError {
-    /// The send's token cost exceeds what the quota can ever admit at once.
-    NeverFits {
-        /// The send's token cost.
-        cost: u64,
-        /// The most tokens the quota admits at once.
-        capacity: u64,
-    },
-    /// The send's slot lies past the request's deadline.
-    PastDeadline {
-        /// How long the send would have waited.
-        wait: Duration,
-    },
+pub(super) struct Booking {
+    /// When the send may go, as last computed.
+    pub(super) slot: Instant,
+    /// Its quota slot, which stands while the key's epoch does.
+    quota_slot: Instant,
+    epoch: u64,
+    /// Its ticket in the learned schedule.
+    ticket: Option<u64>,
+    cost: u64,
+    deadline: Option<Instant>,
 }
 
-impl fmt::Display for GateError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            GateError::NeverFits { cost, capacity } => write!(
-                f,
-                "a send costing {cost} tokens can never fit a quota admitting {capacity} at once"
-            ),
-            GateError::PastDeadline { wait } => write!(
-                f,
-                "the rate limit would hold this send {:.1} s, past the request's deadline",
-                wait.as_secs_f64()
-            ),
-        }
+impl Booking {
+    /// Whether the send may go at once (its ticket is already released).
+    pub(super) fn is_now(&self, now: Instant) -> bool {
+        self.slot <= now
     }
 }
 
-impl std::error::Error for GateError {}
-
-impl GateError {
-    /// A short, fixed name for metrics and logs.
-    pub fn label(&self) -> &'static str {
-        match self {
-            GateError::NeverFits { .. } => "never_fits",
-            GateError::PastDeadline { .. } => "past_deadline",
-        }
-    }
+/// What a waiting send does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Check {
+    /// Send now.
+    Go,
+    /// Wait until then, and check again.
+    WaitUntil(Instant),
 }
 
 impl Gate {
@@ -112,65 +164,103 @@ impl Gate {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Books the next slot of `key` for a send costing `tokens`, unless it
-    /// would start after `deadline`. Slots are handed out in call order.
+    /// Queues a send of `cost` tokens on `key`, unless it would start
+    /// after `deadline`. Sends are queued in call order.
     pub(super) fn reserve(
         &self,
         key: u64,
-        tokens: u64,
+        cost: u64,
         now: Instant,
         deadline: Option<Instant>,
-    ) -> Result<Instant, GateError> {
+    ) -> Result<Booking, GateError> {
         if let Some(pace) = &self.tokens {
             let capacity = pace.capacity();
-            if tokens > capacity {
-                return Err(GateError::NeverFits {
-                    cost: tokens,
-                    capacity,
-                });
+            if cost > capacity {
+                return Err(GateError::NeverFits { cost, capacity });
             }
         }
         let mut keys = self.lock();
         if keys.len() >= MAX_KEYS {
             keys.retain(|_, state| !state.idle(now));
         }
-        let state = keys.entry(key).or_insert(KeyState::NEW);
-        let mut slot = state.held_until.map_or(now, |held| held.max(now));
-        if let Some(pace) = &self.requests {
-            slot = slot.max(state.requests.slot(pace, now, 1));
-        }
-        if let Some(pace) = &self.tokens {
-            slot = slot.max(state.tokens.slot(pace, now, tokens));
-        }
-        if let Some(bounds) = &self.adaptive {
-            let (learned, _) = state
-                .learned
-                .get_or_insert_with(|| (bounds.start(), Tat(None)));
-            let pace = Pace {
-                per_unit: learned.interval(),
-                capacity: 1,
-            };
-            if let Some((_, tat)) = &state.learned {
-                slot = slot.max(tat.slot(&pace, now, 1));
-            }
-        }
+        let state = keys
+            .entry(key)
+            .or_insert_with(|| KeyState::new(self.adaptive.as_ref(), now));
+        // Quotas are booked from the end of a hold: sends queued during one
+        // leave paced, not together.
+        let quota_slot = state.floor(now).max(state.quota_slot(self, cost, now));
+        let mut slot = quota_slot;
+        let ticket = state.learned.as_mut().map(|l| {
+            let interval = l.rate.interval();
+            let ticket = l.schedule.take(now, interval);
+            slot = slot.max(l.schedule.time_of(ticket, interval));
+            ticket
+        });
         if deadline.is_some_and(|deadline| slot > deadline) {
+            if let Some(l) = &mut state.learned {
+                l.schedule.untake();
+            }
             return Err(GateError::PastDeadline { wait: slot - now });
         }
-        if let Some(pace) = &self.requests {
-            state.requests.book(pace, slot, 1);
+        state.book_quotas(self, cost, quota_slot);
+        if let Some(l) = &mut state.learned {
+            l.rate.on_send(now);
+            if let (Some(ticket), true) = (ticket, slot <= now) {
+                l.schedule.release(ticket, now);
+            }
         }
-        if let Some(pace) = &self.tokens {
-            state.tokens.book(pace, slot, tokens);
+        Ok(Booking {
+            slot,
+            quota_slot,
+            epoch: state.epoch,
+            ticket,
+            cost,
+            deadline,
+        })
+    }
+
+    /// A waiting send looks again at `now`: go, or wait until when? Its
+    /// quota slot is booked again if a hold voided it.
+    pub(super) fn check(
+        &self,
+        key: u64,
+        booking: &mut Booking,
+        now: Instant,
+    ) -> Result<Check, GateError> {
+        let mut keys = self.lock();
+        let Some(state) = keys.get_mut(&key) else {
+            return Ok(Check::Go);
+        };
+        if booking.epoch != state.epoch {
+            let quota_slot = state
+                .floor(now)
+                .max(state.quota_slot(self, booking.cost, now));
+            state.book_quotas(self, booking.cost, quota_slot);
+            booking.quota_slot = quota_slot;
+            booking.epoch = state.epoch;
         }
-        if let Some((learned, tat)) = &mut state.learned {
-            let pace = Pace {
-                per_unit: learned.interval(),
-                capacity: 1,
-            };
-            tat.book(&pace, slot, 1);
+        let mut slot = state.floor(now).max(booking.quota_slot);
+        if let (Some(l), Some(ticket)) = (&state.learned, booking.ticket) {
+            slot = slot.max(l.schedule.time_of(ticket, l.rate.interval()));
         }
-        Ok(slot)
+        booking.slot = slot;
+        if slot > now {
+            if booking.deadline.is_some_and(|deadline| slot > deadline) {
+                return Err(GateError::PastDeadline { wait: slot - now });
+            }
+            return Ok(Check::WaitUntil(slot));
+        }
+        if let (Some(l), Some(ticket)) = (&mut state.learned, booking.ticket) {
+            l.schedule.release(ticket, now);
+        }
+        Ok(Check::Go)
+    }
+
+    /// What wakes a send waiting on `key`'s learned rate, if it has one.
+    pub(super) fn rises(&self, key: u64) -> Option<Arc<Notify>> {
+        let keys = self.lock();
+        let learned = keys.get(&key)?.learned.as_ref()?;
+        Some(Arc::clone(&learned.rose))
     }
 
     /// Keeps every later send of `key` at or after `until`: the provider
@@ -180,29 +270,79 @@ impl Gate {
             return;
         };
         let mut keys = self.lock();
-        let state = keys.entry(key).or_insert(KeyState::NEW);
-        state.held_until = Some(state.held_until.map_or(until, |held| held.max(until)));
+        let state = keys
+            .entry(key)
+            .or_insert_with(|| KeyState::new(self.adaptive.as_ref(), now));
+        if state.held_until.is_some_and(|held| held >= until) {
+            return;
+        }
+        state.held_until = Some(until);
+        // The 429 said the upstream's bucket is empty: the quota slots
+        // handed out so far are void, and the quotas restart empty at `until`.
+        state.epoch = state.epoch.wrapping_add(1);
+        if let Some(pace) = &self.requests {
+            state.requests.empty_at(pace, until);
+        }
+        if let Some(pace) = &self.tokens {
+            state.tokens.empty_at(pace, until);
+        }
+        if let Some(l) = &mut state.learned {
+            l.schedule.rebase(l.rate.interval(), until);
+        }
     }
-}
 
-impl Gate {
-    /// Adaptive mode: a send slotted at `sent` was answered 429.
-    pub(super) fn throttled(&self, key: u64, sent: Instant, now: Instant) {
+    /// Adaptive mode: a send that went at `sent` was answered 429, naming
+    /// `named_wait` or not.
+    pub(super) fn throttled(
+        &self,
+        key: u64,
+        sent: Instant,
+        now: Instant,
+        named_wait: Option<Duration>,
+    ) {
         let Some(bounds) = &self.adaptive else { return };
-        if let Some((learned, tat)) = self.lock().get_mut(&key).and_then(|s| s.learned.as_mut()) {
-            learned.on_throttle(bounds, sent, now, tat.0.unwrap_or(now));
-            tracing::debug!(
-                rate_per_sec = learned.per_sec(),
-                "llm-retry: adaptive rate lowered"
-            );
+        let mut keys = self.lock();
+        let Some(state) = keys.get_mut(&key) else {
+            return;
+        };
+        let floor = state.floor(now);
+        let Some(l) = &mut state.learned else { return };
+        // One decrease per congestion event: the 429s of sends that went
+        // before it belong to it. The queue moves to the new rate at once
+        // (the schedule is re-based), so a 429 for a later send is news.
+        let before = l.rate.per_sec();
+        l.rate.on_throttle(bounds, sent, now, now, named_wait);
+        let after = l.rate.per_sec();
+        if after != before {
+            tracing::debug!(rate_per_sec = after, "llm-retry: adaptive rate changed");
+            l.schedule.rebase(l.rate.interval(), floor);
+            if after < before {
+                l.woken_at_rate = after;
+            } else if after >= l.woken_at_rate * WAKE_ON_RISE {
+                l.woken_at_rate = after;
+                l.rose.notify_waiters();
+            }
         }
     }
 
     /// Adaptive mode: a send succeeded.
     pub(super) fn succeeded(&self, key: u64, now: Instant) {
         let Some(bounds) = &self.adaptive else { return };
-        if let Some((learned, _)) = self.lock().get_mut(&key).and_then(|s| s.learned.as_mut()) {
-            learned.on_success(bounds, now);
+        let mut keys = self.lock();
+        let Some(state) = keys.get_mut(&key) else {
+            return;
+        };
+        let floor = state.floor(now);
+        let Some(l) = &mut state.learned else { return };
+        let before = l.rate.per_sec();
+        l.rate.on_success(bounds, now);
+        let after = l.rate.per_sec();
+        if after != before {
+            l.schedule.rebase(l.rate.interval(), floor);
+            if after >= l.woken_at_rate * WAKE_ON_RISE {
+                l.woken_at_rate = after;
+                l.rose.notify_waiters();
+            }
         }
     }
 

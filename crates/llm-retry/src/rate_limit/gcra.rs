@@ -61,6 +61,12 @@ impl Tat {
         self.0 = Some(start + pace.cost(cost));
     }
 
+    /// The upstream's bucket is empty at `at` (it answered 429): the next
+    /// unit fits one period later, whatever was booked before.
+    pub(super) fn empty_at(&mut self, pace: &Pace, at: Instant) {
+        self.0 = Some(at + pace.cost(pace.capacity()));
+    }
+
     /// Whether the key has no booking reaching past `now`.
     pub(super) fn idle(&self, now: Instant) -> bool {
         self.0.is_none_or(|tat| tat <= now)

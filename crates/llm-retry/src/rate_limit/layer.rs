@@ -64,6 +64,20 @@ impl Quotas {
         self
     }
 
+    /// Learns each key's send rate from its 429s with no bounds to
+    /// configure: a key is unpaced until its first 429, which sets its rate
+    /// (one send per wait the 429 named to the millisecond, else the
+    /// successes per second since its first send), grows it until the next
+    /// 429 in case it was low, and from there adapts as
+    /// [`adaptive`](Self::adaptive) does, never below one send per second.
+    /// This is what [`ClientLayer`](crate::ClientLayer) uses by default.
+    ///
+    /// Every 429 counts as news about the rate: an upstream that answers
+    /// 429 whatever the rate drives it down to its floor.
+    pub const fn learned(self) -> Quotas {
+        self.adaptive(1.0, f64::INFINITY)
+    }
+
     /// Adds a tokens-per-minute quota with the default burst.
     pub const fn tokens_per_minute(mut self, per_minute: u32) -> Quotas {
         self.tokens_per_minute = Some((per_minute, None));
@@ -73,12 +87,12 @@ impl Quotas {
 
 impl RateLimitLayer {
     /// A gate enforcing `quotas` per key. Invalid adaptive bounds (zero,
-    /// inverted or not finite) are rejected.
+    /// inverted, a NaN, or an infinite floor) are rejected.
     pub fn try_new(quotas: Quotas) -> Result<RateLimitLayer, crate::policy::ConfigError> {
         let adaptive = match quotas.adaptive {
             Some(bounds) => Some(bounds.checked().ok_or_else(|| {
                 crate::policy::ConfigError::invalid(format!(
-                    "adaptive rate bounds {} to {} sends/s must be finite, positive and ordered",
+                    "adaptive rate bounds {} to {} sends/s must be positive and ordered, with a finite floor",
                     bounds.min_per_sec, bounds.max_per_sec
                 ))
             })?),
@@ -90,6 +104,16 @@ impl RateLimitLayer {
         });
         layer.gate = layer.gate.with_adaptive(adaptive);
         Ok(layer)
+    }
+
+    /// A gate with no quota that learns each key's rate from its 429s
+    /// ([`Quotas::learned`]): unpaced until a key's first 429. The default
+    /// gate of [`ClientLayer`](crate::ClientLayer).
+    pub fn learned() -> RateLimitLayer {
+        let quotas = Quotas::none().learned();
+        RateLimitLayer {
+            gate: Gate::new(None, None, quotas.adaptive),
+        }
     }
 
     /// A gate enforcing `quotas` per key (adaptive bounds are ignored:

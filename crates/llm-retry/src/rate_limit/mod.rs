@@ -34,16 +34,18 @@
 //! is not handed back.
 
 mod adaptive;
+mod error;
 mod future;
 mod gate;
 mod gcra;
 mod key;
 mod layer;
+mod schedule;
 mod service;
 
 pub use adaptive::AdaptiveRate;
+pub use error::GateError;
 pub use future::ResponseFuture;
-pub use gate::GateError;
 pub use key::{RateKey, TokenCost};
 pub use layer::{Quotas, RateLimitLayer};
 pub use service::RateLimit;

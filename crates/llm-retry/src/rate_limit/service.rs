@@ -61,8 +61,8 @@ where
         let ready = self.inner.clone();
         let now = Instant::now();
         match self.gate.reserve(key, cost, now, deadline) {
-            Ok(slot) => {
-                let wait = slot.saturating_duration_since(now);
+            Ok(booking) => {
+                let wait = booking.slot.saturating_duration_since(now);
                 if !wait.is_zero() {
                     tracing::debug!(
                         wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
@@ -70,7 +70,7 @@ where
                     );
                 }
                 crate::observe::gate_wait(wait);
-                ResponseFuture::waiting(ready, request, slot, self.gate.clone(), key)
+                ResponseFuture::queued(ready, request, self.gate.clone(), key, booking)
             }
             Err(refused) => {
                 tracing::warn!(error = %refused, "llm-retry: rate limit refused a send");

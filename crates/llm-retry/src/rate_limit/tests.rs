@@ -307,3 +307,91 @@ async fn a_send_waiting_for_its_slot_holds_no_inner_readiness() {
         [0, 1_000]
     );
 }
+
+/// A learned rate's queue on the gate itself: `(ticket booking, slot)` of
+/// sends queued at `now` on key 1.
+fn queue(gate: &gate::Gate, n: usize) -> Vec<gate::Booking> {
+    (0..n)
+        .map(|_| gate.reserve(1, 0, Instant::now(), None).unwrap())
+        .collect()
+}
+
+fn after_start(booking: &gate::Booking, start: Instant) -> Duration {
+    booking.slot - start
+}
+
+/// A learning gate whose key 1 has learned one send a second: its first
+/// send went at the start, five successes came back over 5 s, then a 429.
+/// Returns the instant the key learned it (now).
+async fn one_per_second(gate: &gate::Gate) -> Instant {
+    let first = queue(gate, 1);
+    for _ in 0..5 {
+        gate.succeeded(1, first[0].slot);
+    }
+    tokio::time::advance(Duration::from_secs(5)).await;
+    let now = Instant::now();
+    gate.throttled(1, now, now, None);
+    now
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rising_learned_rate_paces_from_the_last_send_not_from_history() {
+    let gate = gate::Gate::new(None, None, Quotas::none().learned().adaptive);
+    let start = one_per_second(&gate).await;
+    // Five sends go at that rate, one a second from now (the last send was
+    // 5 s ago), and report nothing yet.
+    for mut booking in queue(&gate, 5) {
+        tokio::time::sleep_until(booking.slot).await;
+        assert_eq!(
+            gate.check(1, &mut booking, Instant::now()),
+            Ok(gate::Check::Go)
+        );
+    }
+    assert_eq!(start.elapsed(), Duration::from_secs(4));
+    let mut waiting = queue(&gate, 3);
+    // A second of success raises the rate by a quarter (slow start after a
+    // measured estimate). The queue must go on from the last send, 0.8 s
+    // apart — not from the schedule's start, where the new rate would put
+    // all three in the past and send them at once.
+    gate.succeeded(1, Instant::now());
+    let now = Instant::now();
+    let slots: Vec<Duration> = waiting
+        .iter_mut()
+        .map(|booking| match gate.check(1, booking, now).unwrap() {
+            gate::Check::WaitUntil(_) => after_start(booking, start),
+            gate::Check::Go => Duration::ZERO,
+        })
+        .collect();
+    let ms = Duration::from_millis;
+    assert_eq!(slots, [ms(4_800), ms(5_600), ms(6_400)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rise_wakes_the_waiting_sends_and_a_hold_moves_them_back() {
+    let gate = gate::Gate::new(None, None, Quotas::none().learned().adaptive);
+    let start = one_per_second(&gate).await;
+    // The first goes at once; the others are a second apart.
+    let mut waiting = queue(&gate, 3);
+    assert_eq!(after_start(&waiting[2], start), Duration::from_secs(2));
+    let rose = gate.rises(1).unwrap().notified_owned();
+    tokio::time::advance(Duration::from_millis(500)).await;
+    gate.succeeded(1, Instant::now());
+    // Woken, the second send finds its slot earlier than the 1 s it was given.
+    tokio::time::timeout(Duration::ZERO, rose).await.unwrap();
+    let now = Instant::now();
+    assert!(matches!(
+        gate.check(1, &mut waiting[1], now),
+        Ok(gate::Check::WaitUntil(slot)) if slot - start < Duration::from_secs(1)
+    ));
+    // A 429 naming 10 s holds the key: both now wait for the hold, in order.
+    gate.hold(1, now, Duration::from_secs(10));
+    let a = gate.check(1, &mut waiting[1], now).unwrap();
+    let b = gate.check(1, &mut waiting[2], now).unwrap();
+    match (a, b) {
+        (gate::Check::WaitUntil(a), gate::Check::WaitUntil(b)) => {
+            assert_eq!(a - now, Duration::from_secs(10));
+            assert!(b > a);
+        }
+        other => panic!("{other:?}"),
+    }
+}

@@ -2,6 +2,7 @@
 //! the request template, the account, hooks and tracing.
 
 use crate::budget::WaitPermit;
+use crate::classify::{Classification, RetryableKind};
 use crate::error::{BoxError, RetryError};
 use crate::hooks::{RetryEvent, SharedHooks};
 use crate::policy::{
@@ -32,6 +33,8 @@ pub(super) struct AttemptCtx<B> {
     pub(super) policy: RetryPolicy,
     pub(super) hooks: SharedHooks,
     pub(super) state: RetryState,
+    /// A gate under this layer paces the key: 429 retries spend no budget.
+    gate_paced: bool,
     span: Span,
 }
 
@@ -42,6 +45,7 @@ impl<B> AttemptCtx<B> {
         body: ReplayBody<B>,
         policy: RetryPolicy,
         hooks: SharedHooks,
+        gate_paced: bool,
     ) -> (AttemptCtx<B>, Request<ReplayBody<B>>) {
         // Only method, host and path: a query string or header may hold a key.
         let span = tracing::info_span!(
@@ -70,6 +74,7 @@ impl<B> AttemptCtx<B> {
             policy,
             hooks,
             state,
+            gate_paced,
             span,
         };
         (ctx, first)
@@ -122,7 +127,14 @@ impl<B> AttemptCtx<B> {
         if let Err(stop) = self.prepare_next() {
             return Step::Finish(self.finish(stop));
         }
-        let permit = match self.spend_budget(delay) {
+        let paced = self.gate_paced
+            && judgement.class == Classification::Retryable(RetryableKind::RateLimited);
+        let spent = if paced {
+            Ok(None)
+        } else {
+            self.spend_budget(delay)
+        };
+        let permit = match spent {
             Ok(permit) => permit,
             Err(stop) => {
                 self.next = None;

@@ -84,8 +84,9 @@ where
         body: ReplayBody<B>,
         policy: RetryPolicy,
         hooks: SharedHooks,
+        gate_paced: bool,
     ) -> ResponseFuture<S, B, ResBody> {
-        let (ctx, first) = AttemptCtx::new(parts, body, policy, hooks);
+        let (ctx, first) = AttemptCtx::new(parts, body, policy, hooks, gate_paced);
         let future = {
             let _entered = ctx.span().enter();
             ready.call(first)

@@ -1,0 +1,248 @@
+//! The adaptive rate's arithmetic, step by step.
+#![allow(clippy::unwrap_used)]
+
+use super::*;
+
+const BOUNDS: AdaptiveRate = AdaptiveRate {
+    min_per_sec: 1.0,
+    max_per_sec: 100.0,
+};
+
+#[test]
+fn after_a_decrease_the_rate_regains_quickly_then_probes_slowly() {
+    let mut learned = BOUNDS.start();
+    let t0 = Instant::now();
+    learned.per_sec = 50.0;
+    learned.on_throttle(&BOUNDS, t0, t0, t0, None);
+    assert!((learned.per_sec() - 50.0 * DECREASE).abs() < 1e-9);
+    // Successes every 10 ms for 3 s: most of the gap to the target closes.
+    let target = 50.0 * REGAIN_TARGET;
+    let mut at = t0;
+    for _ in 0..300 {
+        at += Duration::from_millis(10);
+        learned.on_success(&BOUNDS, at);
+    }
+    let regained = learned.per_sec();
+    assert!(regained > target - 1.0 && regained <= target, "{regained}");
+    // Past the regain target only the slow probe (1 /s per second) remains.
+    for _ in 0..100 {
+        at += Duration::from_millis(10);
+        learned.on_success(&BOUNDS, at);
+    }
+    assert!(learned.per_sec() - regained < 1.1, "{}", learned.per_sec());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_burst_of_429s_is_one_decrease() {
+    let mut learned = BOUNDS.start();
+    let sent = Instant::now();
+    tokio::time::advance(Duration::from_millis(10)).await;
+    for _ in 0..50 {
+        learned.on_throttle(&BOUNDS, sent, Instant::now(), sent, None);
+    }
+    assert!((learned.per_sec() - 100.0 * DECREASE).abs() < 1e-9);
+    tokio::time::advance(Duration::from_millis(10)).await;
+    learned.on_throttle(&BOUNDS, Instant::now(), Instant::now(), sent, None);
+    assert!(
+        (learned.per_sec() - 100.0 * DECREASE * DECREASE).abs() < 1e-9,
+        "a later send's 429 is a new event"
+    );
+}
+
+#[test]
+fn the_rate_stays_inside_its_bounds() {
+    let mut learned = BOUNDS.start();
+    let now = Instant::now();
+    // Each decrease after the first waits for ten answers: 1 000 429s are
+    // a hundred decreases.
+    for _ in 0..1000 {
+        learned.quiet_until = None;
+        learned.on_throttle(&BOUNDS, now, now, now, None);
+    }
+    assert_eq!(learned.per_sec(), 1.0);
+    let mut at = now;
+    learned.on_success(&BOUNDS, at);
+    for _ in 0..200 {
+        at += Duration::from_secs(1);
+        learned.on_success(&BOUNDS, at);
+    }
+    assert_eq!(learned.per_sec(), 100.0);
+    assert_eq!(learned.interval(), Duration::from_millis(10));
+    assert!(AdaptiveRate {
+        min_per_sec: 0.0,
+        max_per_sec: 1.0
+    }
+    .checked()
+    .is_none());
+    assert!(AdaptiveRate {
+        min_per_sec: 2.0,
+        max_per_sec: 1.0
+    }
+    .checked()
+    .is_none());
+    assert!(AdaptiveRate {
+        min_per_sec: 1.0,
+        max_per_sec: f64::NAN
+    }
+    .checked()
+    .is_none());
+}
+
+mod unbounded {
+    use super::*;
+
+    const UNBOUNDED: AdaptiveRate = AdaptiveRate {
+        min_per_sec: 1.0,
+        max_per_sec: f64::INFINITY,
+    };
+
+    #[test]
+    fn without_a_ceiling_the_key_is_unpaced_until_its_first_429() {
+        let learned = UNBOUNDED.checked().unwrap().start();
+        assert_eq!(learned.interval(), Duration::ZERO);
+    }
+
+    #[test]
+    fn the_first_rate_is_the_measured_success_rate() {
+        let mut learned = UNBOUNDED.start();
+        let t0 = Instant::now();
+        for _ in 0..200 {
+            learned.on_send(t0);
+        }
+        // 40 successes in the first 200 ms, then a 429: 200 per second.
+        for i in 0..40 {
+            learned.on_success(&UNBOUNDED, t0 + Duration::from_millis(5 * i));
+        }
+        let at = t0 + Duration::from_millis(200);
+        learned.on_throttle(&UNBOUNDED, at, at, at, None);
+        assert!(
+            (learned.per_sec() - 200.0).abs() < 1e-9,
+            "{}",
+            learned.per_sec()
+        );
+        // From here on it is the usual decrease, regain and probe.
+        let later = at + Duration::from_millis(50);
+        learned.on_throttle(&UNBOUNDED, later, later, later, None);
+        assert!((learned.per_sec() - 200.0 * DECREASE).abs() < 1e-9);
+        let mut t = later;
+        for _ in 0..1000 {
+            t += Duration::from_millis(10);
+            learned.on_success(&UNBOUNDED, t);
+        }
+        // Regained most of 200 within seconds, then probed by 2 /s per second.
+        let rate = learned.per_sec();
+        let regained = 200.0 * REGAIN_TARGET;
+        assert!(
+            rate > regained && rate < regained + 2.0 * 10.0 + 1.0,
+            "{rate}"
+        );
+    }
+
+    #[test]
+    fn before_any_success_the_first_rate_is_low_and_slow_start_lifts_it() {
+        // Long calls: a 429 comes back before any success does. One send
+        // per 100 ms so far is all that is known to get through.
+        let mut learned = UNBOUNDED.start();
+        let t0 = Instant::now();
+        learned.on_send(t0);
+        let at = t0 + Duration::from_millis(100);
+        assert!(learned.on_throttle(&UNBOUNDED, at, at, at, None));
+        assert!(
+            (learned.per_sec() - 10.0).abs() < 1e-9,
+            "{}",
+            learned.per_sec()
+        );
+        // Three seconds of successes: slow start doubles it each second.
+        let mut t = at;
+        for _ in 0..300 {
+            t += Duration::from_millis(10);
+            learned.on_success(&UNBOUNDED, t);
+        }
+        assert!(
+            (learned.per_sec() - 80.0).abs() < 1.0,
+            "{}",
+            learned.per_sec()
+        );
+        // The next 429 ends slow start: a decrease, then only regain and probe.
+        learned.on_throttle(&UNBOUNDED, t, t, t, None);
+        let low = learned.per_sec();
+        for _ in 0..100 {
+            t += Duration::from_millis(10);
+            learned.on_success(&UNBOUNDED, t);
+        }
+        assert!(
+            learned.per_sec() < low * 1.5,
+            "{} from {low}",
+            learned.per_sec()
+        );
+    }
+
+    #[test]
+    fn a_first_estimate_never_falls_below_the_floor() {
+        let mut learned = UNBOUNDED.start();
+        let t0 = Instant::now();
+        learned.on_send(t0);
+        for i in 1..=5 {
+            learned.on_success(&UNBOUNDED, t0 + Duration::from_secs(10 * i));
+        }
+        let at = t0 + Duration::from_secs(60);
+        learned.on_throttle(&UNBOUNDED, at, at, at, None);
+        assert_eq!(learned.per_sec(), 1.0);
+    }
+}
+
+/// Drives `learned` for `secs` seconds in 10 ms ticks: each tick sends
+/// what the rate allows (at most `demand` a second), answered at once by
+/// `answer(n)` (true: success; n counts sends). Returns the final rate.
+fn drive(
+    learned: &mut Learned,
+    bounds: &AdaptiveRate,
+    demand: f64,
+    secs: u32,
+    mut answer: impl FnMut(u64, Instant) -> bool,
+) -> f64 {
+    let t0 = Instant::now();
+    let mut credit = 0.0;
+    let mut n = 0u64;
+    for tick in 1..=secs * 100 {
+        let now = t0 + Duration::from_millis(u64::from(tick) * 10);
+        credit += learned.per_sec().min(demand) * 0.01;
+        while credit >= 1.0 {
+            credit -= 1.0;
+            n += 1;
+            learned.on_send(now);
+            if answer(n, now) {
+                learned.on_success(bounds, now);
+            } else {
+                learned.on_throttle(bounds, now, now, now, None);
+            }
+        }
+    }
+    learned.per_sec()
+}
+
+#[test]
+fn a_rate_limit_brings_the_rate_down_to_it_and_keeps_it_near() {
+    // A token bucket of 50 a second (bursts of 2); the clients want 400.
+    let bounds = AdaptiveRate {
+        min_per_sec: 1.0,
+        max_per_sec: f64::INFINITY,
+    };
+    let mut learned = bounds.start();
+    let (mut tokens, mut last) = (2.0f64, Instant::now());
+    let mut throttled = 0u32;
+    let rate = drive(&mut learned, &bounds, 400.0, 30, |_, now| {
+        tokens = (tokens + 50.0 * (now - last).as_secs_f64()).min(2.0);
+        last = now;
+        let ok = tokens >= 1.0;
+        if ok {
+            tokens -= 1.0;
+        } else {
+            throttled += 1;
+        }
+        ok
+    });
+    assert!(rate > 30.0 && rate < 65.0, "{rate}");
+    // 30 s at about 50 a second: the 429s are a small share of ~1 500 sends.
+    assert!(throttled < 300, "{throttled}");
+}

@@ -1,0 +1,165 @@
+//! The release schedule of a learned rate: numbered tickets, first in,
+//! first out, whose times follow the rate as it changes.
+//!
+//! A fixed quota can hand out fixed slots. A learned rate cannot: it moves
+//! while sends wait, and a slot computed at yesterday's rate keeps a queue
+//! too slow after an increase or too fast after a 429. So a waiting send
+//! holds a ticket, not a time. The ticket's time is `base_time + (ticket −
+//! base_ticket) × interval` under the schedule *as it is when the send
+//! looks*; every change of rate or hold re-bases the schedule at the first
+//! unreleased ticket. Times grow with ticket numbers under any schedule,
+//! so the queue stays first in, first out whoever wakes first.
+
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// One key's schedule.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Schedule {
+    /// The ticket that goes at `base_time`.
+    base_ticket: u64,
+    base_time: Instant,
+    /// The next ticket handed out.
+    next_ticket: u64,
+    /// The highest ticket released so far, and when the last one was.
+    released: Option<(u64, Instant)>,
+}
+
+impl Schedule {
+    pub(super) fn new(now: Instant) -> Schedule {
+        Schedule {
+            base_ticket: 0,
+            base_time: now,
+            next_ticket: 0,
+            released: None,
+        }
+    }
+
+    /// When `ticket` may go at `interval` between sends.
+    pub(super) fn time_of(&self, ticket: u64, interval: Duration) -> Instant {
+        let ahead = ticket.saturating_sub(self.base_ticket);
+        let offset = interval
+            .checked_mul(u32::try_from(ahead).unwrap_or(u32::MAX))
+            .unwrap_or(Duration::from_secs(u64::from(u32::MAX)));
+        self.base_time.checked_add(offset).unwrap_or(self.base_time)
+    }
+
+    /// The time the last ticket handed out would go: the end of the queue.
+    pub(super) fn end(&self, interval: Duration) -> Instant {
+        self.time_of(self.next_ticket.saturating_sub(1), interval)
+    }
+
+    /// Hands out the next ticket at `now`. A schedule fallen behind (an
+    /// idle key) restarts at `now`, so idle time never becomes a burst.
+    pub(super) fn take(&mut self, now: Instant, interval: Duration) -> u64 {
+        let ticket = self.next_ticket;
+        if self.time_of(ticket, interval) < now {
+            self.base_ticket = ticket;
+            self.base_time = now;
+        }
+        self.next_ticket = ticket.saturating_add(1);
+        ticket
+    }
+
+    /// Takes back the ticket just handed out (its send was refused).
+    pub(super) fn untake(&mut self) {
+        self.next_ticket = self.next_ticket.saturating_sub(1);
+    }
+
+    /// `ticket` was sent at `now`.
+    pub(super) fn release(&mut self, ticket: u64, now: Instant) {
+        let highest = self.released.map_or(ticket, |(t, _)| t.max(ticket));
+        self.released = Some((highest, now));
+    }
+
+    /// The rate or the earliest start changed: the first unreleased ticket
+    /// goes one `interval` after the last release, and not before `floor`.
+    pub(super) fn rebase(&mut self, interval: Duration, floor: Instant) {
+        let (ticket, at) = match self.released {
+            Some((ticket, at)) => (ticket.saturating_add(1), at + interval),
+            None => (0, floor),
+        };
+        self.base_ticket = ticket.min(self.next_ticket);
+        self.base_time = at.max(floor);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    const MS: fn(u64) -> Duration = Duration::from_millis;
+
+    #[tokio::test(start_paused = true)]
+    async fn tickets_follow_the_rate_in_force_when_they_look() {
+        let t0 = Instant::now();
+        let mut s = Schedule::new(t0);
+        let tickets: Vec<u64> = (0..5).map(|_| s.take(t0, MS(100))).collect();
+        assert_eq!(tickets, [0, 1, 2, 3, 4]);
+        assert_eq!(s.time_of(4, MS(100)) - t0, MS(400));
+        // Ticket 0 goes; then the rate doubles: the rest move earlier, in order.
+        s.release(0, t0);
+        s.rebase(MS(50), t0);
+        let times: Vec<Duration> = (1..5).map(|t| s.time_of(t, MS(50)) - t0).collect();
+        assert_eq!(times, [MS(50), MS(100), MS(150), MS(200)]);
+        // A hold until 1 s: the queue starts there, paced.
+        s.rebase(MS(50), t0 + MS(1000));
+        assert_eq!(s.time_of(1, MS(50)) - t0, MS(1000));
+        assert_eq!(s.time_of(3, MS(50)) - t0, MS(1100));
+        assert_eq!(s.end(MS(50)) - t0, MS(1150));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_key_does_not_bank_a_burst() {
+        let t0 = Instant::now();
+        let mut s = Schedule::new(t0);
+        let first = s.take(t0, MS(100));
+        s.release(first, t0);
+        let later = t0 + Duration::from_secs(60);
+        let a = s.take(later, MS(100));
+        let b = s.take(later, MS(100));
+        assert_eq!(s.time_of(a, MS(100)), later);
+        assert_eq!(s.time_of(b, MS(100)) - later, MS(100));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn times_grow_with_tickets_under_any_changes(
+            steps in proptest::collection::vec((0u8..4, 1u64..200, 0u64..300), 1..80),
+        ) {
+            let t0 = Instant::now();
+            let mut s = Schedule::new(t0);
+            let mut now = t0;
+            let mut interval = MS(10);
+            let mut waiting: Vec<u64> = Vec::new();
+            for (op, ms, gap) in steps {
+                now += MS(gap);
+                match op {
+                    0 => waiting.push(s.take(now, interval)),
+                    1 => {
+                        if !waiting.is_empty() {
+                            let ticket = waiting.remove(0);
+                            s.release(ticket, now);
+                        }
+                    }
+                    2 => {
+                        interval = MS(ms);
+                        s.rebase(interval, now);
+                    }
+                    _ => s.rebase(interval, now + MS(ms)),
+                }
+                for pair in waiting.windows(2) {
+                    let (a, b) = (pair[0], pair[1]);
+                    let (ta, tb) = (s.time_of(a, interval), s.time_of(b, interval));
+                    proptest::prop_assert!(ta <= tb, "first in, first out");
+                    let spacing = interval * u32::try_from(b - a).unwrap();
+                    proptest::prop_assert!(tb - ta <= spacing, "never slower than the rate");
+                    if a >= s.base_ticket {
+                        proptest::prop_assert_eq!(tb - ta, spacing, "never faster either");
+                    }
+                }
+            }
+        }
+    }
+}
