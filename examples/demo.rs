@@ -1,20 +1,25 @@
-//! The demo: a few hundred concurrent LLM calls against a flaky upstream,
-//! once bare and once through `RetryLayer`, side by side.
+//! The demo: a few hundred concurrent LLM calls against a flaky,
+//! rate-limited upstream — bare, through `RetryLayer` alone, and through
+//! `ClientLayer` (the recommended stack: retries with a shared budget over
+//! a rate-limit gate that learns the key's rate, over the stream guard) —
+//! side by side.
 //!
 //! ```text
 //! cargo run --example demo
 //! ```
 //!
-//! The upstream is `llm-retry-mock` on 127.0.0.1 with a seeded mix of what
-//! real providers send: 429 with and without `Retry-After`, 529 overloads,
-//! 5xx, resets before headers and `x-should-retry: false`.
+//! The upstream is `llm-retry-mock` on 127.0.0.1: a token bucket of 100
+//! requests a second that answers 429 with the time to its next token when
+//! empty, as providers' rate limits do, and behind it a seeded mix of what
+//! real providers send: 529 overloads, 5xx, resets before headers and
+//! `x-should-retry: false`. Each column gets a fresh upstream.
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use llm_retry::backoff::Jitter;
-use llm_retry::{BoxError, RetryLayer, RetryPolicy, RetryReport};
+use llm_retry::{BoxError, ClientLayer, RetryLayer, RetryPolicy, RetryReport};
 use llm_retry_mock::{MockServer, Reply, Route, Script};
 use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -23,6 +28,9 @@ use std::time::{Duration, Instant};
 use tower::{Service, ServiceBuilder, ServiceExt};
 
 const REQUESTS: usize = 300;
+/// The upstream's rate limit: requests a second, and how many at once.
+const RATE: u32 = 100;
+const BURST: u32 = 20;
 const PROMPT: &str = r#"{"model":"claude-sonnet-4-5","max_tokens":256,"messages":[{"role":"user","content":"Hello"}]}"#;
 
 /// What one run measured.
@@ -52,29 +60,28 @@ type Verdict = (bool, u32, Option<String>);
 
 fn upstream_script() -> Script {
     let ok = Reply::anthropic_ok("Hello! How can I help?").delay(Duration::from_millis(20));
+    let admitted = Route::mix([
+        (71, ok),
+        (10, Reply::overloaded()),
+        (
+            6,
+            Reply::anthropic_error(503, "api_error", "Service unavailable"),
+        ),
+        (
+            5,
+            Reply::anthropic_error(500, "api_error", "Internal server error"),
+        ),
+        (4, Reply::reset_before_headers()),
+        (2, Reply::anthropic_error(502, "api_error", "Bad gateway")),
+        (
+            2,
+            Reply::anthropic_error(503, "api_error", "Gateway gave up")
+                .header("x-should-retry", "false"),
+        ),
+    ]);
     Script::new().seed(2026).route(
         "/v1/messages",
-        Route::mix([
-            (50, ok),
-            (10, Reply::rate_limited(Some(1))),
-            (8, Reply::rate_limited(None)),
-            (10, Reply::overloaded()),
-            (
-                6,
-                Reply::anthropic_error(503, "api_error", "Service unavailable"),
-            ),
-            (
-                5,
-                Reply::anthropic_error(500, "api_error", "Internal server error"),
-            ),
-            (4, Reply::reset_before_headers()),
-            (2, Reply::anthropic_error(502, "api_error", "Bad gateway")),
-            (
-                2,
-                Reply::anthropic_error(503, "api_error", "Gateway gave up")
-                    .header("x-should-retry", "false"),
-            ),
-        ]),
+        Route::capacity(RATE, BURST, Reply::rate_limited(None), admitted),
     )
 }
 
@@ -98,7 +105,7 @@ fn request<B>(url: &str, body: B) -> Result<http::Request<B>, BoxError> {
 }
 
 /// Runs `REQUESTS` concurrent calls through `svc`, showing progress.
-async fn run<S, F>(label: &str, svc: S, mock: &MockServer, judge: F) -> Result<Tally, BoxError>
+async fn run<S, F>(label: &str, svc: S, judge: F) -> Result<Tally, BoxError>
 where
     S: Service<http::Request<Full<Bytes>>> + Clone + Send + 'static,
     S::Future: Send,
@@ -111,7 +118,7 @@ where
         + Sync
         + 'static,
 {
-    mock.reset_records();
+    let mock = MockServer::start(upstream_script()).await?;
     let url = mock.url("/v1/messages");
     let finished = Arc::new(AtomicUsize::new(0));
     let judge = Arc::new(judge);
@@ -172,6 +179,7 @@ where
     tally.wall = started.elapsed();
     tally.sends = mock.request_count();
     tally.latencies.sort();
+    mock.shutdown().await;
     Ok(tally)
 }
 
@@ -183,63 +191,111 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[rank.min(sorted.len() - 1)]
 }
 
-fn print_table(bare: &Tally, retried: &Tally) {
-    let ms = |d: Duration| format!("{:.0} ms", d.as_secs_f64() * 1000.0);
-    let rows: [(&str, String, String); 7] = [
-        (
-            "succeeded",
-            format!("{}/{REQUESTS}", bare.succeeded),
-            format!("{}/{REQUESTS}", retried.succeeded),
-        ),
-        (
-            "failed",
-            bare.failed.to_string(),
-            retried.failed.to_string(),
-        ),
-        (
-            "upstream sends per request",
-            format!("{:.2}", bare.sends as f64 / REQUESTS as f64),
-            format!("{:.2}", retried.sends as f64 / REQUESTS as f64),
-        ),
-        (
-            "server-named waits honoured",
-            bare.waits_honoured.to_string(),
-            retried.waits_honoured.to_string(),
-        ),
-        (
-            "p50 latency",
-            ms(percentile(&bare.latencies, 50.0)),
-            ms(percentile(&retried.latencies, 50.0)),
-        ),
-        (
-            "p99 latency",
-            ms(percentile(&bare.latencies, 99.0)),
-            ms(percentile(&retried.latencies, 99.0)),
-        ),
-        ("wall time", ms(bare.wall), ms(retried.wall)),
+/// How one row of the table reads a column's tally.
+type Cell = fn(&Tally) -> String;
+
+fn print_table(columns: [(&str, &Tally); 3]) {
+    let rows: [(&str, Cell); 7] = [
+        ("succeeded", |t| format!("{}/{REQUESTS}", t.succeeded)),
+        ("failed", |t| t.failed.to_string()),
+        ("upstream sends per request", |t| {
+            format!("{:.2}", t.sends as f64 / REQUESTS as f64)
+        }),
+        ("server-named waits honoured", |t| {
+            t.waits_honoured.to_string()
+        }),
+        ("p50 latency", |t| {
+            format!(
+                "{:.0} ms",
+                percentile(&t.latencies, 50.0).as_secs_f64() * 1000.0
+            )
+        }),
+        ("p99 latency", |t| {
+            format!(
+                "{:.0} ms",
+                percentile(&t.latencies, 99.0).as_secs_f64() * 1000.0
+            )
+        }),
+        ("wall time", |t| {
+            format!("{:.0} ms", t.wall.as_secs_f64() * 1000.0)
+        }),
     ];
     println!();
-    println!("{:<30} {:>14} {:>16}", "", "bare client", "with RetryLayer");
-    println!("{}", "-".repeat(62));
-    for (name, a, b) in rows {
-        println!("{name:<30} {a:>14} {b:>16}");
+    print!("{:<30}", "");
+    for (name, _) in &columns {
+        print!(" {name:>14}");
     }
+    println!();
+    println!("{}", "-".repeat(30 + 15 * columns.len()));
+    for (row, value) in rows {
+        print!("{row:<30}");
+        for (_, tally) in &columns {
+            print!(" {:>14}", value(tally));
+        }
+        println!();
+    }
+}
+
+/// Why the requests through a retrying stack that failed stopped.
+fn print_stops(label: &str, tally: &Tally) {
+    if tally.stops.is_empty() {
+        return;
+    }
+    println!();
+    println!("why the requests that failed through {label} stopped:");
+    for (stop, count) in &tally.stops {
+        println!("  {count:>4} x {stop}");
+    }
+}
+
+/// Reads a retrying stack's result: success, waits honoured, why it stopped.
+fn judge_retried<B>(
+    result: Result<http::Response<B>, BoxError>,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = Verdict> + Send>>
+where
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+{
+    Box::pin(async move {
+        match result {
+            Ok(res) => {
+                let report = res.extensions().get::<RetryReport>().cloned();
+                let status = res.status();
+                let ok = res.into_body().collect().await.is_ok() && status.is_success();
+                let waits = report.as_ref().map_or(0, |r| r.server_waits_honoured);
+                let stop = report
+                    .filter(|_| !ok)
+                    .map(|r| format!("{}: {}", status.as_u16(), r.stop));
+                (ok, waits, stop)
+            }
+            Err(e) => match e.downcast_ref::<llm_retry::RetryError>() {
+                Some(e) => {
+                    let report = e.report();
+                    (
+                        false,
+                        report.server_waits_honoured,
+                        Some(report.stop.to_string()),
+                    )
+                }
+                None => (false, 0, Some(e.to_string())),
+            },
+        }
+    })
 }
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
-    let mock = MockServer::start(upstream_script()).await?;
     println!(
-        "llm-retry demo: {REQUESTS} concurrent requests to a flaky mock upstream at {}",
-        mock.url("")
+        "llm-retry demo: {REQUESTS} concurrent requests, three times, each to a fresh mock upstream"
     );
     println!(
-        "fault mix: 50% ok, 18% 429 (10% with Retry-After: 1), 10% 529, 13% 5xx, \
-         4% reset before headers, 2% 503 with x-should-retry: false"
+        "upstream: a token bucket of {RATE} req/s (bursts of {BURST}) answering 429 with the time \
+         to its next token; past it 71% ok, 10% 529, 13% 5xx, 4% reset before headers, \
+         2% 503 with x-should-retry: false"
     );
 
     let bare_client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
-    let bare = run("bare client", bare_client, &mock, |result| {
+    let bare = run("bare client", bare_client, |result| {
         Box::pin(async move {
             match result {
                 Ok(res) => {
@@ -253,46 +309,29 @@ async fn main() -> Result<(), BoxError> {
     })
     .await?;
 
-    let policy = demo_policy()?;
-    let retry_client = Client::builder(TokioExecutor::new()).build_http();
-    let retrying = ServiceBuilder::new()
-        .layer(RetryLayer::new(policy))
-        .service(retry_client);
-    let retried = run("with RetryLayer", retrying, &mock, |result| {
-        Box::pin(async move {
-            match result {
-                Ok(res) => {
-                    let report = res.extensions().get::<RetryReport>().cloned();
-                    let status = res.status();
-                    let ok = res.into_body().collect().await.is_ok() && status.is_success();
-                    let waits = report.as_ref().map_or(0, |r| r.server_waits_honoured);
-                    let stop = report
-                        .filter(|_| !ok)
-                        .map(|r| format!("{}: {}", status.as_u16(), r.stop));
-                    (ok, waits, stop)
-                }
-                Err(e) => match e.downcast_ref::<llm_retry::RetryError>() {
-                    Some(e) => {
-                        let report = e.report();
-                        (
-                            false,
-                            report.server_waits_honoured,
-                            Some(report.stop.to_string()),
-                        )
-                    }
-                    None => (false, 0, Some(e.to_string())),
-                },
-            }
-        })
-    })
-    .await?;
+    let retry_only = ServiceBuilder::new()
+        .layer(RetryLayer::new(demo_policy()?))
+        .service(Client::builder(TokioExecutor::new()).build_http());
+    let alone = run("RetryLayer", retry_only, judge_retried).await?;
 
-    print_table(&bare, &retried);
+    let stack = ServiceBuilder::new()
+        .layer(ClientLayer::new(demo_policy()?))
+        .service(Client::builder(TokioExecutor::new()).build_http());
+    let client_layer = run("ClientLayer", stack, judge_retried).await?;
+
+    print_table([
+        ("bare client", &bare),
+        ("RetryLayer", &alone),
+        ("ClientLayer", &client_layer),
+    ]);
+    print_stops("RetryLayer", &alone);
+    print_stops("ClientLayer", &client_layer);
     println!();
-    println!("why the requests that failed through RetryLayer stopped:");
-    for (stop, count) in &retried.stops {
-        println!("  {count:>4} x {stop}");
-    }
-    mock.shutdown().await;
+    println!(
+        "RetryLayer alone honours each 429's wait per request, so the requests come back \
+         together and spend the shared retry budget (20% + 10/s). ClientLayer's gate holds \
+         every request to the key for the wait one 429 named and learns the key's rate: the \
+         requests queue instead of colliding."
+    );
     Ok(())
 }

@@ -17,6 +17,8 @@ pub(crate) struct Config {
     pub(crate) latency: Duration,
     pub(crate) outage: Duration,
     pub(crate) docs: Option<PathBuf>,
+    /// Run only the policies whose label contains this (no docs written).
+    pub(crate) only: Option<String>,
 }
 
 const USAGE: &str = "\
@@ -31,10 +33,12 @@ usage: cargo run --release --example storm -- [options]
   --outage-secs N  length of the 503 window                (STORM_OUTAGE_SECS, 3)
   --docs DIR       where storm.md and storm.svg go         (STORM_DOCS, <workspace>/docs)
   --no-docs        print only, write nothing
+  --only TEXT      run only the policies whose label contains TEXT; writes nothing
+                                                           (STORM_ONLY)
 ";
 
 /// Option names and their environment variables.
-const OPTIONS: [(&str, &str); 8] = [
+const OPTIONS: [(&str, &str); 9] = [
     ("capacity", "STORM_CAPACITY"),
     ("burst", "STORM_BURST"),
     ("clients", "STORM_CLIENTS"),
@@ -43,6 +47,7 @@ const OPTIONS: [(&str, &str); 8] = [
     ("latency-ms", "STORM_LATENCY_MS"),
     ("outage-secs", "STORM_OUTAGE_SECS"),
     ("docs", "STORM_DOCS"),
+    ("only", "STORM_ONLY"),
 ];
 
 impl Config {
@@ -57,6 +62,7 @@ impl Config {
             latency: Duration::from_millis(20),
             outage: Duration::from_secs(3),
             docs: None,
+            only: None,
         }
     }
 
@@ -123,7 +129,8 @@ impl Config {
             seed: num(&values, "seed", d.seed)?,
             latency: Duration::from_millis(num(&values, "latency-ms", 20)?),
             outage: Duration::from_secs_f64(num(&values, "outage-secs", 3.0)?),
-            docs: match (no_docs, values.get("docs")) {
+            only: values.get("only").filter(|o| !o.is_empty()).cloned(),
+            docs: match (no_docs || values.contains_key("only"), values.get("docs")) {
                 (true, _) => None,
                 (false, Some(dir)) if dir.is_empty() => None,
                 (false, Some(dir)) => Some(PathBuf::from(dir)),
@@ -140,6 +147,13 @@ impl Config {
             return Err("the outage must be shorter than the ideal run".into());
         }
         Ok(Some(config))
+    }
+
+    /// Whether `label`'s policy runs.
+    pub(crate) fn runs(&self, label: &str) -> bool {
+        self.only
+            .as_ref()
+            .is_none_or(|only| label.contains(only.as_str()))
     }
 
     pub(crate) fn logical_requests(&self) -> usize {

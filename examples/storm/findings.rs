@@ -17,21 +17,35 @@ pub(crate) fn find(runs: &[Run], policy: Policy) -> Option<&Run> {
 
 /// Requests that ended because the retry budget refused a resend.
 pub(crate) fn budget_stops(run: &Run) -> usize {
+    budget_stops_where(run, |_| true)
+}
+
+/// Requests that ended because the retry budget refused a resend, among
+/// the endings whose description passes `keep`.
+pub(crate) fn budget_stops_where(run: &Run, keep: impl Fn(&str) -> bool) -> usize {
     run.outcomes
         .iter()
-        .filter(|(why, _)| why.contains("budget exhausted"))
+        .filter(|(why, _)| why.contains("budget exhausted") && keep(why))
         .map(|(_, n)| n)
         .sum()
 }
 
 /// The default budget's window.
-const BUDGET_WINDOW_SECS: f64 = 10.0;
+pub(crate) const BUDGET_WINDOW_SECS: f64 = 10.0;
+
+/// What the default budget grants before anything has left its window:
+/// its floor over the whole window, plus its ratio of `first_sends`.
+fn budget_at_start(first_sends: usize) -> f64 {
+    BUDGET_FLOOR_PER_SEC * BUDGET_WINDOW_SECS + BUDGET_RATIO * first_sends as f64
+}
 
 pub(crate) fn findings(config: &Config, rate: &[Run], outage: &[Run]) -> String {
     let mut t = String::new();
     let _ = writeln!(t, "\n## What the numbers say\n");
     herd(&mut t, config, rate);
-    gate_and_budget(&mut t, config, rate);
+    budget(&mut t, rate);
+    learned_gate(&mut t, config, rate);
+    first_burst(&mut t, config, rate);
     pacing(&mut t, config, rate);
     crate::findings_outage::outage(&mut t, config, outage);
     integrity(&mut t, rate, outage);
@@ -39,8 +53,7 @@ pub(crate) fn findings(config: &Config, rate: &[Run], outage: &[Run]) -> String 
 }
 
 fn herd(t: &mut String, config: &Config, rate: &[Run]) {
-    let (Some(pr), Some(nr), Some(sr), Some(zr)) = (
-        find(rate, Policy::Middleware(Stack::Defaults)),
+    let (Some(nr), Some(sr), Some(zr)) = (
         find(rate, Policy::Model(Model::Naive)),
         find(rate, Policy::Model(Model::Sdk)),
         find(rate, Policy::Model(Model::NoRetry)),
@@ -63,19 +76,20 @@ fn herd(t: &mut String, config: &Config, rate: &[Run]) {
         pct(zr.goodput(config.capacity)),
         pct(zr.success_rate()),
     );
+    let same = find(rate, Policy::Middleware(Stack::RetryOnly))
+        .map(|ro| format!(" **{}** reads it the same way.", ro.policy.label()))
+        .unwrap_or_default();
     let _ = writeln!(
         t,
         "- **Honouring an exact wait, per request, is a thundering herd.** Every 429 names \
-         the time to the next token, at most {:.0} ms. Each waiting request sleeps exactly \
-         that (its ≤ 10 % spread is a fraction of a millisecond, below the timers' \
-         resolution), so all of them come back together for one token, again and again: \
-         the llm-retry defaults send {:.2} times per request, spend all 10 retries on {} of \
-         the requests and serve {}; the SDKs' policy, with the same reading of the hint but \
-         2 retries, sends {:.2} times and serves {}.",
+         the time to the next token, at most {:.0} ms. A client that honours it for the one \
+         request it answered sleeps exactly that (the middleware adds ≤ 10 %, a fraction of \
+         a millisecond, below the timers' resolution), and so does every other \
+         request throttled at the same moment: they all come back together for one token, \
+         and the rest get 429 again, round after round. The SDKs' policy reads the hint \
+         this way and retries twice, with no budget: {:.2} sends per request, {} \
+         served.{same}",
         1000.0 / f64::from(config.capacity),
-        pr.amplification(),
-        pct(1.0 - pr.success_rate()),
-        pct(pr.success_rate()),
         sr.amplification(),
         pct(sr.success_rate()),
     );
@@ -91,104 +105,200 @@ fn herd(t: &mut String, config: &Config, rate: &[Run]) {
     );
 }
 
-fn gate_and_budget(t: &mut String, config: &Config, rate: &[Run]) {
-    let (Some(pr), Some(gb)) = (
-        find(rate, Policy::Middleware(Stack::Defaults)),
-        find(rate, Policy::Middleware(Stack::GateBudget)),
-    ) else {
+/// `RetryLayer` alone: the herd, and what the budget does to it.
+fn budget(t: &mut String, rate: &[Run]) {
+    let Some(ro) = find(rate, Policy::Middleware(Stack::RetryOnly)) else {
         return;
     };
-    let retries = gb.sends.saturating_sub(gb.logical);
-    let verdict = if gb.amplification() <= TARGET_AMPLIFICATION {
+    let retries = ro.sends.saturating_sub(ro.logical);
+    let verdict = if ro.amplification() <= TARGET_AMPLIFICATION {
         "within the 1.2 target".to_owned()
-    } else if gb.duration.as_secs_f64() <= BUDGET_WINDOW_SECS {
+    } else if ro.duration.as_secs_f64() <= BUDGET_WINDOW_SECS {
         let bound = 1.0
             + BUDGET_RATIO
-            + BUDGET_FLOOR_PER_SEC * BUDGET_WINDOW_SECS / gb.logical.max(1) as f64;
+            + BUDGET_FLOOR_PER_SEC * BUDGET_WINDOW_SECS / ro.logical.max(1) as f64;
         format!(
             "above the 1.2 target: on a run shorter than the budget's 10 s window, the \
              floor's 10/s × 10 s = 100 retries come on top of the 20 %, up to 1 + 0.2 + \
              100 ÷ {} = {bound:.2} sends per request",
-            gb.logical
+            ro.logical
         )
     } else {
         "above the 1.2 target".to_owned()
     };
     let _ = writeln!(
         t,
-        "- **A budget caps the herd; a gate that only learns holds does not break it.** \
-         In **{}** the gate has no quota. A 429's named wait (≤ {:.0} ms) holds the key, \
-         which moves every queued send to the same instant, and with no rate to pace them \
-         the gate releases them together: the bucket admits a token's worth, the rest get \
-         429 again. The \
-         budget lets retries add 20 % of the window's first sends plus 10/s; here that was \
-         {retries} retries for {} requests, after which a 429 ends its request at once \
-         ({} of {} ended with \"budget exhausted\"). Sends per request fall from {:.2} \
-         (defaults) to {:.2}, {verdict}; {} of the requests are served, in a run of {:.1} s.",
-        gb.policy.label(),
-        1000.0 / f64::from(config.capacity),
-        gb.logical,
-        budget_stops(gb),
-        gb.logical,
-        pr.amplification(),
-        gb.amplification(),
-        pct(gb.success_rate()),
-        gb.duration.as_secs_f64(),
+        "- **A budget caps the herd; it does not serve it.** **{}** has the default policy's \
+         10 retries and its shared budget, and nothing between its retries and the \
+         upstream. The budget lets retries add 20 % of the first sends of the last 10 s \
+         plus 10 a second, which at the start is a reserve of 10/s × 10 s = 100 retries; \
+         the herd spends them on rounds that each win about a token's worth. Once the \
+         budget refuses, a 429 ends its request at once and its closed-loop client starts \
+         the next, whose first send lets the budget grant only 0.2 more retries: {retries} \
+         retries for {} requests in all; {} of the requests ended with \"budget \
+         exhausted\" and {} were served, in a run of {:.1} s. Sends per request: {:.2}, {verdict}.",
+        ro.policy.label(),
+        ro.logical,
+        budget_stops(ro),
+        pct(ro.success_rate()),
+        ro.duration.as_secs_f64(),
+        ro.amplification(),
     );
 }
 
-fn pacing(t: &mut String, config: &Config, rate: &[Run]) {
-    let (Some(ad), Some(kq)) = (
-        find(rate, Policy::Middleware(Stack::AdaptiveGateBudget)),
-        find(rate, Policy::Middleware(Stack::KnownQuota)),
-    ) else {
+/// The defaults' learned gate: how it finds the rate, and how close to C.
+fn learned_gate(t: &mut String, config: &Config, rate: &[Run]) {
+    let Some(ad) = find(rate, Policy::Middleware(Stack::Defaults)) else {
         return;
     };
     let c = f64::from(config.capacity);
-    let slow = if ad.goodput(config.capacity) < TARGET_GOODPUT {
-        format!(
-            ", under the 95 % target: a decrease (× 0.7) from about C takes 0.3 ÷ 0.02 = 15 s \
-             to climb back at 1 % of 2 × C a second, longer than the {:.0} s of work, and the \
-             gate averaged {:.0} sends/s against C = {c:.0}, finishing at {:.1} s",
-            config.ideal_duration().as_secs_f64(),
-            ad.sends as f64 / ad.duration.as_secs_f64().max(1e-9),
-            ad.duration.as_secs_f64()
-        )
+    let retries = ad.sends.saturating_sub(ad.logical);
+    let goodput = ad.goodput(config.capacity);
+    let verdict = if goodput < TARGET_GOODPUT {
+        "under the 95 % target"
     } else {
-        String::new()
+        "within the 95 % target"
+    };
+    let amplification = if ad.amplification() <= TARGET_AMPLIFICATION {
+        "within the 1.2 target"
+    } else {
+        "above the 1.2 target"
+    };
+    let known = find(rate, Policy::Middleware(Stack::KnownQuota))
+        .map(|kq| {
+            format!(
+                " (the gate told the quota: {}, {:.1} s)",
+                pct(kq.goodput(config.capacity)),
+                kq.duration.as_secs_f64()
+            )
+        })
+        .unwrap_or_default();
+    let margin = if goodput < 1.0 {
+        " Goodput falls short of C while the learned rate is under C: after a decrease the \
+         quick regain stops at 95 % of the rate that drew the 429, and climbing the last \
+         5 % at 1 % a second takes about 5 s, under C whenever that rate was close to C; \
+         meanwhile the bucket has tokens to spare."
+    } else {
+        ""
     };
     let _ = writeln!(
         t,
-        "- **Pacing is what serves the requests.** A gate with a rate sends its queue at that \
-         rate instead of all at once. Told the quota, the gate sends at C from the start: \
-         {:.2} sends per request, {} served, goodput {}. The adaptive gate starts at 2 × C = \
-         {:.0} sends/s, multiplies its rate by 0.7 at each congestion event (the first 429 of \
-         a burst), regains 90 % of that rate within seconds and then probes upward slowly: \
-         {:.2} sends per request, \
-         {} served, goodput {}{slow}.",
+        "- **A gate that learns the rate turns the herd into a queue.** **{}** has the same \
+         retries and budget over `RateLimitLayer::learned()`. A 429's named wait holds the \
+         whole key, not only the request it answered, and the key's sends wait in the gate \
+         in arrival order. The key is unpaced until its first 429, which sets its rate: the \
+         successes per second since its first send when at least 5 have come back, else \
+         one send per wait the 429 named — a token bucket names the time to its next \
+         token, {:.0} ms here, so that is C = {c:.0}/s. As the estimate can be low, the \
+         rate then doubles each second of successes until the next 429 (slow start); from \
+         there each congestion event (the first 429 of a burst) multiplies it by 0.7, a \
+         quick regain takes it back to 95 % of the rate that drew the 429, and a slow probe \
+         adds 1 % of that a second. Waiting sends follow the rate as it changes. The \
+         result: {:.2} sends per request ({retries} retries for {} requests), \
+         {amplification}; {} served; goodput {}, {verdict}, in a run of {:.1} s{known}.\
+         {margin}",
+        ad.policy.label(),
+        1000.0 / c,
+        ad.amplification(),
+        ad.logical,
+        pct(ad.success_rate()),
+        pct(goodput),
+        ad.duration.as_secs_f64(),
+    );
+}
+
+/// The defaults' first burst: unpaced, and more 429s than the budget's
+/// reserve covers.
+fn first_burst(t: &mut String, config: &Config, rate: &[Run]) {
+    let Some(ad) = find(rate, Policy::Middleware(Stack::Defaults)) else {
+        return;
+    };
+    let throttled = config.clients.saturating_sub(config.burst as usize);
+    let reserve = budget_at_start(config.clients);
+    let stops = budget_stops(ad);
+    let first_send = budget_stops_where(ad, |why| why == "429 (budget exhausted)");
+    let failures = ad.logical.saturating_sub(ad.succeeded);
+    let ending = if stops == 0 {
+        format!(
+            "the budget's reserve covered their retries: no request ended with \"budget \
+             exhausted\", and {failures} failed in all."
+        )
+    } else {
+        let which = if first_send == stops {
+            format!("all {stops} after their first send")
+        } else {
+            format!("{first_send} of the {stops} after their first send")
+        };
+        let share = if stops == failures {
+            "all of its failures".to_owned()
+        } else {
+            format!("{stops} of its {failures} failures")
+        };
+        let short = throttled as f64 - reserve;
+        let fewer = if (stops as f64) < short {
+            format!(
+                " — fewer than the {short:.0} short, as each refused request's client starts \
+                 its next, whose first send adds 0.2 to the budget"
+            )
+        } else {
+            String::new()
+        };
+        format!(
+            "{stops} requests ended with a 429 the budget would not retry ({which}{fewer}): \
+             {} of the requests, {share}.",
+            pct(stops as f64 / ad.logical.max(1) as f64)
+        )
+    };
+    let _ = writeln!(
+        t,
+        "- **What learning costs is the first burst.** Before its first 429 nothing paces \
+         the key, so the {} clients' first sends reach the upstream together, and a bucket \
+         holding {} tokens answers about {throttled} of them with 429. Their retries come \
+         from the budget, which has only its reserve then: 100 plus 20 % of the {} first \
+         sends, about {reserve:.0} retries. {ending}",
+        config.clients, config.burst, config.clients,
+    );
+}
+
+/// The known quota: pacing with nothing to learn, and its latency.
+fn pacing(t: &mut String, config: &Config, rate: &[Run]) {
+    let Some(kq) = find(rate, Policy::Middleware(Stack::KnownQuota)) else {
+        return;
+    };
+    let c = f64::from(config.capacity);
+    let _ = writeln!(
+        t,
+        "- **Told the quota, the gate has nothing to learn: the upper bound.** **{}** paces \
+         every send to C from the first one: {:.2} sends per request, {} served, goodput {} \
+         in a run of {:.1} s.",
+        kq.policy.label(),
         kq.amplification(),
         pct(kq.success_rate()),
         pct(kq.goodput(config.capacity)),
-        2.0 * c,
-        ad.amplification(),
-        pct(ad.success_rate()),
-        pct(ad.goodput(config.capacity)),
+        kq.duration.as_secs_f64(),
     );
-    let dips = if ad.p99 > kq.p99 + kq.p99 / 10 {
-        format!(
-            " The adaptive gate's p99 is {}: after each decrease its rate sits below C \
-             until it has climbed back, and the queue grows meanwhile.",
-            ms(ad.p99)
-        )
-    } else {
-        String::new()
+    let learned = match find(rate, Policy::Middleware(Stack::Defaults)) {
+        Some(ad) => {
+            let dips = if ad.p99 > kq.p99 + kq.p99 / 10 {
+                ": after each decrease its rate sits below C until it has climbed back, \
+                 and the queue grows meanwhile"
+            } else {
+                ""
+            };
+            format!(
+                " With the learned gate they are {} and {}{dips}.",
+                ms(ad.p50),
+                ms(ad.p99)
+            )
+        }
+        None => String::new(),
     };
     let _ = writeln!(
         t,
         "- **The price of pacing is latency, in arrival order.** {} clients sharing C = \
          {:.0}/s wait their turn in the gate, about clients ÷ C = {:.1} s per request: p50 \
          {} and p99 {} with the known quota. The wait the 429s imposed before now happens in \
-         the client's queue, before the upstream sees the request.{dips}",
+         the client's queue, before the upstream sees the request.{learned}",
         config.clients,
         c,
         config.clients as f64 / c,

@@ -15,10 +15,9 @@ pub(crate) enum Policy {
 
 impl Policy {
     /// Every row, in report order.
-    pub(crate) const ALL: [Policy; 7] = [
+    pub(crate) const ALL: [Policy; 6] = [
         Policy::Middleware(Stack::Defaults),
-        Policy::Middleware(Stack::GateBudget),
-        Policy::Middleware(Stack::AdaptiveGateBudget),
+        Policy::Middleware(Stack::RetryOnly),
         Policy::Middleware(Stack::KnownQuota),
         Policy::Model(Model::Naive),
         Policy::Model(Model::Sdk),
@@ -28,8 +27,7 @@ impl Policy {
     pub(crate) fn label(self) -> &'static str {
         match self {
             Policy::Middleware(Stack::Defaults) => "llm-retry defaults",
-            Policy::Middleware(Stack::GateBudget) => "llm-retry + gate + budget",
-            Policy::Middleware(Stack::AdaptiveGateBudget) => "llm-retry + adaptive gate + budget",
+            Policy::Middleware(Stack::RetryOnly) => "RetryLayer alone",
             Policy::Middleware(Stack::KnownQuota) => "llm-retry + known quota",
             Policy::Model(Model::Naive) => "naive backoff (model)",
             Policy::Model(Model::Sdk) => "official SDKs (model)",
@@ -40,9 +38,8 @@ impl Policy {
     /// The row's colour in the SVG.
     pub(crate) fn color(self) -> &'static str {
         match self {
-            Policy::Middleware(Stack::Defaults) => "#2b6cb0",
-            Policy::Middleware(Stack::GateBudget) => "#319795",
-            Policy::Middleware(Stack::AdaptiveGateBudget) => "#2f855a",
+            Policy::Middleware(Stack::Defaults) => "#2f855a",
+            Policy::Middleware(Stack::RetryOnly) => "#2b6cb0",
             Policy::Middleware(Stack::KnownQuota) => "#b83280",
             Policy::Model(Model::Naive) => "#c05621",
             Policy::Model(Model::Sdk) => "#6b46c1",
@@ -54,11 +51,6 @@ impl Policy {
     pub(crate) fn describe(self, config: &Config) -> String {
         let label = self.label();
         match self {
-            Policy::Middleware(Stack::Defaults) => format!(
-                "**{label}**: `RetryLayer::new(RetryPolicy::default())` over a hyper-util \
-                 client — the middleware itself (10 retries, 300 s; server-named waits are \
-                 floors with ≤ 10 % jitter; otherwise 500 ms · 2ⁿ⁻¹ + 0–25 %, capped at 32 s)."
-            ),
             Policy::Middleware(stack) => format!("**{label}**: {}", stack.describe(config)),
             Policy::Model(Model::Naive) => format!(
                 "**{label}** of reqwest-retry's default \

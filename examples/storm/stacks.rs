@@ -7,11 +7,11 @@ use crate::models::Outcome;
 use crate::upstream::{counted_client, request, Successes};
 use bytes::Bytes;
 use http::{Request, Response};
+use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full};
-use llm_retry::budget::RetryBudget;
 use llm_retry::rate_limit::{Quotas, RateLimitLayer};
 use llm_retry::{
-    BoxError, RetryBody, RetryError, RetryLayer, RetryPolicy, RetryReport, StopReason,
+    BoxError, ClientLayer, RetryError, RetryLayer, RetryPolicy, RetryReport, StopReason,
 };
 use std::sync::Arc;
 use tower::util::BoxCloneSyncService;
@@ -20,27 +20,21 @@ use tower::{ServiceBuilder, ServiceExt};
 /// A configuration of the middleware.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Stack {
-    /// `RetryPolicy::default()`: no budget, no gate.
+    /// `ClientLayer::default()`: retries with the default budget over a
+    /// gate that learns each key's rate from its 429s.
     Defaults,
-    /// A default budget, and a gate with no quota that learns holds from
-    /// the 429s' named waits.
-    GateBudget,
-    /// As `GateBudget`, the gate also learning a send rate from the 429s.
-    AdaptiveGateBudget,
-    /// A default budget, and a gate that knows the upstream's quota.
+    /// `RetryLayer::new(RetryPolicy::default())`: retries with the default
+    /// budget, no gate.
+    RetryOnly,
+    /// `ClientLayer` with a gate told the upstream's quota.
     KnownQuota,
 }
 
 /// One run's clients' shared service.
 pub(crate) type Shared =
-    BoxCloneSyncService<Request<Full<Bytes>>, Response<RetryBody<hyper::body::Incoming>>, BoxError>;
+    BoxCloneSyncService<Request<Full<Bytes>>, Response<UnsyncBoxBody<Bytes, BoxError>>, BoxError>;
 
 impl Stack {
-    /// The adaptive gate's bounds, in sends per second: 1 to 2 × C.
-    fn adaptive_bounds(config: &Config) -> (f64, f64) {
-        (1.0, 2.0 * f64::from(config.capacity))
-    }
-
     /// The known quota: C per second as a per-minute rate, the upstream's burst.
     fn quota(config: &Config) -> (u32, u32) {
         (config.capacity.saturating_mul(60), config.burst)
@@ -48,28 +42,26 @@ impl Stack {
 
     /// What the report says this stack is.
     pub(crate) fn describe(self, config: &Config) -> String {
-        let (min, max) = Stack::adaptive_bounds(config);
         let (per_minute, burst) = Stack::quota(config);
-        let retry =
-            "`RetryLayer::new(RetryPolicy::builder().budget(RetryBudget::default()).build()?)`";
         match self {
-            Stack::Defaults => "`RetryLayer::new(RetryPolicy::default())`".to_owned(),
-            Stack::GateBudget => format!(
-                "{retry} over `RateLimitLayer::new(Quotas::none())` over the client. The budget \
-                 lets retries add 20 % of the last 10 s's first sends plus 10 retries/s; the gate \
-                 has no quota and only learns holds: a 429's named wait holds every later send \
-                 of the key until then, and sends leave in arrival order."
-            ),
-            Stack::AdaptiveGateBudget => format!(
-                "as above, with `RateLimitLayer::try_new(Quotas::none().adaptive({min:.1}, \
-                 {max:.1}))?`: the gate also paces the key at a learned rate that starts at \
-                 2 × C = {max:.0} sends/s, falls × 0.7 per congestion event (a burst of 429s \
-                 counts once), regains 90 % of the rate that drew the 429 within a few \
-                 seconds and then probes upward by 1 % of the ceiling per second."
-            ),
+            Stack::Defaults => "`ClientLayer::default()` over a hyper-util client — what the \
+                 README puts in front of a client: retries by `RetryPolicy::default()` (10 \
+                 retries, 300 s; server-named waits are floors with ≤ 10 % jitter, otherwise \
+                 500 ms · 2ⁿ⁻¹ + 0–25 % capped at 32 s, n counting computed waits only; a \
+                 retry budget of 20 % of the last 10 s's first sends plus 10 retries/s), over \
+                 a gate that learns each key's rate (`RateLimitLayer::learned()`: unpaced until \
+                 the first 429; then one send per wait the 429 named to the millisecond, or the \
+                 successes per second so far, growing 25 % a second until the next 429; then \
+                 × 0.8 per congestion event, a quick regain to 95 % of the rate that drew it \
+                 and a probe upward by 1 % a second; a 429's named wait holds the whole key), \
+                 over the stream guard."
+                .to_owned(),
+            Stack::RetryOnly => "`RetryLayer::new(RetryPolicy::default())`: the same retries \
+                 and budget, without the gate — every request honours its own 429's wait."
+                .to_owned(),
             Stack::KnownQuota => format!(
-                "{retry} over `RateLimitLayer::new(Quotas::none()\
-                 .requests_per_minute_with_burst({per_minute}, {burst}))`: the gate is told \
+                "`ClientLayer::default().rate_limit(RateLimitLayer::new(Quotas::none()\
+                 .requests_per_minute_with_burst({per_minute}, {burst})))`: the gate is told \
                  the upstream's capacity (C × 60 per minute, the bucket's burst) and paces \
                  every send to it."
             ),
@@ -84,46 +76,41 @@ impl Stack {
         successes: &Arc<Successes>,
     ) -> Result<Shared, BoxError> {
         let client = counted_client(successes);
-        let budgeted = || -> Result<RetryLayer, BoxError> {
-            let policy = RetryPolicy::builder()
-                .budget(RetryBudget::default())
-                .build()?;
-            Ok(RetryLayer::new(policy))
-        };
         let shared = match self {
             Stack::Defaults => BoxCloneSyncService::new(
                 ServiceBuilder::new()
+                    .map_response(box_body)
+                    .layer(ClientLayer::default())
+                    .service(client),
+            ),
+            Stack::RetryOnly => BoxCloneSyncService::new(
+                ServiceBuilder::new()
+                    .map_response(box_body)
                     .layer(RetryLayer::new(RetryPolicy::default()))
                     .service(client),
             ),
-            Stack::GateBudget => BoxCloneSyncService::new(
-                ServiceBuilder::new()
-                    .layer(budgeted()?)
-                    .layer(RateLimitLayer::new(Quotas::none()))
-                    .service(client),
-            ),
-            Stack::AdaptiveGateBudget => {
-                let (min, max) = Stack::adaptive_bounds(config);
-                BoxCloneSyncService::new(
-                    ServiceBuilder::new()
-                        .layer(budgeted()?)
-                        .layer(RateLimitLayer::try_new(Quotas::none().adaptive(min, max))?)
-                        .service(client),
-                )
-            }
             Stack::KnownQuota => {
                 let (per_minute, burst) = Stack::quota(config);
                 let quotas = Quotas::none().requests_per_minute_with_burst(per_minute, burst);
                 BoxCloneSyncService::new(
                     ServiceBuilder::new()
-                        .layer(budgeted()?)
-                        .layer(RateLimitLayer::new(quotas))
+                        .map_response(box_body)
+                        .layer(ClientLayer::default().rate_limit(RateLimitLayer::new(quotas)))
                         .service(client),
                 )
             }
         };
         Ok(shared)
     }
+}
+
+/// One body type for every stack's response.
+fn box_body<B>(response: Response<B>) -> Response<UnsyncBoxBody<Bytes, BoxError>>
+where
+    B: hyper::body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    response.map(|body| body.map_err(Into::into).boxed_unsync())
 }
 
 /// Why the middleware stopped, briefly, for the breakdown of outcomes.
