@@ -329,9 +329,11 @@ async fn main() -> Result<(), BoxError> {
     println!();
     println!(
         "RetryLayer alone honours each 429's wait per request, so the requests come back \
-         together and spend the shared retry budget (20% + 10/s). ClientLayer's gate holds \
-         every request to the key for the wait one 429 named and learns the key's rate: the \
-         requests queue instead of colliding."
+         together, collide again, and spend the shared retry budget (20% + 10/s). \
+         ClientLayer's gate holds every request to the key for the wait one 429 named and \
+         learns the key's rate from the first burst's 429s — 300 requests at once against a \
+         bucket of {BURST}, the one moment it knows nothing — after which they queue instead \
+         of colliding, and the budget is left for the 5xx."
     );
     Ok(())
 }

@@ -173,11 +173,10 @@ fn learned_gate(t: &mut String, config: &Config, rate: &[Run]) {
             )
         })
         .unwrap_or_default();
-    let margin = if goodput < 1.0 {
-        " Goodput falls short of C while the learned rate is under C: after a decrease the \
+    let margin = if goodput < TARGET_GOODPUT {
+        " Goodput falls short of C while the learned rate is under C: after a cut the \
          quick regain stops at 95 % of the rate that drew the 429, and climbing the last \
-         5 % at 1 % a second takes about 5 s, under C whenever that rate was close to C; \
-         meanwhile the bucket has tokens to spare."
+         5 % at 1 % a second takes about 5 s; meanwhile the bucket has tokens to spare."
     } else {
         ""
     };
@@ -186,17 +185,16 @@ fn learned_gate(t: &mut String, config: &Config, rate: &[Run]) {
         "- **A gate that learns the rate turns the herd into a queue.** **{}** has the same \
          retries and budget over `RateLimitLayer::learned()`. A 429's named wait holds the \
          whole key, not only the request it answered, and the key's sends wait in the gate \
-         in arrival order. The key is unpaced until its first 429, which sets its rate: the \
-         successes per second since its first send when at least 5 have come back, else \
-         one send per wait the 429 named — a token bucket names the time to its next \
-         token, {:.0} ms here, so that is C = {c:.0}/s. As the estimate can be low, the \
-         rate then doubles each second of successes until the next 429 (slow start); from \
-         there each congestion event (the first 429 of a burst) multiplies it by 0.7, a \
-         quick regain takes it back to 95 % of the rate that drew the 429, and a slow probe \
-         adds 1 % of that a second. Waiting sends follow the rate as it changes. The \
-         result: {:.2} sends per request ({retries} retries for {} requests), \
-         {amplification}; {} served; goodput {}, {verdict}, in a run of {:.1} s{known}.\
-         {margin}",
+         in arrival order. The key is unpaced until its first 429, which sets its rate: one \
+         send per wait the 429 named to the millisecond — a token bucket names the time to \
+         its next token, at most {:.0} ms here, so that is C = {c:.0}/s or more; the rest of \
+         that burst's 429s refine it — else the successes per second so far. In case the \
+         estimate is low, the rate then grows 25 % a second until the next 429; from there \
+         each congestion event (the first 429 of a burst) multiplies it by 0.8, a quick \
+         regain takes it back to 95 % of the rate that drew the 429, and a probe adds 1 % \
+         of that a second. Waiting sends follow the rate as it changes. The result: {:.2} \
+         sends per request ({retries} retries for {} requests), {amplification}; {} served; \
+         goodput {}, {verdict}, in a run of {:.1} s{known}.{margin}",
         ad.policy.label(),
         1000.0 / c,
         ad.amplification(),
@@ -207,56 +205,33 @@ fn learned_gate(t: &mut String, config: &Config, rate: &[Run]) {
     );
 }
 
-/// The defaults' first burst: unpaced, and more 429s than the budget's
-/// reserve covers.
+/// The defaults' first burst: unpaced, and retried through the gate.
 fn first_burst(t: &mut String, config: &Config, rate: &[Run]) {
     let Some(ad) = find(rate, Policy::Middleware(Stack::Defaults)) else {
         return;
     };
     let throttled = config.clients.saturating_sub(config.burst as usize);
-    let reserve = budget_at_start(config.clients);
     let stops = budget_stops(ad);
-    let first_send = budget_stops_where(ad, |why| why == "429 (budget exhausted)");
     let failures = ad.logical.saturating_sub(ad.succeeded);
-    let ending = if stops == 0 {
-        format!(
-            "the budget's reserve covered their retries: no request ended with \"budget \
-             exhausted\", and {failures} failed in all."
-        )
+    let ending = if failures == 0 {
+        "none of the requests failed".to_owned()
+    } else if stops == 0 {
+        format!("{failures} requests failed, none for the budget")
     } else {
-        let which = if first_send == stops {
-            format!("all {stops} after their first send")
-        } else {
-            format!("{first_send} of the {stops} after their first send")
-        };
-        let share = if stops == failures {
-            "all of its failures".to_owned()
-        } else {
-            format!("{stops} of its {failures} failures")
-        };
-        let short = throttled as f64 - reserve;
-        let fewer = if (stops as f64) < short {
-            format!(
-                " — fewer than the {short:.0} short, as each refused request's client starts \
-                 its next, whose first send adds 0.2 to the budget"
-            )
-        } else {
-            String::new()
-        };
-        format!(
-            "{stops} requests ended with a 429 the budget would not retry ({which}{fewer}): \
-             {} of the requests, {share}.",
-            pct(stops as f64 / ad.logical.max(1) as f64)
-        )
+        format!("{stops} of the {failures} failures were the budget refusing a retry")
     };
     let _ = writeln!(
         t,
         "- **What learning costs is the first burst.** Before its first 429 nothing paces \
          the key, so the {} clients' first sends reach the upstream together, and a bucket \
-         holding {} tokens answers about {throttled} of them with 429. Their retries come \
-         from the budget, which has only its reserve then: 100 plus 20 % of the {} first \
-         sends, about {reserve:.0} retries. {ending}",
-        config.clients, config.burst, config.clients,
+         holding {} tokens answers about {throttled} of them with 429 — sends nothing could \
+         have saved. Their retries wait in the gate, which sends no faster than the key was \
+         found to admit, so under `ClientLayer` a 429's retry is not charged to the retry \
+         budget (with **RetryLayer alone** the same burst spends the budget's reserve of about \
+         {:.0} retries at once); {ending}.",
+        config.clients,
+        config.burst,
+        budget_at_start(config.clients),
     );
 }
 

@@ -54,7 +54,8 @@ impl Stack {
                  successes per second so far, growing 25 % a second until the next 429; then \
                  × 0.8 per congestion event, a quick regain to 95 % of the rate that drew it \
                  and a probe upward by 1 % a second; a 429's named wait holds the whole key), \
-                 over the stream guard."
+                 over the stream guard. A 429's retry waits in the gate and is not charged to \
+                 the budget; any other retry is."
                 .to_owned(),
             Stack::RetryOnly => "`RetryLayer::new(RetryPolicy::default())`: the same retries \
                  and budget, without the gate — every request honours its own 429's wait."

@@ -5,8 +5,10 @@
 //! For a ~1 KiB and a 1 MiB JSON request body (`Full<Bytes>`), one call —
 //! `ready` + `call` on a long-lived service, then reading the response
 //! body — is timed for the bare
-//! upstream, under `RetryLayer::new(RetryPolicy::default())`, and under
-//! `RetryLayer` + `StreamGuardLayer`. Building the request is left out of
+//! upstream, under `RetryLayer::new(RetryPolicy::default())` (which counts
+//! each first send in its shared retry budget), under `RetryLayer` +
+//! `StreamGuardLayer`, and under `ClientLayer::default()` (those plus the
+//! rate-limit gate's per-key lookup). Building the request is left out of
 //! the timing. Since an already-buffered body is replayed without copying,
 //! the layer's overhead should not depend on the body size.
 //!
@@ -22,7 +24,7 @@ use http::{Request, Response};
 use http_body::Body;
 use http_body_util::{BodyExt, Full};
 use llm_retry::stream_guard::StreamGuardLayer;
-use llm_retry::{RetryLayer, RetryPolicy};
+use llm_retry::{ClientLayer, RetryLayer, RetryPolicy};
 use std::convert::Infallible;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -142,6 +144,14 @@ fn success_path(c: &mut Criterion) {
         group.bench_function("retry+guard", |b| {
             b.to_async(&rt)
                 .iter_custom(|iters| time_calls(retry_guard.clone(), &payload, iters));
+        });
+
+        let client_layer = ServiceBuilder::new()
+            .layer(ClientLayer::default())
+            .service_fn(upstream);
+        group.bench_function("client_layer", |b| {
+            b.to_async(&rt)
+                .iter_custom(|iters| time_calls(client_layer.clone(), &payload, iters));
         });
         group.finish();
     }
