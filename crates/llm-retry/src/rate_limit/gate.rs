@@ -292,7 +292,10 @@ impl Gate {
     }
 
     /// Adaptive mode: a send that went at `sent` was answered 429, naming
-    /// `named_wait` or not.
+    /// `named_wait` or not. One decrease per congestion event: the 429s of
+    /// sends that went before it belong to it. The queue moves to the new
+    /// rate at once (the schedule is re-based), so a 429 for a later send
+    /// is news.
     pub(super) fn throttled(
         &self,
         key: u64,
@@ -300,33 +303,19 @@ impl Gate {
         now: Instant,
         named_wait: Option<Duration>,
     ) {
-        let Some(bounds) = &self.adaptive else { return };
-        let mut keys = self.lock();
-        let Some(state) = keys.get_mut(&key) else {
-            return;
-        };
-        let floor = state.floor(now);
-        let Some(l) = &mut state.learned else { return };
-        // One decrease per congestion event: the 429s of sends that went
-        // before it belong to it. The queue moves to the new rate at once
-        // (the schedule is re-based), so a 429 for a later send is news.
-        let before = l.rate.per_sec();
-        l.rate.on_throttle(bounds, sent, now, now, named_wait);
-        let after = l.rate.per_sec();
-        if after != before {
-            tracing::debug!(rate_per_sec = after, "llm-retry: adaptive rate changed");
-            l.schedule.rebase(l.rate.interval(), floor);
-            if after < before {
-                l.woken_at_rate = after;
-            } else if after >= l.woken_at_rate * WAKE_ON_RISE {
-                l.woken_at_rate = after;
-                l.rose.notify_waiters();
-            }
-        }
+        self.learn(key, now, |rate, bounds| {
+            rate.on_throttle(bounds, sent, now, now, named_wait);
+        });
     }
 
     /// Adaptive mode: a send succeeded.
     pub(super) fn succeeded(&self, key: u64, now: Instant) {
+        self.learn(key, now, |rate, bounds| rate.on_success(bounds, now));
+    }
+
+    /// Lets `update` change `key`'s learned rate; a change re-bases the
+    /// schedule, and a rise worth it wakes the waiting sends.
+    fn learn(&self, key: u64, now: Instant, update: impl FnOnce(&mut Learned, &AdaptiveRate)) {
         let Some(bounds) = &self.adaptive else { return };
         let mut keys = self.lock();
         let Some(state) = keys.get_mut(&key) else {
@@ -335,14 +324,18 @@ impl Gate {
         let floor = state.floor(now);
         let Some(l) = &mut state.learned else { return };
         let before = l.rate.per_sec();
-        l.rate.on_success(bounds, now);
+        update(&mut l.rate, bounds);
         let after = l.rate.per_sec();
-        if after != before {
-            l.schedule.rebase(l.rate.interval(), floor);
-            if after >= l.woken_at_rate * WAKE_ON_RISE {
-                l.woken_at_rate = after;
-                l.rose.notify_waiters();
-            }
+        if after == before {
+            return;
+        }
+        tracing::debug!(rate_per_sec = after, "llm-retry: learned rate changed");
+        l.schedule.rebase(l.rate.interval(), floor);
+        if after < before {
+            l.woken_at_rate = after;
+        } else if after >= l.woken_at_rate * WAKE_ON_RISE {
+            l.woken_at_rate = after;
+            l.rose.notify_waiters();
         }
     }
 

@@ -8,11 +8,17 @@
 //! slots per key (authority plus credential, or a [`RateKey`]) from
 //! requests-per-minute and tokens-per-minute [`Quotas`], first in, first
 //! out, and when a 429 names a wait it holds the whole key until then.
+//! With a learned rate ([`RateLimitLayer::learned`], the default of
+//! [`ClientLayer`](crate::ClientLayer)) the gate also finds the key's rate
+//! itself from its 429s; waiting sends hold a place in a first-in,
+//! first-out schedule that follows that rate as it changes.
+//!
 //! A send whose slot would fall past the request's deadline (set by
 //! [`RetryLayer`](crate::RetryLayer)) or whose [`TokenCost`] can never fit
 //! fails at once with a [`GateError`], which the retry policy treats as final.
 //!
-//! Place it under the retry layer, so every resend passes the gate too:
+//! [`ClientLayer`](crate::ClientLayer) puts it in place; by hand, place it
+//! under the retry layer, so every resend passes the gate too:
 //!
 //! ```no_run
 //! use llm_retry::rate_limit::{Quotas, RateLimitLayer};
