@@ -188,3 +188,51 @@ async fn mock_503_then_ok() -> MockServer {
     ]))
     .await
 }
+
+#[tokio::test(start_paused = true)]
+async fn only_a_429_the_gate_paces_goes_uncharged() {
+    let empty = || llm_retry::budget::RetryBudget::new(0.0, 0, Duration::from_secs(10)).unwrap();
+    let policy = || fast_policy().budget(empty()).build().unwrap();
+    let stopped_for_budget =
+        |report: &RetryReport| matches!(report.stop, llm_retry::StopReason::BudgetExhausted { .. });
+    // A rate limit inside a stream: the gate never sees it, so the retry is charged.
+    let mock = mock(Route::sequence([
+        Reply::anthropic_stream_error("rate_limit_error", "Rate limited"),
+        Reply::anthropic_stream(&["ok"]),
+    ]))
+    .await;
+    let response = ClientLayer::new(policy())
+        .layer(client())
+        .oneshot(messages_request(&mock.url("/v1/messages")))
+        .await;
+    let report = match &response {
+        Ok(response) => response.extensions().get::<RetryReport>().unwrap().clone(),
+        Err(e) => e
+            .downcast_ref::<llm_retry::RetryError>()
+            .unwrap()
+            .report()
+            .clone(),
+    };
+    assert!(stopped_for_budget(&report), "{report:?}");
+    assert_eq!(mock.request_count(), 1);
+    // A gate that only holds (no quota, no learned rate) paces nothing: charged too.
+    let mock = mock_429_then_ok().await;
+    let holds_only = ClientLayer::new(policy()).rate_limit(RateLimitLayer::new(Quotas::none()));
+    let response = holds_only
+        .layer(client())
+        .oneshot(messages_request(&mock.url("/v1/messages")))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(stopped_for_budget(
+        response.extensions().get::<RetryReport>().unwrap()
+    ));
+}
+
+async fn mock_429_then_ok() -> MockServer {
+    mock(Route::sequence([
+        Reply::rate_limited(Some(1)),
+        Reply::anthropic_ok("ok"),
+    ]))
+    .await
+}

@@ -67,7 +67,7 @@ impl ClientLayer {
     /// default stream guard.
     pub fn new(policy: RetryPolicy) -> ClientLayer {
         ClientLayer {
-            retry: RetryLayer::new(policy).gate_paced(),
+            retry: RetryLayer::new(policy).gate_paced(true),
             rate_limit: RateLimitLayer::learned(),
             stream_guard: StreamGuardLayer::new(),
         }
@@ -81,7 +81,10 @@ impl ClientLayer {
 
     /// Replaces the gate: known quotas, adaptive bounds, or a gate shared
     /// with other stacks (clones of one [`RateLimitLayer`] share its state).
+    /// A gate that paces nothing (`RateLimitLayer::new(Quotas::none())`,
+    /// holds only) leaves 429 retries charged to the retry budget.
     pub fn rate_limit(mut self, rate_limit: RateLimitLayer) -> ClientLayer {
+        self.retry = self.retry.gate_paced(rate_limit.paces());
         self.rate_limit = rate_limit;
         self
     }

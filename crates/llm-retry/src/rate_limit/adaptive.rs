@@ -34,6 +34,8 @@ pub struct AdaptiveRate {
     pub max_per_sec: f64,
 }
 
+/// Highest rate a key can learn, in sends per second.
+const MAX_LEARNED: f64 = 1e6;
 /// Share of the rate kept after a 429.
 const DECREASE: f64 = 0.8;
 /// Share of the ceiling added per second of successes, past the regain.
@@ -183,7 +185,11 @@ impl Learned {
         let doubling = self
             .slow_start
             .map_or(0.0, |factor| self.per_sec * (factor.powf(dt) - 1.0));
-        self.per_sec = (self.per_sec + probe.max(regain).max(doubling)).min(bounds.max_per_sec);
+        // Finite however long the successes last: an infinite rate means
+        // "not measured yet" and must not come back.
+        self.per_sec = (self.per_sec + probe.max(regain).max(doubling))
+            .min(bounds.max_per_sec)
+            .min(MAX_LEARNED);
         self.changed = Some(now);
     }
 

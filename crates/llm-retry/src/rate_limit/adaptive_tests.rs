@@ -246,3 +246,22 @@ fn a_rate_limit_brings_the_rate_down_to_it_and_keeps_it_near() {
     // 30 s at about 50 a second: the 429s are a small share of ~1 500 sends.
     assert!(throttled < 300, "{throttled}");
 }
+
+#[test]
+fn a_learned_rate_stays_finite_however_long_the_successes_last() {
+    let bounds = AdaptiveRate {
+        min_per_sec: 1.0,
+        max_per_sec: f64::INFINITY,
+    };
+    let mut learned = bounds.start();
+    let t0 = Instant::now();
+    learned.on_send(t0);
+    learned.on_throttle(&bounds, t0, t0, t0, Some(Duration::from_millis(100)));
+    // A day of one success a second: slow start and the probe never stop
+    // the climb, but it ends at a finite ceiling, still paced.
+    for s in 1..=86_400u64 {
+        learned.on_success(&bounds, t0 + Duration::from_secs(s));
+    }
+    assert!(learned.per_sec().is_finite(), "{}", learned.per_sec());
+    assert!(learned.interval() > Duration::ZERO);
+}

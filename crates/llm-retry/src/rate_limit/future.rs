@@ -52,7 +52,7 @@ pin_project! {
 impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
     /// A send queued on `key`: sent when its booking says so.
     pub(super) fn queued(service: S, request: Req, gate: Gate, key: u64, booking: Booking) -> Self {
-        let state = if booking.is_now(Instant::now()) {
+        let state = if booking.is_released() {
             State::Readying
         } else {
             State::Waiting {

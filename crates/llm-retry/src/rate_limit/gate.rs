@@ -13,6 +13,7 @@ use super::gcra::{Pace, Tat};
 use super::schedule::Schedule;
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -37,13 +38,17 @@ pub(super) struct Gate {
 
 #[derive(Debug)]
 struct KeyState {
+    /// Tells this key's state from a later one under the same key, after
+    /// an eviction: a booking holds the id it was made under.
+    id: u64,
     requests: Tat,
     tokens: Tat,
     /// No send before this instant: the provider named a wait.
     held_until: Option<Instant>,
-    /// Bumped when a hold voids the quota slots handed out so far: their
-    /// holders book again.
-    epoch: u64,
+    /// How far holds have pushed the quota schedule so far: a waiting
+    /// send's quota slot moves by what was added since it was booked, so
+    /// the queue keeps its order and spacing behind a hold.
+    shift: Duration,
     /// The learned rate and its schedule, in adaptive mode.
     learned: Option<LearnedKey>,
 }
@@ -60,11 +65,13 @@ struct LearnedKey {
 
 impl KeyState {
     fn new(adaptive: Option<&AdaptiveRate>, now: Instant) -> KeyState {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(0);
         KeyState {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             requests: Tat(None),
             tokens: Tat(None),
             held_until: None,
-            epoch: 0,
+            shift: Duration::ZERO,
             learned: adaptive.map(|bounds| {
                 let rate = bounds.start();
                 LearnedKey {
@@ -119,19 +126,24 @@ impl KeyState {
 pub(super) struct Booking {
     /// When the send may go, as last computed.
     pub(super) slot: Instant,
-    /// Its quota slot, which stands while the key's epoch does.
+    /// Its quota slot when booked, and the key's shift then.
     quota_slot: Instant,
-    epoch: u64,
+    shift: Duration,
     /// Its ticket in the learned schedule.
     ticket: Option<u64>,
+    /// Whether the send may go already: its ticket was released (or it
+    /// has none) when it was queued.
+    released: bool,
+    /// The key state it was made under.
+    key_id: u64,
     cost: u64,
     deadline: Option<Instant>,
 }
 
 impl Booking {
-    /// Whether the send may go at once (its ticket is already released).
-    pub(super) fn is_now(&self, now: Instant) -> bool {
-        self.slot <= now
+    /// Whether the send may go at once, its ticket already released.
+    pub(super) fn is_released(&self) -> bool {
+        self.released
     }
 }
 
@@ -203,17 +215,20 @@ impl Gate {
             return Err(GateError::PastDeadline { wait: slot - now });
         }
         state.book_quotas(self, cost, quota_slot);
+        let released = slot <= now;
         if let Some(l) = &mut state.learned {
             l.rate.on_send(now);
-            if let (Some(ticket), true) = (ticket, slot <= now) {
+            if let (Some(ticket), true) = (ticket, released) {
                 l.schedule.release(ticket, now);
             }
         }
         Ok(Booking {
             slot,
             quota_slot,
-            epoch: state.epoch,
+            shift: state.shift,
             ticket,
+            released,
+            key_id: state.id,
             cost,
             deadline,
         })
@@ -228,18 +243,19 @@ impl Gate {
         now: Instant,
     ) -> Result<Check, GateError> {
         let mut keys = self.lock();
-        let Some(state) = keys.get_mut(&key) else {
+        // A key evicted (idle) and made anew since: its pacing starts over.
+        let Some(state) = keys
+            .get_mut(&key)
+            .filter(|state| state.id == booking.key_id)
+        else {
             return Ok(Check::Go);
         };
-        if booking.epoch != state.epoch {
-            let quota_slot = state
-                .floor(now)
-                .max(state.quota_slot(self, booking.cost, now));
-            state.book_quotas(self, booking.cost, quota_slot);
-            booking.quota_slot = quota_slot;
-            booking.epoch = state.epoch;
-        }
-        let mut slot = state.floor(now).max(booking.quota_slot);
+        let pushed = state.shift.saturating_sub(booking.shift);
+        let quota_slot = booking
+            .quota_slot
+            .checked_add(pushed)
+            .unwrap_or(booking.quota_slot);
+        let mut slot = state.floor(now).max(quota_slot);
         if let (Some(l), Some(ticket)) = (&state.learned, booking.ticket) {
             slot = slot.max(l.schedule.time_of(ticket, l.rate.interval()));
         }
@@ -276,15 +292,18 @@ impl Gate {
         if state.held_until.is_some_and(|held| held >= until) {
             return;
         }
+        // The queue behind the quotas starts at the hold's end now, in the
+        // same order and spacing: push it by the hold's extension. The 429
+        // also said the upstream's bucket is empty, so the quotas admit
+        // nothing more before `until` than one period's worth.
+        let pushed = until.saturating_duration_since(state.floor(now));
         state.held_until = Some(until);
-        // The 429 said the upstream's bucket is empty: the quota slots
-        // handed out so far are void, and the quotas restart empty at `until`.
-        state.epoch = state.epoch.wrapping_add(1);
+        state.shift = state.shift.saturating_add(pushed);
         if let Some(pace) = &self.requests {
-            state.requests.empty_at(pace, until);
+            state.requests.push_back(pace, now, pushed, until);
         }
         if let Some(pace) = &self.tokens {
-            state.tokens.empty_at(pace, until);
+            state.tokens.push_back(pace, now, pushed, until);
         }
         if let Some(l) = &mut state.learned {
             l.schedule.rebase(l.rate.interval(), until);
@@ -337,6 +356,11 @@ impl Gate {
             l.woken_at_rate = after;
             l.rose.notify_waiters();
         }
+    }
+
+    /// Whether sends are paced: a quota or a learned rate.
+    pub(super) fn paces(&self) -> bool {
+        self.requests.is_some() || self.tokens.is_some() || self.adaptive.is_some()
     }
 
     pub(super) fn with_adaptive(mut self, adaptive: Option<AdaptiveRate>) -> Gate {

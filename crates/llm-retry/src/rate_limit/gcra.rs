@@ -43,6 +43,14 @@ impl Pace {
     }
 }
 
+/// `at + by`, or as late as the clock can say: a quota's burst times its
+/// period can be far beyond what an `Instant` holds on some platforms.
+fn later(at: Instant, by: Duration) -> Instant {
+    at.checked_add(by)
+        .or_else(|| at.checked_add(Duration::from_secs(100 * 365 * 86_400)))
+        .unwrap_or(at)
+}
+
 /// The theoretical arrival time of one quota of one key.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Tat(pub(super) Option<Instant>);
@@ -51,20 +59,32 @@ impl Tat {
     /// The earliest slot for a send of `cost` units arriving at `now`.
     pub(super) fn slot(&self, pace: &Pace, now: Instant, cost: u64) -> Instant {
         let Some(tat) = self.0 else { return now };
-        let due = tat + pace.cost(cost);
+        let due = later(tat, pace.cost(cost));
         now.max(due.checked_sub(pace.cost(pace.capacity())).unwrap_or(now))
     }
 
     /// Books `cost` units at `slot`.
     pub(super) fn book(&mut self, pace: &Pace, slot: Instant, cost: u64) {
         let start = self.0.map_or(slot, |tat| tat.max(slot));
-        self.0 = Some(start + pace.cost(cost));
+        self.0 = Some(later(start, pace.cost(cost)));
     }
 
-    /// The upstream's bucket is empty at `at` (it answered 429): the next
-    /// unit fits one period later, whatever was booked before.
-    pub(super) fn empty_at(&mut self, pace: &Pace, at: Instant) {
-        self.0 = Some(at + pace.cost(pace.capacity()));
+    /// A hold until `until` pushed the sends booked after `now` back by
+    /// `pushed`, and the upstream's bucket is empty then (it answered 429):
+    /// the next unit fits one period after `until` at the earliest.
+    pub(super) fn push_back(
+        &mut self,
+        pace: &Pace,
+        now: Instant,
+        pushed: Duration,
+        until: Instant,
+    ) {
+        let booked = self
+            .0
+            .filter(|tat| *tat > now)
+            .map(|tat| later(tat, pushed));
+        let empty = later(until, pace.cost(pace.capacity()));
+        self.0 = Some(booked.map_or(empty, |tat| tat.max(empty)));
     }
 
     /// Whether the key has no booking reaching past `now`.

@@ -395,3 +395,38 @@ async fn a_rise_wakes_the_waiting_sends_and_a_hold_moves_them_back() {
         other => panic!("{other:?}"),
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_hold_moves_the_quota_queue_back_in_order_and_spacing() {
+    // 60 a minute, one at a time: sends a second apart.
+    let gate = gate::Gate::new(gcra::Pace::per_minute(60, 1), None, None);
+    let start = Instant::now();
+    let mut queued = queue(&gate, 3);
+    let at = |b: &gate::Booking| b.slot - start;
+    assert_eq!(
+        queued.iter().map(at).collect::<Vec<_>>(),
+        [
+            Duration::ZERO,
+            Duration::from_secs(1),
+            Duration::from_secs(2)
+        ]
+    );
+    // Half a second in, a 429 names 5 s: the waiting two move back behind
+    // the hold, still a second apart, and a send arriving later queues
+    // behind them rather than ahead.
+    tokio::time::advance(Duration::from_millis(500)).await;
+    gate.hold(1, Instant::now(), Duration::from_secs(5));
+    tokio::time::advance(Duration::from_millis(500)).await;
+    let late = queue(&gate, 1);
+    let now = Instant::now();
+    let mut slots = Vec::new();
+    for booking in &mut queued[1..] {
+        match gate.check(1, booking, now).unwrap() {
+            gate::Check::WaitUntil(slot) => slots.push(slot - start),
+            gate::Check::Go => panic!("went during the hold"),
+        }
+    }
+    slots.push(at(&late[0]));
+    let ms = Duration::from_millis;
+    assert_eq!(slots, [ms(6_000), ms(7_000), ms(8_000)]);
+}

@@ -127,7 +127,10 @@ impl<B> AttemptCtx<B> {
         if let Err(stop) = self.prepare_next() {
             return Step::Finish(self.finish(stop));
         }
+        // Only a 429 response: the gate learns from those and holds the key
+        // for their waits; a rate-limit event inside a stream it never sees.
         let paced = self.gate_paced
+            && status == Some(StatusCode::TOO_MANY_REQUESTS)
             && judgement.class == Classification::Retryable(RetryableKind::RateLimited);
         let spent = if paced {
             Ok(None)

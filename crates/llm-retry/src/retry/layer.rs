@@ -28,8 +28,8 @@ impl RetryLayer {
     /// [`ClientLayer`](crate::ClientLayer)), a 429's retry does not draw on
     /// the retry budget: it waits in the gate, which sends no faster than
     /// the rate the key was found to admit, so it cannot amplify the load.
-    pub(crate) fn gate_paced(mut self) -> RetryLayer {
-        self.gate_paced = true;
+    pub(crate) fn gate_paced(mut self, paced: bool) -> RetryLayer {
+        self.gate_paced = paced;
         self
     }
 
