@@ -35,6 +35,14 @@ struct Ticket {
     booking: Booking,
 }
 
+impl Drop for Ticket {
+    /// A send dropped (or refused) before its turn gives its place up, so
+    /// the sends queued behind it do not wait for it.
+    fn drop(&mut self) {
+        self.gate.abandon(self.key, &self.booking);
+    }
+}
+
 pin_project! {
     #[project = StateProj]
     enum State<F> {

@@ -269,7 +269,23 @@ impl Gate {
         if let (Some(l), Some(ticket)) = (&mut state.learned, booking.ticket) {
             l.schedule.release(ticket, now);
         }
+        booking.released = true;
         Ok(Check::Go)
+    }
+
+    /// A queued send will never go: its place in the schedule is given up.
+    pub(super) fn abandon(&self, key: u64, booking: &Booking) {
+        let Some(ticket) = booking.ticket.filter(|_| !booking.released) else {
+            return;
+        };
+        let mut keys = self.lock();
+        if let Some(l) = keys
+            .get_mut(&key)
+            .filter(|state| state.id == booking.key_id)
+            .and_then(|state| state.learned.as_mut())
+        {
+            l.schedule.abandon(ticket);
+        }
     }
 
     /// What wakes a send waiting on `key`'s learned rate, if it has one.

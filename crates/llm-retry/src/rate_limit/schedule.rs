@@ -13,8 +13,12 @@
 use std::time::Duration;
 use tokio::time::Instant;
 
+/// Abandoned tickets remembered at once; past that, the oldest is
+/// forgotten and its place stays empty (one interval lost, no more).
+const MAX_ABANDONED: usize = 64;
+
 /// One key's schedule.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(super) struct Schedule {
     /// The ticket that goes at `base_time`.
     base_ticket: u64,
@@ -23,6 +27,9 @@ pub(super) struct Schedule {
     next_ticket: u64,
     /// The highest ticket released so far, and when the last one was.
     released: Option<(u64, Instant)>,
+    /// Tickets at or after `base_ticket` whose sends were dropped before
+    /// going, in order: the tickets behind them move up.
+    abandoned: Vec<u64>,
 }
 
 impl Schedule {
@@ -32,12 +39,16 @@ impl Schedule {
             base_time: now,
             next_ticket: 0,
             released: None,
+            abandoned: Vec::new(),
         }
     }
 
     /// When `ticket` may go at `interval` between sends.
     pub(super) fn time_of(&self, ticket: u64, interval: Duration) -> Instant {
-        let ahead = ticket.saturating_sub(self.base_ticket);
+        let skipped = self.abandoned.partition_point(|&a| a < ticket) as u64;
+        let ahead = ticket
+            .saturating_sub(self.base_ticket)
+            .saturating_sub(skipped);
         let offset = interval
             .checked_mul(u32::try_from(ahead).unwrap_or(u32::MAX))
             .unwrap_or(Duration::from_secs(u64::from(u32::MAX)));
@@ -56,6 +67,7 @@ impl Schedule {
         if self.time_of(ticket, interval) < now {
             self.base_ticket = ticket;
             self.base_time = now;
+            self.abandoned.clear();
         }
         self.next_ticket = ticket.saturating_add(1);
         ticket
@@ -64,6 +76,20 @@ impl Schedule {
     /// Takes back the ticket just handed out (its send was refused).
     pub(super) fn untake(&mut self) {
         self.next_ticket = self.next_ticket.saturating_sub(1);
+    }
+
+    /// `ticket`'s send will never go (dropped, or refused for its
+    /// deadline): the tickets behind it move up one place.
+    pub(super) fn abandon(&mut self, ticket: u64) {
+        if ticket < self.base_ticket || ticket >= self.next_ticket {
+            return;
+        }
+        if let Err(at) = self.abandoned.binary_search(&ticket) {
+            self.abandoned.insert(at, ticket);
+            if self.abandoned.len() > MAX_ABANDONED {
+                self.abandoned.remove(0);
+            }
+        }
     }
 
     /// `ticket` was sent at `now`.
@@ -81,6 +107,8 @@ impl Schedule {
         };
         self.base_ticket = ticket.min(self.next_ticket);
         self.base_time = at.max(floor);
+        let base = self.base_ticket;
+        self.abandoned.retain(|&a| a >= base);
     }
 }
 
@@ -121,6 +149,29 @@ mod tests {
         let b = s.take(later, MS(100));
         assert_eq!(s.time_of(a, MS(100)), later);
         assert_eq!(s.time_of(b, MS(100)) - later, MS(100));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_abandoned_ticket_gives_its_place_up() {
+        let t0 = Instant::now();
+        let mut s = Schedule::new(t0);
+        let tickets: Vec<u64> = (0..4).map(|_| s.take(t0, MS(100))).collect();
+        s.abandon(tickets[1]);
+        let times: Vec<Duration> = tickets[2..]
+            .iter()
+            .map(|&t| s.time_of(t, MS(100)) - t0)
+            .collect();
+        assert_eq!(times, [MS(100), MS(200)]);
+        // Out of range or twice: nothing more moves.
+        s.abandon(tickets[1]);
+        s.abandon(99);
+        assert_eq!(s.time_of(tickets[3], MS(100)) - t0, MS(200));
+        // Once the schedule moves past it, it is forgotten.
+        s.release(tickets[0], t0);
+        s.release(tickets[2], t0 + MS(100));
+        s.rebase(MS(100), t0 + MS(100));
+        assert!(s.abandoned.is_empty());
+        assert_eq!(s.time_of(tickets[3], MS(100)) - t0, MS(200));
     }
 
     proptest::proptest! {

@@ -15,7 +15,7 @@ use tower::{Layer, Service, ServiceExt};
 type Sends = Arc<Mutex<Vec<(Instant, String)>>>;
 
 /// An upstream recording when each request arrives; `/busy` answers 429
-/// with `retry-after: 2`.
+/// with `retry-after: 2`, `/nowait` a 429 naming no wait.
 fn upstream(
     sends: Sends,
 ) -> impl Service<Request<()>, Response = Response<Full<Bytes>>, Error = crate::BoxError> + Clone {
@@ -36,6 +36,9 @@ fn upstream(
                 *res.status_mut() = http::StatusCode::TOO_MANY_REQUESTS;
                 res.headers_mut()
                     .insert("retry-after", http::HeaderValue::from_static(wait));
+            }
+            if req.uri().path() == "/nowait" {
+                *res.status_mut() = http::StatusCode::TOO_MANY_REQUESTS;
             }
             Ok::<_, crate::BoxError>(res)
         }
@@ -429,4 +432,47 @@ async fn a_hold_moves_the_quota_queue_back_in_order_and_spacing() {
     slots.push(at(&late[0]));
     let ms = Duration::from_millis;
     assert_eq!(slots, [ms(6_000), ms(7_000), ms(8_000)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_send_dropped_while_it_waits_gives_its_place_up() {
+    let sends = Sends::default();
+    let gate_layer = RateLimitLayer::learned();
+    let svc = gate_layer.layer(upstream(sends.clone()));
+    // Teach the key one send a second (five successes in 5 s, then a 429
+    // naming no wait), through the layer itself.
+    for _ in 0..5 {
+        svc.clone().oneshot(get("http://a.test/")).await.unwrap();
+        tokio::time::advance(Duration::from_secs(1)).await;
+    }
+    let throttled = svc
+        .clone()
+        .oneshot(get("http://a.test/nowait"))
+        .await
+        .unwrap();
+    assert_eq!(throttled.status(), http::StatusCode::TOO_MANY_REQUESTS);
+    let start = Instant::now();
+    // Three queue up, in order; the second is dropped before its turn.
+    let mut first = Box::pin(svc.clone().oneshot(get("http://a.test/1")));
+    let _ = tokio::time::timeout(Duration::ZERO, &mut first).await;
+    let second = svc.clone().oneshot(get("http://a.test/2"));
+    assert!(tokio::time::timeout(Duration::ZERO, second).await.is_err());
+    let mut third = Box::pin(svc.clone().oneshot(get("http://a.test/3")));
+    let _ = tokio::time::timeout(Duration::ZERO, &mut third).await;
+    let (first, third) = tokio::join!(first, third);
+    first.unwrap();
+    third.unwrap();
+    let sent: Vec<(Duration, String)> = sends
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(t, uri)| *t >= start && !uri.ends_with("nowait"))
+        .map(|(t, uri)| (*t - start, uri.clone()))
+        .collect();
+    let uris: Vec<&str> = sent.iter().map(|(_, u)| u.as_str()).collect();
+    assert_eq!(uris, ["http://a.test/1", "http://a.test/3"]);
+    assert!(
+        sent[1].0 - sent[0].0 <= Duration::from_secs(1),
+        "the third took the second's place: {sent:?}"
+    );
 }
