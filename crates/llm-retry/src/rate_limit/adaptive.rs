@@ -10,12 +10,14 @@
 //! the slow probe keeps 429s rare.
 //!
 //! Without a ceiling (`max_per_sec` infinite) a key is unpaced until its
-//! first 429, and the first rate is measured rather than configured: the
-//! successes per second since the key's first send, or one send per wait
-//! the 429 named to the millisecond. With neither (calls still running,
-//! whole-second waits) the first rate is a guess on the low side, and the
-//! rate then doubles each second of successes until the next 429 — slow
-//! start. From there it adapts as above.
+//! first 429, and the first rate is measured rather than configured: one
+//! send per wait the 429 named to the millisecond (a token bucket's time to
+//! its next token), or the successes per second since the key's first
+//! send. Until the next 429 the rate then grows a quarter each second of
+//! successes — slow start, as a rate rounded to whole milliseconds is low —
+//! or doubles each second when the first rate rests on one or two answers
+//! (calls still running, whole-second waits). From there it adapts as
+//! above, probing by a hundredth of the rate that last drew a 429.
 //!
 //! Every 429 is taken as news about the key's rate: 429s that come whatever
 //! the rate (a quota on something other than requests) drive the learned
