@@ -195,15 +195,14 @@ impl Learned {
         self.changed = Some(now);
     }
 
-    /// A 429 for a send slotted at `sent`: decrease once per congestion
-    /// event, then ignore the 429s of sends already booked at the old rate
-    /// (every slot up to `booked_until`). Whether the rate fell.
+    /// A 429 for a send that went at `sent`, naming `named_wait` or not:
+    /// decrease once per congestion event, ignoring the 429s of sends that
+    /// went before the decrease. Whether the rate changed.
     pub(super) fn on_throttle(
         &mut self,
         bounds: &AdaptiveRate,
         sent: Instant,
         now: Instant,
-        booked_until: Instant,
         named_wait: Option<Duration>,
     ) -> bool {
         if self.quiet_until.is_some_and(|quiet| sent <= quiet) {
@@ -237,7 +236,7 @@ impl Learned {
             self.last_throttled = Some(self.per_sec);
             self.per_sec = (self.per_sec * DECREASE).max(bounds.min_per_sec);
         }
-        self.quiet_until = Some(now.max(booked_until));
+        self.quiet_until = Some(now);
         self.changed = Some(now);
         true
     }

@@ -13,7 +13,7 @@ fn after_a_decrease_the_rate_regains_quickly_then_probes_slowly() {
     let mut learned = BOUNDS.start();
     let t0 = Instant::now();
     learned.per_sec = 50.0;
-    learned.on_throttle(&BOUNDS, t0, t0, t0, None);
+    learned.on_throttle(&BOUNDS, t0, t0, None);
     assert!((learned.per_sec() - 50.0 * DECREASE).abs() < 1e-9);
     // Successes every 10 ms for 3 s: most of the gap to the target closes.
     let target = 50.0 * REGAIN_TARGET;
@@ -38,11 +38,11 @@ async fn a_burst_of_429s_is_one_decrease() {
     let sent = Instant::now();
     tokio::time::advance(Duration::from_millis(10)).await;
     for _ in 0..50 {
-        learned.on_throttle(&BOUNDS, sent, Instant::now(), sent, None);
+        learned.on_throttle(&BOUNDS, sent, Instant::now(), None);
     }
     assert!((learned.per_sec() - 100.0 * DECREASE).abs() < 1e-9);
     tokio::time::advance(Duration::from_millis(10)).await;
-    learned.on_throttle(&BOUNDS, Instant::now(), Instant::now(), sent, None);
+    learned.on_throttle(&BOUNDS, Instant::now(), Instant::now(), None);
     assert!(
         (learned.per_sec() - 100.0 * DECREASE * DECREASE).abs() < 1e-9,
         "a later send's 429 is a new event"
@@ -57,7 +57,7 @@ fn the_rate_stays_inside_its_bounds() {
     // a hundred decreases.
     for _ in 0..1000 {
         learned.quiet_until = None;
-        learned.on_throttle(&BOUNDS, now, now, now, None);
+        learned.on_throttle(&BOUNDS, now, now, None);
     }
     assert_eq!(learned.per_sec(), 1.0);
     let mut at = now;
@@ -114,7 +114,7 @@ mod unbounded {
             learned.on_success(&UNBOUNDED, t0 + Duration::from_millis(5 * i));
         }
         let at = t0 + Duration::from_millis(200);
-        learned.on_throttle(&UNBOUNDED, at, at, at, None);
+        learned.on_throttle(&UNBOUNDED, at, at, None);
         assert!(
             (learned.per_sec() - 200.0).abs() < 1e-9,
             "{}",
@@ -122,7 +122,7 @@ mod unbounded {
         );
         // From here on it is the usual decrease, regain and probe.
         let later = at + Duration::from_millis(50);
-        learned.on_throttle(&UNBOUNDED, later, later, later, None);
+        learned.on_throttle(&UNBOUNDED, later, later, None);
         assert!((learned.per_sec() - 200.0 * DECREASE).abs() < 1e-9);
         let mut t = later;
         for _ in 0..1000 {
@@ -146,7 +146,7 @@ mod unbounded {
         let t0 = Instant::now();
         learned.on_send(t0);
         let at = t0 + Duration::from_millis(100);
-        assert!(learned.on_throttle(&UNBOUNDED, at, at, at, None));
+        assert!(learned.on_throttle(&UNBOUNDED, at, at, None));
         assert!(
             (learned.per_sec() - 10.0).abs() < 1e-9,
             "{}",
@@ -164,7 +164,7 @@ mod unbounded {
             learned.per_sec()
         );
         // The next 429 ends slow start: a decrease, then only regain and probe.
-        learned.on_throttle(&UNBOUNDED, t, t, t, None);
+        learned.on_throttle(&UNBOUNDED, t, t, None);
         let low = learned.per_sec();
         for _ in 0..100 {
             t += Duration::from_millis(10);
@@ -186,7 +186,7 @@ mod unbounded {
             learned.on_success(&UNBOUNDED, t0 + Duration::from_secs(10 * i));
         }
         let at = t0 + Duration::from_secs(60);
-        learned.on_throttle(&UNBOUNDED, at, at, at, None);
+        learned.on_throttle(&UNBOUNDED, at, at, None);
         assert_eq!(learned.per_sec(), 1.0);
     }
 }
@@ -214,7 +214,7 @@ fn drive(
             if answer(n, now) {
                 learned.on_success(bounds, now);
             } else {
-                learned.on_throttle(bounds, now, now, now, None);
+                learned.on_throttle(bounds, now, now, None);
             }
         }
     }
@@ -256,7 +256,7 @@ fn a_learned_rate_stays_finite_however_long_the_successes_last() {
     let mut learned = bounds.start();
     let t0 = Instant::now();
     learned.on_send(t0);
-    learned.on_throttle(&bounds, t0, t0, t0, Some(Duration::from_millis(100)));
+    learned.on_throttle(&bounds, t0, t0, Some(Duration::from_millis(100)));
     // A day of one success a second: slow start and the probe never stop
     // the climb, but it ends at a finite ceiling, still paced.
     for s in 1..=86_400u64 {

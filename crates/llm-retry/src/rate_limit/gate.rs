@@ -339,7 +339,7 @@ impl Gate {
         named_wait: Option<Duration>,
     ) {
         self.learn(key, now, |rate, bounds| {
-            rate.on_throttle(bounds, sent, now, now, named_wait);
+            rate.on_throttle(bounds, sent, now, named_wait);
         });
     }
 
