@@ -7,7 +7,7 @@ use http::StatusCode;
 use llm_retry::{RetryLayer, RetryPolicy};
 use llm_retry_mock::{Reply, Route};
 use std::time::Duration;
-use support::{client, drain, fast_policy, messages_request, mock, Recorder};
+use support::{client, fast_policy, messages_request, mock, send_recorded, Recorder};
 use tokio::sync::mpsc;
 use tower::{Layer, ServiceExt};
 
@@ -66,16 +66,8 @@ async fn hooks_see_each_retry_then_the_recovery() {
         Reply::anthropic_ok("ok"),
     ]))
     .await;
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    let svc = RetryLayer::new(fast_policy().build().unwrap())
-        .with_hooks(Recorder(tx))
-        .layer(client());
-    let res = svc
-        .oneshot(messages_request(&mock.url("/v1/messages")))
-        .await
-        .unwrap();
-    assert_eq!(res.status(), StatusCode::OK);
-    let seen = drain(&mut rx);
+    let (res, seen) = send_recorded(fast_policy().build().unwrap(), &mock).await;
+    assert_eq!(res.unwrap().status(), StatusCode::OK);
     assert_eq!(seen.len(), 3, "{seen:?}");
     assert!(
         seen[0].starts_with("retry 1/10") && seen[0].contains("529"),
@@ -91,17 +83,8 @@ async fn hooks_see_each_retry_then_the_recovery() {
 #[tokio::test]
 async fn hooks_see_the_give_up() {
     let mock = mock(Route::always(Reply::status(503))).await;
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    let policy = fast_policy().max_retries(1).build().unwrap();
-    let svc = RetryLayer::new(policy)
-        .with_hooks(Recorder(tx))
-        .layer(client());
-    let res = svc
-        .oneshot(messages_request(&mock.url("/v1/messages")))
-        .await
-        .unwrap();
-    assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
-    let lines = drain(&mut rx);
+    let (res, lines) = send_recorded(fast_policy().max_retries(1).build().unwrap(), &mock).await;
+    assert_eq!(res.unwrap().status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(lines.len(), 2, "{lines:?}");
     assert!(
         lines[1].starts_with("give up: gave up after 2 attempts"),

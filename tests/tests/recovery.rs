@@ -37,6 +37,28 @@ async fn call(
         .await
 }
 
+/// Anthropic's answer to a bad key.
+fn unauthorized() -> Reply {
+    Reply::anthropic_error(401, "authentication_error", "invalid x-api-key")
+}
+
+/// Calls `mock` with a policy that refreshes credentials through a new
+/// [`Refresher`]; returns the response and the hook, to count its calls.
+async fn call_refreshing(
+    mock: &MockServer,
+) -> (
+    http::Response<llm_retry::RetryBody<hyper::body::Incoming>>,
+    Refresher,
+) {
+    let hook = Refresher::default();
+    let policy = fast_policy()
+        .refresh_credentials(hook.clone())
+        .build()
+        .unwrap();
+    let res = call(policy, mock, &anthropic_body()).await.unwrap();
+    (res, hook)
+}
+
 fn anthropic_body() -> Value {
     json!({
         "model": "claude-sonnet-4-5",
@@ -268,19 +290,8 @@ impl RefreshCredentials for Refresher {
 
 #[tokio::test]
 async fn a_401_refreshes_credentials_once_and_resends() {
-    let unauthorized = || Reply::anthropic_error(401, "authentication_error", "invalid x-api-key");
     let mock = mock(Route::sequence([unauthorized(), Reply::anthropic_ok("ok")])).await;
-    let hook = Refresher::default();
-    let res = call(
-        fast_policy()
-            .refresh_credentials(hook.clone())
-            .build()
-            .unwrap(),
-        &mock,
-        &anthropic_body(),
-    )
-    .await
-    .unwrap();
+    let (res, hook) = call_refreshing(&mock).await;
     assert_eq!(res.status(), StatusCode::OK);
     assert_eq!(hook.refreshed.load(Ordering::SeqCst), 1);
     assert_eq!(hook.cleared.load(Ordering::SeqCst), 1);
@@ -294,19 +305,8 @@ async fn a_401_refreshes_credentials_once_and_resends() {
 
 #[tokio::test]
 async fn a_second_401_is_final_and_no_hook_means_the_first_is() {
-    let unauthorized = || Reply::anthropic_error(401, "authentication_error", "invalid x-api-key");
     let mock = mock(Route::always(unauthorized())).await;
-    let hook = Refresher::default();
-    let res = call(
-        fast_policy()
-            .refresh_credentials(hook.clone())
-            .build()
-            .unwrap(),
-        &mock,
-        &anthropic_body(),
-    )
-    .await
-    .unwrap();
+    let (res, hook) = call_refreshing(&mock).await;
     assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
     assert_eq!(
         (hook.refreshed.load(Ordering::SeqCst), mock.request_count()),

@@ -12,7 +12,9 @@ use llm_retry::{RetryLayer, RetryReport};
 use llm_retry_mock::{Reply, Route};
 use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
-use support::{client, drain, fast_policy, messages_request, mock, Recorder, API_KEY};
+use support::{
+    client, drain, fast_policy, messages_request, mock, send_recorded, Recorder, API_KEY,
+};
 use tokio::sync::mpsc;
 use tower::{Layer, ServiceExt};
 
@@ -128,18 +130,12 @@ async fn neither_the_old_nor_the_refreshed_credential_is_logged() {
         Reply::anthropic_ok("ok"),
     ]))
     .await;
-    let (tx, mut rx) = mpsc::unbounded_channel();
     let policy = fast_policy()
         .refresh_credentials(Refresher)
         .build()
         .unwrap();
-    let svc = RetryLayer::new(policy)
-        .with_hooks(Recorder(tx))
-        .layer(client());
-    let res = svc
-        .oneshot(messages_request(&mock.url("/v1/messages")))
-        .await
-        .unwrap();
+    let (res, recorded) = send_recorded(policy, &mock).await;
+    let res = res.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     let report = res.extensions().get::<RetryReport>().unwrap();
     let logs = captured.text();
@@ -147,7 +143,7 @@ async fn neither_the_old_nor_the_refreshed_credential_is_logged() {
         logs.contains("credentials refreshed"),
         "the refresh path logged: {logs}"
     );
-    let hooks: String = drain(&mut rx).join("\n");
+    let hooks: String = recorded.join("\n");
     assert!(hooks.contains("RefreshCredentials"), "{hooks}");
     assert_no_secret([
         ("logs", logs),

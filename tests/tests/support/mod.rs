@@ -64,6 +64,25 @@ pub async fn send(
         .await
 }
 
+/// Sends a messages request to `mock` through `RetryLayer` with `policy`
+/// and a [`Recorder`]: the result, and every line the hooks recorded.
+pub async fn send_recorded(
+    policy: RetryPolicy,
+    mock: &llm_retry_mock::MockServer,
+) -> (
+    Result<http::Response<llm_retry::RetryBody<hyper::body::Incoming>>, llm_retry::BoxError>,
+    Vec<String>,
+) {
+    use tower::{Layer, ServiceExt};
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let result = llm_retry::RetryLayer::new(policy)
+        .with_hooks(Recorder(tx))
+        .layer(client())
+        .oneshot(messages_request(&mock.url("/v1/messages")))
+        .await;
+    (result, drain(&mut rx))
+}
+
 /// Hooks that forward a line per callback to a channel.
 pub struct Recorder(pub tokio::sync::mpsc::UnboundedSender<String>);
 
