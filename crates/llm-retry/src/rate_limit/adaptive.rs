@@ -81,9 +81,9 @@ pub(super) struct Learned {
     /// Since the key's first send, while its rate is still unmeasured:
     /// when it started, and the successes seen.
     first: Option<(Instant, u32)>,
-    /// While the 429s of the burst that drew the first estimate come back:
-    /// sends that went up to this instant belong to it.
-    first_burst: Option<Instant>,
+    /// Whether the quiet 429s now coming back belong to the burst that drew
+    /// the first estimate, which they may refine.
+    refining: bool,
     /// After a first estimate, until the next 429: the factor the rate
     /// grows by each second of successes (2 when the estimate rests on
     /// little and may be far too low).
@@ -108,7 +108,7 @@ impl AdaptiveRate {
             last_throttled: None,
             first: None,
             slow_start: None,
-            first_burst: None,
+            refining: false,
         }
     }
 }
@@ -208,9 +208,9 @@ impl Learned {
         if self.quiet_until.is_some_and(|quiet| sent <= quiet) {
             // The rest of the burst that drew the first estimate: a longer
             // wait named to the millisecond is a closer look at the rate.
-            if let (Some(first), Some(wait)) = (self.first_burst, precise(named_wait)) {
+            if let (true, Some(wait)) = (self.refining, precise(named_wait)) {
                 let rate = (1.0 / wait.as_secs_f64()).max(bounds.min_per_sec);
-                if sent <= first && rate < self.per_sec {
+                if rate < self.per_sec {
                     self.per_sec = rate;
                     self.last_throttled = Some(rate);
                     return true;
@@ -218,10 +218,9 @@ impl Learned {
             }
             return false;
         }
-        self.first_burst = None;
+        self.refining = self.unmeasured();
         if self.unmeasured() {
             let (estimate, confidence) = self.first_estimate(now, named_wait);
-            self.first_burst = Some(now);
             let estimate = estimate.max(bounds.min_per_sec);
             self.first = None;
             self.last_throttled = Some(estimate);

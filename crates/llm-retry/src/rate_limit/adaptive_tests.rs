@@ -265,3 +265,29 @@ fn a_learned_rate_stays_finite_however_long_the_successes_last() {
     assert!(learned.per_sec().is_finite(), "{}", learned.per_sec());
     assert!(learned.interval() > Duration::ZERO);
 }
+
+#[test]
+fn the_rest_of_the_first_burst_refines_the_first_rate_down_only() {
+    let bounds = AdaptiveRate {
+        min_per_sec: 1.0,
+        max_per_sec: f64::INFINITY,
+    };
+    let mut learned = bounds.start();
+    let t0 = Instant::now();
+    learned.on_send(t0);
+    let at = t0 + Duration::from_millis(20);
+    let ms = Duration::from_millis;
+    // The first 429 came 2 ms before a token: 500 a second, at most.
+    assert!(learned.on_throttle(&bounds, t0, at, Some(ms(2))));
+    assert!((learned.per_sec() - 500.0).abs() < 1e-9);
+    // The burst's other 429s named up to 5 ms: the bucket's period.
+    assert!(learned.on_throttle(&bounds, t0, at, Some(ms(5))));
+    assert!(!learned.on_throttle(&bounds, t0, at, Some(ms(3))));
+    assert!((learned.per_sec() - 200.0).abs() < 1e-9);
+    // A 429 for a later send is a congestion event, not a refinement.
+    let later = at + ms(10);
+    assert!(learned.on_throttle(&bounds, later, later, Some(ms(50))));
+    assert!((learned.per_sec() - 200.0 * DECREASE).abs() < 1e-9);
+    // And the refining is over: a quiet 429 naming a longer wait changes nothing.
+    assert!(!learned.on_throttle(&bounds, at, later, Some(ms(50))));
+}
