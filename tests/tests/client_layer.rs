@@ -181,6 +181,34 @@ async fn under_the_gate_a_429s_retry_spends_no_budget_and_a_5xx_retry_does() {
     );
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_stack_built_by_hand_behaves_as_client_layer() {
+    // The documented order, layer by layer: retries, the learning gate, the
+    // stream guard. No flag ties them: the gate hears the retry policy's
+    // decision through the request, so the hand-built stack paces 429
+    // retries without charging the budget exactly as ClientLayer does.
+    let empty = || llm_retry::budget::RetryBudget::new(0.0, 0, Duration::from_secs(10)).unwrap();
+    let policy = || {
+        fast_policy()
+            .max_retries(30)
+            .budget(empty())
+            .build()
+            .unwrap()
+    };
+    let by_hand = tower::ServiceBuilder::new()
+        .layer(RetryLayer::new(policy()))
+        .layer(RateLimitLayer::learned())
+        .layer(llm_retry::stream_guard::StreamGuardLayer::new())
+        .service(client());
+    let mock = limited_upstream().await;
+    let (ok, hand_sends) = crowd(by_hand, &mock, 20).await;
+    assert_eq!(ok, 20, "every 429 was retried, paced by the gate");
+    let mock = limited_upstream().await;
+    let (ok, stack_sends) = crowd(ClientLayer::new(policy()).layer(client()), &mock, 20).await;
+    assert_eq!(ok, 20);
+    assert_eq!(hand_sends, stack_sends);
+}
+
 async fn mock_503_then_ok() -> MockServer {
     mock(Route::sequence([
         Reply::anthropic_error(503, "api_error", "Service unavailable"),
@@ -190,12 +218,13 @@ async fn mock_503_then_ok() -> MockServer {
 }
 
 #[tokio::test(start_paused = true)]
-async fn only_a_429_the_gate_paces_goes_uncharged() {
+async fn a_rate_limit_the_gate_paces_goes_uncharged_whatever_carried_it() {
     let empty = || llm_retry::budget::RetryBudget::new(0.0, 0, Duration::from_secs(10)).unwrap();
     let policy = || fast_policy().budget(empty()).build().unwrap();
     let stopped_for_budget =
         |report: &RetryReport| matches!(report.stop, llm_retry::StopReason::BudgetExhausted { .. });
-    // A rate limit inside a stream: the gate never sees it, so the retry is charged.
+    // A rate limit inside a stream is judged like a 429: the gate paces
+    // its retry, so the empty budget is not asked.
     let mock = mock(Route::sequence([
         Reply::anthropic_stream_error("rate_limit_error", "Rate limited"),
         Reply::anthropic_stream(&["ok"]),
@@ -204,17 +233,11 @@ async fn only_a_429_the_gate_paces_goes_uncharged() {
     let response = ClientLayer::new(policy())
         .layer(client())
         .oneshot(messages_request(&mock.url("/v1/messages")))
-        .await;
-    let report = match &response {
-        Ok(response) => response.extensions().get::<RetryReport>().unwrap().clone(),
-        Err(e) => e
-            .downcast_ref::<llm_retry::RetryError>()
-            .unwrap()
-            .report()
-            .clone(),
-    };
-    assert!(stopped_for_budget(&report), "{report:?}");
-    assert_eq!(mock.request_count(), 1);
+        .await
+        .unwrap();
+    let report = response.extensions().get::<RetryReport>().unwrap();
+    assert_eq!(report.stop, llm_retry::StopReason::Succeeded, "{report:?}");
+    assert_eq!(mock.request_count(), 2);
     // A gate that only holds (no quota, no learned rate) paces nothing: charged too.
     let mock = mock_429_then_ok().await;
     let holds_only = ClientLayer::new(policy()).rate_limit(RateLimitLayer::new(Quotas::none()));

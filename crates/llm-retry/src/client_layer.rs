@@ -15,8 +15,9 @@ pub type ClientStack<S> = Retry<RateLimit<StreamGuard<S>>>;
 ///
 /// 1. [`RetryLayer`] with its policy — by default [`RetryPolicy::default()`],
 ///    which carries a shared [`RetryBudget`](crate::budget::RetryBudget):
-///    retries may add 20 % to recent first sends, plus 10 a second. A 429's
-///    retry is not charged to it: it waits in the gate below, which sends
+///    retries may add 20 % to recent first sends, plus 10 a second. A rate
+///    limit's retry (a 429, or a stream's `rate_limit_error` first event)
+///    is not charged to it: it waits in the gate below, which sends
 ///    no faster than the key was found to admit;
 /// 2. a [`RateLimitLayer`] shared by every clone — by default
 ///    [`RateLimitLayer::learned()`]: when a 429 names a wait, every request
@@ -67,7 +68,7 @@ impl ClientLayer {
     /// default stream guard.
     pub fn new(policy: RetryPolicy) -> ClientLayer {
         ClientLayer {
-            retry: RetryLayer::new(policy).gate_paced(true),
+            retry: RetryLayer::new(policy),
             rate_limit: RateLimitLayer::learned(),
             stream_guard: StreamGuardLayer::new(),
         }
@@ -82,9 +83,8 @@ impl ClientLayer {
     /// Replaces the gate: known quotas, adaptive bounds, or a gate shared
     /// with other stacks (clones of one [`RateLimitLayer`] share its state).
     /// A gate that paces nothing (`RateLimitLayer::new(Quotas::none())`,
-    /// holds only) leaves 429 retries charged to the retry budget.
+    /// holds only) leaves rate-limit retries charged to the retry budget.
     pub fn rate_limit(mut self, rate_limit: RateLimitLayer) -> ClientLayer {
-        self.retry = self.retry.gate_paced(rate_limit.paces());
         self.rate_limit = rate_limit;
         self
     }

@@ -10,11 +10,13 @@
 mod context;
 mod phrase;
 mod provider;
+mod reported;
 mod status;
 mod transport;
 
 pub use provider::{ContextOverflow, ProviderError};
-pub use status::{classify_response, should_retry_header};
+pub use reported::{find as find_reported, recognise, Recognise, Reported};
+pub use status::{classify_response, should_retry_header, with_should_retry};
 pub use transport::classify_error;
 
 use http::StatusCode;

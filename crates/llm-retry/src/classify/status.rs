@@ -44,8 +44,23 @@ pub fn classify_response(
     if !(status.is_client_error() || status.is_server_error()) {
         return Classification::Success;
     }
-    let verdict = table(status, provider);
-    match should_retry_header(headers) {
+    with_should_retry(
+        table(status, provider),
+        should_retry_header(headers),
+        status,
+    )
+}
+
+/// Applies a server's `x-should-retry` verdict to a classification of a
+/// failure carried by a response with `status` (its status line, or `200`
+/// for a stream's error event): `false` makes it final, `true` makes it
+/// retryable unless it is a quota or billing error.
+pub fn with_should_retry(
+    verdict: Classification,
+    should_retry: Option<bool>,
+    status: StatusCode,
+) -> Classification {
+    match should_retry {
         None => verdict,
         Some(false) => Classification::Fatal(FatalKind::ServerDeclined(status)),
         Some(true) => match verdict {

@@ -38,10 +38,11 @@ const PHRASES: &[(&str, RetryableKind)] = &[
 /// [`Overloaded`]: RetryableKind::Overloaded
 /// [`RateLimited`]: RetryableKind::RateLimited
 /// [`Transport`]: RetryableKind::Transport
+///
+/// Errors of the library's own layers (the stream guard's, the gate's) say
+/// what they are through [`Reported`](super::Reported); this function does not
+/// know them. [`RetryPolicy::judge`](crate::RetryPolicy::judge) reads both.
 pub fn classify_error(error: &(dyn Error + 'static)) -> Classification {
-    if let Some(known) = chain(error).find_map(stream_failure) {
-        return known;
-    }
     let kind = chain(error)
         .find_map(by_type)
         .or_else(|| by_phrase(error))
@@ -53,7 +54,9 @@ pub fn classify_error(error: &(dyn Error + 'static)) -> Classification {
 ///
 /// A custom `io::Error` is followed into the error it wraps (`get_ref`),
 /// which `io::Error::source` would skip.
-fn chain<'a>(error: &'a (dyn Error + 'static)) -> impl Iterator<Item = &'a (dyn Error + 'static)> {
+pub(super) fn chain<'a>(
+    error: &'a (dyn Error + 'static),
+) -> impl Iterator<Item = &'a (dyn Error + 'static)> {
     std::iter::successors(Some(error), |&link| {
         match link
             .downcast_ref::<io::Error>()
@@ -64,21 +67,6 @@ fn chain<'a>(error: &'a (dyn Error + 'static)) -> impl Iterator<Item = &'a (dyn 
         }
     })
     .take(MAX_LINKS)
-}
-
-/// A stream guard's verdict travels with its error: before content it
-/// carries its own classification, after content it is never retried.
-fn stream_failure(link: &(dyn Error + 'static)) -> Option<Classification> {
-    if let Some(pre) = link.downcast_ref::<crate::stream_guard::PreContentError>() {
-        return Some(pre.classification().clone());
-    }
-    if link.is::<crate::rate_limit::GateError>() {
-        return Some(Classification::Fatal(super::FatalKind::LocalRateLimit));
-    }
-    if link.is::<crate::stream_guard::StreamInterrupted>() {
-        return Some(Classification::Fatal(super::FatalKind::StreamCommitted));
-    }
-    None
 }
 
 /// Recognises a link by its type.

@@ -1,4 +1,4 @@
-//! Reading header values: first valid value, text, `x-should-retry`.
+//! Reading header values: first valid value, text, a known zero.
 
 use super::number::Decimal;
 use http::{HeaderMap, HeaderValue};
@@ -16,20 +16,6 @@ pub(crate) fn first_valid<T>(
     parse: impl FnMut(&HeaderValue) -> Option<T>,
 ) -> Option<T> {
     headers.get_all(name).iter().find_map(parse)
-}
-
-/// `x-should-retry`: `true` / `false`, case-insensitive and trimmed.
-pub(crate) fn should_retry(headers: &HeaderMap) -> Option<bool> {
-    first_valid(headers, "x-should-retry", |value| {
-        let s = text(value)?;
-        if s.eq_ignore_ascii_case("true") {
-            Some(true)
-        } else if s.eq_ignore_ascii_case("false") {
-            Some(false)
-        } else {
-            None
-        }
-    })
 }
 
 /// Whether the first well-formed value of a `*-remaining` header is zero.
@@ -55,28 +41,6 @@ mod tests {
             }
         }
         headers
-    }
-
-    #[test]
-    fn should_retry_table() {
-        let cases: &[(&[&[u8]], Option<bool>)] = &[
-            (&[b"true"], Some(true)),
-            (&[b"false"], Some(false)),
-            (&[b"TRUE"], Some(true)),
-            (&[b" False\t"], Some(false)),
-            (&[b"yes"], None),
-            (&[b"1"], None),
-            (&[b""], None),
-            (&[b"   "], None),
-            (&[b"\xfftrue"], None),
-            (&[b"maybe", b"false"], Some(false)),
-            (&[b"true", b"false"], Some(true)),
-            (&[], None),
-        ];
-        for (values, want) in cases {
-            let headers = map("x-should-retry", values);
-            assert_eq!(should_retry(&headers), *want, "values {values:?}");
-        }
     }
 
     #[test]

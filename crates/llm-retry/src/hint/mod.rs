@@ -108,6 +108,9 @@ pub enum WaitSource {
     AnthropicRateLimitReset,
     /// A "try again in …" phrase in the body.
     BodyPhrase,
+    /// What is left of a wait named earlier for the whole key, which a
+    /// rate-limit gate holds it for.
+    KeyHold,
 }
 
 /// Reads every signal in `headers` (and `body`, when given) against `now`.
@@ -115,24 +118,73 @@ pub enum WaitSource {
 /// The wait comes from the first valid source in this order (see the
 /// [module docs](self) for formats): `retry-after-ms` > `Retry-After` >
 /// `x-ratelimit-reset-*` > `anthropic-ratelimit-*-reset` > a "try again in …"
-/// phrase in `body`. Present but invalid headers are skipped. The body is
-/// only scanned (its first 64 KiB) when no header named a wait. Never panics;
+/// phrase in `body`. Present but invalid headers are skipped, and so is a
+/// zero wait when a later source names a positive one: `retry-after: 0`
+/// beside an exhausted limit's 2 s reset means 2 s. The body is only scanned
+/// (its first 64 KiB) when no header named a positive wait. Never panics;
 /// any wait is at most [`MAX_HINT`].
 pub fn parse_hint(headers: &HeaderMap, body: Option<&[u8]>, now: SystemTime) -> ServerHint {
     ServerHint {
-        should_retry: headers::should_retry(headers),
-        wait: header_wait(headers, now).or_else(|| body_wait(body?)),
+        should_retry: crate::classify::should_retry_header(headers),
+        wait: named_wait(headers, body, now, Signals::All),
     }
 }
 
-/// The wait named by headers, by precedence.
-fn header_wait(headers: &HeaderMap, now: SystemTime) -> Option<ServerWait> {
-    headers::first_valid(headers, "retry-after-ms", retry_after::parse_retry_after_ms)
-        .or_else(|| {
-            headers::first_valid(headers, RETRY_AFTER.as_str(), |v| parse_retry_after(v, now))
-        })
-        .or_else(|| ratelimit::openai_reset(headers))
-        .or_else(|| ratelimit::anthropic_reset(headers, now))
+/// Which signals may name the wait for a failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Signals {
+    /// `retry-after-ms` and `Retry-After` only: they answer the failure
+    /// itself. Reset headers and phrases describe quotas, which every
+    /// response carries, and count only for a rate limit.
+    RetryAfter,
+    /// Every signal, for a rate limit.
+    All,
+}
+
+/// The first positive wait among the sources `signals` allows, by
+/// precedence; when none is positive, the first zero one.
+pub(crate) fn named_wait(
+    headers: &HeaderMap,
+    body: Option<&[u8]>,
+    now: SystemTime,
+    signals: Signals,
+) -> Option<ServerWait> {
+    let mut zero = None;
+    let mut sources = header_waits(headers, now, signals)
+        .chain(std::iter::once_with(|| match signals {
+            Signals::All => body_wait(body?),
+            Signals::RetryAfter => None,
+        }))
+        .flatten();
+    let positive = sources.find(|wait| {
+        let positive = wait.duration >= MIN_WAIT;
+        if !positive && zero.is_none() {
+            zero = Some(*wait);
+        }
+        positive
+    });
+    positive.or(zero)
+}
+
+/// Shorter than the timer's tick: no wait at all.
+const MIN_WAIT: Duration = Duration::from_millis(1);
+
+/// The waits named by headers, by precedence.
+fn header_waits(
+    headers: &HeaderMap,
+    now: SystemTime,
+    signals: Signals,
+) -> impl Iterator<Item = Option<ServerWait>> {
+    let quota = signals == Signals::All;
+    [
+        headers::first_valid(headers, "retry-after-ms", retry_after::parse_retry_after_ms),
+        headers::first_valid(headers, RETRY_AFTER.as_str(), |v| parse_retry_after(v, now)),
+        quota.then(|| ratelimit::openai_reset(headers)).flatten(),
+        quota
+            .then(|| ratelimit::anthropic_reset(headers, now))
+            .flatten(),
+    ]
+    .into_iter()
 }
 
 /// The wait named by a phrase in the body.
@@ -221,7 +273,20 @@ mod tests {
                 wait(6, BodyPhrase),
             ),
             (&[(MS, b"\xff\x31"), (RA, b"   ")], None, None),
-            (&[(RA, b"0")], BODY, wait(0, RetryAfterSeconds)),
+            (&[(RA, b"0")], None, wait(0, RetryAfterSeconds)),
+            // a zero names no wait when a later source names one
+            (&[(RA, b"0")], BODY, wait(6, BodyPhrase)),
+            (
+                &[(MS, b"0"), (RA, b"3")],
+                None,
+                wait(3000, RetryAfterSeconds),
+            ),
+            (
+                &[(RA, b"0"), (OAI, b"2s")],
+                None,
+                wait(2000, RateLimitReset),
+            ),
+            (&[(MS, b"0"), (RA, b"0")], None, wait(0, RetryAfterMs)),
             (
                 &[(RA, b"bad"), (RA, b"3")],
                 None,

@@ -7,6 +7,7 @@ use super::{
 use crate::backoff::{Backoff, Jitter};
 use crate::budget::Limits;
 use crate::budget::RetryBudget;
+use crate::classify::{recognise, Recognise, Reported};
 use crate::recover::OverflowCut;
 use crate::replay::DEFAULT_MAX_REPLAY_BODY;
 use rand::rngs::SmallRng;
@@ -28,6 +29,7 @@ pub struct RetryPolicyBuilder {
     clock: Option<WallClock>,
     recovery: RecoveryConfig,
     budget: Option<RetryBudget>,
+    known_errors: Vec<Recognise>,
 }
 
 impl Default for RetryPolicyBuilder {
@@ -44,6 +46,7 @@ impl Default for RetryPolicyBuilder {
             clock: None,
             recovery: RecoveryConfig::default(),
             budget: Some(RetryBudget::default()),
+            known_errors: super::known::LAYER_ERRORS.to_vec(),
         }
     }
 }
@@ -161,9 +164,10 @@ impl RetryPolicyBuilder {
         self
     }
 
-    /// Leaves 429, 529 and 5xx to a gateway that manages backpressure: they
-    /// are retried only when the answer says `x-should-retry: true`
-    /// (default off). Transport failures are still retried.
+    /// Leaves 429, 529 and 5xx (as statuses or as a stream's first event)
+    /// to a gateway that manages backpressure: they are retried only when
+    /// the answer says `x-should-retry: true` (default off). 408, 409 and
+    /// transport failures are still retried.
     pub fn behind_gateway(mut self, on: bool) -> Self {
         self.recovery.behind_gateway = on;
         self
@@ -189,6 +193,15 @@ impl RetryPolicyBuilder {
     /// try their utmost; a crowd of requests should keep a budget.
     pub fn no_budget(mut self) -> Self {
         self.budget = None;
+        self
+    }
+
+    /// Reads errors of type `T` on an attempt's error chain by their own
+    /// [`Reported`] classification, as the library's layer errors are read:
+    /// for a layer of yours under the retry layer that fails attempts with
+    /// its own error type.
+    pub fn recognise<T: Reported>(mut self) -> Self {
+        self.known_errors.push(recognise::<T>);
         self
     }
 
@@ -236,6 +249,7 @@ impl RetryPolicyBuilder {
                 clock: self.clock.unwrap_or_else(|| Arc::new(SystemTime::now)),
                 recovery: self.recovery,
                 budget: self.budget,
+                known_errors: self.known_errors,
             }),
         })
     }

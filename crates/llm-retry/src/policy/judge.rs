@@ -4,11 +4,12 @@ use super::{Recovery, RetryPolicy, RetryState};
 use crate::backoff::spread_server_wait;
 use crate::budget::Refusal;
 use crate::classify::{
-    classify_error, classify_response, Classification, FatalKind, ProviderError, RetryableKind,
+    classify_error, classify_response, find_reported, should_retry_header, with_should_retry,
+    Classification, FatalKind, ProviderError, RetryableKind,
 };
-use crate::hint::{parse_hint, ServerHint, ServerWait, WaitSource};
+use crate::hint::{named_wait, ServerHint, ServerWait, Signals, WaitSource};
+use crate::rate_limit::KeyNews;
 use crate::report::StopReason;
-use crate::stream_guard::PreContentError;
 use http::{HeaderMap, StatusCode};
 use std::error::Error;
 use std::time::Duration;
@@ -40,11 +41,29 @@ pub enum Decision {
         delay: Duration,
         /// The server-named wait the delay honours, if any.
         server_wait: Option<ServerWait>,
+        /// Whose wait it is: a rate limit's named wait belongs to the whole
+        /// key, and a rate-limit gate under the retry layer holds every
+        /// send to the key for it.
+        scope: WaitScope,
+        /// Whether the resend is charged to the shared retry budget. A rate
+        /// limit's resend that waits in a gate pacing its key is not: the
+        /// gate sends no faster than the key was found to admit.
+        charged: bool,
     },
     /// Change the request and send it again at once.
     Recover(Recovery),
     /// Hand the outcome to the caller as final.
     Stop(StopReason),
+}
+
+/// Whose wait a [`Decision::Retry`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WaitScope {
+    /// This request's alone (computed backoff, an overload's or a 5xx's wait).
+    Request,
+    /// The key's: the provider named it for its rate limit.
+    Key,
 }
 
 /// The policy's reading of one outcome and its decision.
@@ -57,37 +76,47 @@ pub struct Judgement {
     pub provider: Option<ProviderError>,
     /// What the server said about retrying.
     pub hint: ServerHint,
+    /// What the outcome says about the key, for a rate-limit gate.
+    pub key: KeyNews,
+    /// Whether the attempt reached the upstream (a send the gate refused
+    /// did not, and is not counted as one).
+    pub reached_upstream: bool,
     /// What to do next.
     pub decision: Decision,
+}
+
+/// What an outcome shows, whatever carried it: a response's status line, or
+/// a stream's first event with the head it came with, or a local error.
+struct Evidence<'a> {
+    class: Classification,
+    provider: Option<ProviderError>,
+    /// The head's headers, when a response arrived.
+    headers: Option<&'a HeaderMap>,
+    body: Option<&'a [u8]>,
+    /// The provider answered (a status or an error event), as opposed to a
+    /// transport failure or a local refusal.
+    answered: bool,
+    /// A wait the error named itself (the gate's hold).
+    own_wait: Option<Duration>,
+    reached_upstream: bool,
 }
 
 impl RetryPolicy {
     /// Judges an attempt's outcome for a request whose account is `state`
     /// (with the attempt already counted), `elapsed` after its first send.
+    ///
+    /// This is the one place an outcome is given a meaning: the retry
+    /// layer, the rate-limit gate and the `tower::retry` path all act on the
+    /// [`Judgement`] it returns.
     pub fn judge(&self, state: &RetryState, outcome: Outcome<'_>, elapsed: Duration) -> Judgement {
-        let (class, provider, hint) = match outcome {
-            Outcome::Response {
-                status,
-                headers,
-                body,
-            } => {
-                let provider = body.and_then(ProviderError::parse);
-                let class = classify_response(status, headers, provider.as_ref());
-                let hint = match &class {
-                    Classification::Retryable(kind) => {
-                        named_wait_for(*kind, parse_hint(headers, body, self.now()))
-                    }
-                    _ => ServerHint::default(),
-                };
-                (class, provider, hint)
-            }
-            Outcome::Error(error) => (
-                classify_error(error),
-                pre_content(&outcome).and_then(|e| e.provider_error().cloned()),
-                ServerHint::default(),
-            ),
+        let evidence = self.evidence(outcome);
+        let should_retry = evidence.headers.and_then(should_retry_header);
+        let wait = match &evidence.class {
+            Classification::Retryable(kind) => self.named_wait(*kind, &evidence),
+            _ => None,
         };
-        let decision = match &class {
+        let hint = ServerHint { should_retry, wait };
+        let decision = match &evidence.class {
             Classification::Success => Decision::Accept,
             Classification::Fatal(FatalKind::ContextOverflow(overflow)) => {
                 self.on_context_overflow(state, overflow, elapsed)
@@ -95,16 +124,7 @@ impl RetryPolicy {
             Classification::Fatal(FatalKind::Unauthorized) => self.on_unauthorized(state, elapsed),
             Classification::Fatal(kind) => Decision::Stop(StopReason::NotRetryable(kind.clone())),
             Classification::Retryable(kind) => {
-                let gateway_managed = self.behind_gateway()
-                    && hint.should_retry != Some(true)
-                    && (status_of(&outcome).is_some() || pre_content(&outcome).is_some())
-                    && matches!(
-                        kind,
-                        RetryableKind::RateLimited
-                            | RetryableKind::Overloaded
-                            | RetryableKind::Status(_)
-                    );
-                if gateway_managed {
+                if self.left_to_gateway(*kind, &evidence, should_retry) {
                     Decision::Stop(StopReason::LeftToGateway)
                 } else if let Some(decision) = (*kind == RetryableKind::Overloaded)
                     .then(|| self.on_overload_streak(state, elapsed))
@@ -112,23 +132,136 @@ impl RetryPolicy {
                 {
                     decision
                 } else {
-                    self.plan_retry(state, hint.wait, elapsed)
+                    let scope = match (kind, wait) {
+                        (RetryableKind::RateLimited, Some(_)) => WaitScope::Key,
+                        _ => WaitScope::Request,
+                    };
+                    let charged = !(*kind == RetryableKind::RateLimited && state.gate_paced());
+                    self.plan_retry(state, wait, scope, charged, elapsed)
                         .unwrap_or_else(|refusal| Decision::Stop(refusal.into()))
                 }
             }
         };
+        let key = match &evidence.class {
+            _ if !evidence.reached_upstream => KeyNews::None,
+            Classification::Success => KeyNews::Served,
+            Classification::Retryable(RetryableKind::RateLimited) => KeyNews::Throttled {
+                wait: wait.map(|w| w.duration),
+            },
+            _ => KeyNews::None,
+        };
         Judgement {
-            class,
-            provider,
+            class: evidence.class,
+            provider: evidence.provider,
             hint,
+            key,
+            reached_upstream: evidence.reached_upstream,
             decision,
         }
+    }
+
+    /// Reads what an outcome shows. A failure reported by one of the
+    /// library's layers (a stream's first event) is judged with the head it
+    /// came with, exactly as a failed status would be.
+    fn evidence<'a>(&self, outcome: Outcome<'a>) -> Evidence<'a> {
+        match outcome {
+            Outcome::Response {
+                status,
+                headers,
+                body,
+            } => {
+                let provider = body.and_then(ProviderError::parse);
+                Evidence {
+                    class: classify_response(status, headers, provider.as_ref()),
+                    provider,
+                    headers: Some(headers),
+                    body,
+                    answered: true,
+                    own_wait: None,
+                    reached_upstream: true,
+                }
+            }
+            Outcome::Error(error) => match find_reported(error, &self.config.known_errors) {
+                Some(reported) => {
+                    let head = reported.response_head();
+                    let class = match head {
+                        Some((status, headers)) => with_should_retry(
+                            reported.classification(),
+                            should_retry_header(headers),
+                            status,
+                        ),
+                        None => reported.classification(),
+                    };
+                    Evidence {
+                        class,
+                        provider: reported.provider_error().cloned(),
+                        headers: head.map(|(_, headers)| headers),
+                        body: None,
+                        answered: head.is_some(),
+                        own_wait: reported.named_wait(),
+                        reached_upstream: reported.reached_upstream(),
+                    }
+                }
+                None => Evidence {
+                    class: classify_error(error),
+                    provider: None,
+                    headers: None,
+                    body: None,
+                    answered: false,
+                    own_wait: None,
+                    reached_upstream: true,
+                },
+            },
+        }
+    }
+
+    /// The wait the server named for a failure of this kind. `Retry-After`
+    /// (and `-ms`) answer the failure itself; rate-limit reset headers and
+    /// "try again in" phrases describe quotas and are sent on every
+    /// response, so they count only for a rate limit. A zero wait falls
+    /// back to computed backoff, as the official SDKs do: resending at
+    /// once, ten times over, helps no one.
+    fn named_wait(&self, kind: RetryableKind, evidence: &Evidence<'_>) -> Option<ServerWait> {
+        let signals = match kind {
+            RetryableKind::RateLimited => Signals::All,
+            _ => Signals::RetryAfter,
+        };
+        let own = evidence.own_wait.map(|duration| ServerWait {
+            duration,
+            source: WaitSource::KeyHold,
+        });
+        let named = evidence
+            .headers
+            .and_then(|headers| named_wait(headers, evidence.body, self.now(), signals));
+        own.into_iter()
+            .chain(named)
+            .filter(|wait| wait.duration >= Duration::from_millis(1))
+            .max_by_key(|wait| wait.duration)
+    }
+
+    /// Behind a gateway, a provider's rate limit, overload or 5xx is the
+    /// gateway's to retry, unless it says `x-should-retry: true`. 408 and
+    /// 409 are not backpressure and are retried; so are transport failures.
+    fn left_to_gateway(
+        &self,
+        kind: RetryableKind,
+        evidence: &Evidence<'_>,
+        should_retry: Option<bool>,
+    ) -> bool {
+        let backpressure = match kind {
+            RetryableKind::RateLimited | RetryableKind::Overloaded => true,
+            RetryableKind::Status(status) => status.is_server_error(),
+            _ => false,
+        };
+        self.behind_gateway() && evidence.answered && backpressure && should_retry != Some(true)
     }
 
     fn plan_retry(
         &self,
         state: &RetryState,
         server_wait: Option<ServerWait>,
+        scope: WaitScope,
+        charged: bool,
         elapsed: Duration,
     ) -> Result<Decision, Refusal> {
         let limits = self.limits();
@@ -153,43 +286,13 @@ impl RetryPolicy {
         // deadline check exact for the wait that will really be slept.
         let delay = ceil_millis(delay);
         limits.admit_wait(elapsed, delay)?;
-        Ok(Decision::Retry { delay, server_wait })
+        Ok(Decision::Retry {
+            delay,
+            server_wait,
+            scope,
+            charged,
+        })
     }
-}
-
-/// Which named waits apply to a failure. `Retry-After` (and `-ms`) answer
-/// the failure itself; rate-limit reset headers and "try again in" phrases
-/// describe quotas and are sent on every response, so they count only for a
-/// rate limit. A zero wait falls back to computed backoff, as the official
-/// SDKs do: resending at once, ten times over, helps no one.
-fn named_wait_for(kind: RetryableKind, mut hint: ServerHint) -> ServerHint {
-    hint.wait = hint.wait.filter(|wait| {
-        let answers_failure = matches!(
-            wait.source,
-            WaitSource::RetryAfterMs | WaitSource::RetryAfterSeconds | WaitSource::RetryAfterDate
-        );
-        (answers_failure || kind == RetryableKind::RateLimited)
-            && wait.duration >= Duration::from_millis(1)
-    });
-    hint
-}
-
-fn status_of(outcome: &Outcome<'_>) -> Option<StatusCode> {
-    match outcome {
-        Outcome::Response { status, .. } => Some(*status),
-        Outcome::Error(_) => None,
-    }
-}
-
-/// The stream guard's verdict carried by an error outcome, if any: an
-/// error event before content, i.e. a provider's answer, not a transport failure.
-fn pre_content<'a>(outcome: &Outcome<'a>) -> Option<&'a PreContentError> {
-    let Outcome::Error(error) = *outcome else {
-        return None;
-    };
-    std::iter::successors(Some(error), |&e| e.source())
-        .take(32)
-        .find_map(|e| e.downcast_ref::<PreContentError>())
 }
 
 fn ceil_millis(d: Duration) -> Duration {

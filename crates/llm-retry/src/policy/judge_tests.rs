@@ -52,6 +52,7 @@ fn computed_delays_follow_the_backoff_without_a_hint() {
                 Decision::Retry {
                     delay,
                     server_wait: None,
+                    ..
                 } => delay.as_millis(),
                 other => panic!("{other:?}"),
             },
@@ -69,6 +70,7 @@ fn a_retry_after_second_is_a_floor_with_small_spread() {
             Decision::Retry {
                 delay,
                 server_wait: Some(w),
+                ..
             } => {
                 assert_eq!(w.duration, Duration::from_secs(1));
                 assert!(delay >= Duration::from_secs(1) && delay <= Duration::from_millis(1100));
@@ -191,7 +193,9 @@ fn transport_errors_are_retried_with_backoff() {
         j.decision,
         Decision::Retry {
             delay: Duration::from_millis(500),
-            server_wait: None
+            server_wait: None,
+            scope: WaitScope::Request,
+            charged: true,
         }
     );
 }
@@ -209,7 +213,9 @@ fn quota_reset_headers_name_a_wait_only_for_rate_limits() {
         j.decision,
         Decision::Retry {
             delay: Duration::from_millis(500),
-            server_wait: None
+            server_wait: None,
+            scope: WaitScope::Request,
+            charged: true,
         }
     );
     // On a 429 the exhausted quota's reset is the wait (here past the limit).
@@ -233,7 +239,9 @@ fn a_zero_named_wait_falls_back_to_computed_backoff() {
             j.decision,
             Decision::Retry {
                 delay: Duration::from_millis(500),
-                server_wait: None
+                server_wait: None,
+                scope: WaitScope::Request,
+                charged: true,
             },
             "{zero:?}"
         );
@@ -261,6 +269,7 @@ fn server_named_waits_do_not_raise_the_backoff_exponent() {
         Decision::Retry {
             delay,
             server_wait: None,
+            ..
         } => assert_eq!(delay, Duration::from_millis(500)),
         other => panic!("{other:?}"),
     }
@@ -275,4 +284,51 @@ fn server_named_waits_do_not_raise_the_backoff_exponent() {
         capped.judge(&state, outcome, Duration::ZERO).decision,
         Decision::Stop(StopReason::RetriesExhausted { max_retries: 5 })
     ));
+}
+
+#[test]
+fn a_zero_retry_after_does_not_hide_an_exhausted_limits_reset() {
+    // retry-after: 0 beside an exhausted request limit resetting in 2 s:
+    // the wait is the reset's, not a computed 500 ms.
+    let p = policy();
+    let h = headers(&[
+        ("retry-after", "0"),
+        ("x-ratelimit-reset-requests", "2s"),
+        ("x-ratelimit-remaining-requests", "0"),
+    ]);
+    match judge(&p, 1, 429, &h, b"").decision {
+        Decision::Retry {
+            server_wait: Some(w),
+            scope,
+            ..
+        } => {
+            assert_eq!(w.duration, Duration::from_secs(2));
+            assert_eq!(
+                scope,
+                WaitScope::Key,
+                "a rate limit's named wait is the key's"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn behind_a_gateway_only_backpressure_is_left_to_it() {
+    let p = RetryPolicy::builder().behind_gateway(true).build().unwrap();
+    for code in [429, 529, 500, 502, 503, 504] {
+        assert_eq!(
+            judge(&p, 1, code, &HeaderMap::new(), b"").decision,
+            Decision::Stop(StopReason::LeftToGateway),
+            "{code}"
+        );
+    }
+    // 408 and 409 say nothing about the gateway's backpressure: retried.
+    for code in [408, 409] {
+        let decision = judge(&p, 1, code, &HeaderMap::new(), b"").decision;
+        assert!(
+            matches!(decision, Decision::Retry { .. }),
+            "{code}: {decision:?}"
+        );
+    }
 }

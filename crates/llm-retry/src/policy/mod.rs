@@ -10,12 +10,13 @@
 mod builder;
 mod env;
 mod judge;
+mod known;
 mod recovery;
 mod state;
 mod tower_policy;
 
 pub use builder::{ConfigError, RetryPolicyBuilder};
-pub use judge::{Decision, Judgement, Outcome};
+pub use judge::{Decision, Judgement, Outcome, WaitScope};
 pub use recovery::{
     CredentialsFuture, Fallback, FallbackMode, Recovery, RecoveryAction, RefreshCredentials,
 };
@@ -27,12 +28,6 @@ use rand::rngs::SmallRng;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
-
-/// The instant by which a logical request must be done, attached by
-/// [`RetryLayer`](crate::RetryLayer) to every attempt's extensions so inner
-/// layers (the rate-limit gate) never wait past it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RequestDeadline(pub tokio::time::Instant);
 
 /// A source of wall-clock time, for `Retry-After` HTTP-dates and RFC 3339 resets.
 pub type WallClock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
@@ -67,6 +62,8 @@ struct Config {
     clock: WallClock,
     recovery: RecoveryConfig,
     budget: Option<crate::budget::RetryBudget>,
+    /// Error types read by their own classification.
+    known_errors: Vec<crate::classify::Recognise>,
 }
 
 /// What the policy may change about a request instead of repeating it.

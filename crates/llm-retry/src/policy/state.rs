@@ -23,6 +23,8 @@ pub struct RetryState {
     last_class: Option<Classification>,
     last_server_wait: Option<Duration>,
     recoveries: Vec<RecoveryAction>,
+    /// The last send passed a rate-limit gate that paces its key.
+    gate_paced: bool,
 }
 
 impl Default for RetryState {
@@ -46,6 +48,7 @@ impl RetryState {
             last_class: None,
             last_server_wait: None,
             recoveries: Vec::new(),
+            gate_paced: false,
         }
     }
 
@@ -77,8 +80,23 @@ impl RetryState {
         self.attempts = self.attempts.saturating_add(1);
     }
 
+    /// Whether the last send passed a rate-limit gate that paces its key.
+    pub fn gate_paced(&self) -> bool {
+        self.gate_paced
+    }
+
+    /// Records whether the last send passed a gate that paces its key.
+    pub(crate) fn set_gate_paced(&mut self, paced: bool) {
+        self.gate_paced = paced;
+    }
+
     /// Records the judged outcome of the last send.
     pub fn record_outcome(&mut self, status: Option<StatusCode>, judgement: &Judgement) {
+        if !judgement.reached_upstream {
+            // Refused before it left: not a send, and not news about the upstream.
+            self.attempts = self.attempts.saturating_sub(1);
+            return;
+        }
         self.last_status = status;
         self.last_error_type = judgement
             .provider

@@ -11,6 +11,7 @@
 
 use super::{Decision, Outcome, RetryPolicy, RetryState};
 use crate::error::BoxError;
+use crate::rate_limit::link::GateLink;
 use crate::replay::ReplayBody;
 use http::{Request, Response};
 use std::future::Future;
@@ -44,8 +45,10 @@ impl<B, ResBody> tower::retry::Policy<Request<ReplayBody<B>>, Response<ResBody>,
         result: &mut Result<Response<ResBody>, BoxError>,
     ) -> Option<PolicySleep> {
         let status = result.as_ref().ok().map(|r| r.status());
+        let link = req.extensions().get::<GateLink>().cloned();
         let decision = {
             let state = req.extensions_mut().get_mut::<RetryState>()?;
+            state.set_gate_paced(link.as_ref().is_some_and(GateLink::paced));
             let outcome = match result {
                 Ok(res) => Outcome::Response {
                     status: res.status(),
@@ -55,16 +58,25 @@ impl<B, ResBody> tower::retry::Policy<Request<ReplayBody<B>>, Response<ResBody>,
                 Err(e) => Outcome::Error(&**e),
             };
             let judgement = self.judge(state, outcome, state.elapsed());
+            if let Some(link) = &link {
+                link.report(judgement.key, tokio::time::Instant::now());
+            }
             state.record_outcome(status, &judgement);
             judgement.decision
         };
-        let Decision::Retry { delay, server_wait } = decision else {
+        let Decision::Retry {
+            delay,
+            server_wait,
+            charged,
+            ..
+        } = decision
+        else {
             return None;
         };
         if req.body().is_capped() {
             return None;
         }
-        let permit = match self.budget() {
+        let permit = match self.budget().filter(|_| charged) {
             Some(budget) => {
                 let permit = if delay.is_zero() {
                     None
@@ -106,6 +118,11 @@ impl<B, ResBody> tower::retry::Policy<Request<ReplayBody<B>>, Response<ResBody>,
             let mut state = RetryState::new();
             state.record_send();
             clone.extensions_mut().insert(state);
+            let limits = self.limits();
+            let deadline = tokio::time::Instant::now().checked_add(limits.max_elapsed);
+            clone
+                .extensions_mut()
+                .insert(GateLink::new(deadline, limits.max_server_wait));
         }
         Some(clone)
     }

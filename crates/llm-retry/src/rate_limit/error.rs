@@ -1,5 +1,6 @@
 //! [`GateError`]: why the gate refused a send.
 
+use crate::classify::{Classification, FatalKind, Reported, RetryableKind};
 use std::fmt;
 use std::time::Duration;
 
@@ -19,6 +20,14 @@ pub enum GateError {
         /// How long the send would have waited.
         wait: Duration,
     },
+    /// The key is held for a wait its provider named that is longer than
+    /// the request honours.
+    HeldTooLong {
+        /// What is left of the wait the provider named.
+        asked: Duration,
+        /// The longest server-named wait the request honours.
+        limit: Duration,
+    },
 }
 
 impl fmt::Display for GateError {
@@ -33,6 +42,12 @@ impl fmt::Display for GateError {
                 "the rate limit would hold this send {:.1} s, past the request's deadline",
                 wait.as_secs_f64()
             ),
+            GateError::HeldTooLong { asked, limit } => write!(
+                f,
+                "the key is held for a server-named wait of {}, more than the {} limit",
+                crate::report::Secs(*asked),
+                crate::report::Secs(*limit)
+            ),
         }
     }
 }
@@ -45,6 +60,32 @@ impl GateError {
         match self {
             GateError::NeverFits { .. } => "never_fits",
             GateError::PastDeadline { .. } => "past_deadline",
+            GateError::HeldTooLong { .. } => "held_too_long",
         }
+    }
+}
+
+/// A refused send never left: it is not counted as one. A key held too
+/// long reads as the rate limit that put the hold there, so the request
+/// stops with the same "server asked to wait …" as the request that met it.
+impl Reported for GateError {
+    fn classification(&self) -> Classification {
+        match self {
+            GateError::HeldTooLong { .. } => Classification::Retryable(RetryableKind::RateLimited),
+            GateError::NeverFits { .. } | GateError::PastDeadline { .. } => {
+                Classification::Fatal(FatalKind::LocalRateLimit)
+            }
+        }
+    }
+
+    fn named_wait(&self) -> Option<Duration> {
+        match self {
+            GateError::HeldTooLong { asked, .. } => Some(*asked),
+            _ => None,
+        }
+    }
+
+    fn reached_upstream(&self) -> bool {
+        false
     }
 }

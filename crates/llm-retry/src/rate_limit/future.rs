@@ -2,14 +2,13 @@
 
 use super::error::GateError;
 use super::gate::{Booking, Check, Gate};
+use super::link::GateLink;
 use crate::error::BoxError;
-use crate::hint::parse_hint;
-use http::{Response, StatusCode};
+use http::Response;
 use pin_project_lite::pin_project;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
-use std::time::SystemTime;
 use tokio::sync::futures::OwnedNotified;
 use tokio::time::{Instant, Sleep};
 use tower::Service;
@@ -28,11 +27,13 @@ pin_project! {
     }
 }
 
-/// What a send needs to check its place again, and to learn from its answer.
+/// What a send needs to check its place again, and to tell the retry loop
+/// above that it went.
 struct Ticket {
     gate: Gate,
     key: u64,
     booking: Booking,
+    link: Option<GateLink>,
 }
 
 impl Drop for Ticket {
@@ -59,7 +60,14 @@ pin_project! {
 
 impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
     /// A send queued on `key`: sent when its booking says so.
-    pub(super) fn queued(service: S, request: Req, gate: Gate, key: u64, booking: Booking) -> Self {
+    pub(super) fn queued(
+        service: S,
+        request: Req,
+        gate: Gate,
+        key: u64,
+        booking: Booking,
+        link: Option<GateLink>,
+    ) -> Self {
         let state = if booking.is_released() {
             State::Readying
         } else {
@@ -71,7 +79,12 @@ impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
         ResponseFuture {
             state,
             pending: Some((service, request)),
-            gate: Some(Ticket { gate, key, booking }),
+            gate: Some(Ticket {
+                gate,
+                key,
+                booking,
+                link,
+            }),
         }
     }
 
@@ -158,25 +171,17 @@ where
                         );
                     };
                     let future = service.call(request);
+                    // The retry loop above judges the answer and tells the
+                    // key what it meant (a 429's named wait holds the key).
+                    if let Some(ticket) = this.gate.as_ref() {
+                        if let Some(link) = &ticket.link {
+                            link.sent(&ticket.gate, ticket.key, ticket.booking.slot);
+                        }
+                    }
                     this.state.set(State::Calling { future });
                 }
                 StateProj::Calling { future } => {
                     let response = ready!(future.poll(cx)).map_err(Into::into)?;
-                    let Some(Ticket { gate, key, booking }) = this.gate.as_ref() else {
-                        return Poll::Ready(Ok(response));
-                    };
-                    if response.status() == StatusCode::TOO_MANY_REQUESTS {
-                        let now = Instant::now();
-                        let hint = parse_hint(response.headers(), None, SystemTime::now());
-                        let named = hint.wait.map(|wait| wait.duration);
-                        gate.throttled(*key, booking.slot, now, named);
-                        // The provider's wait is about the key: every later send waits too.
-                        if let Some(wait) = named {
-                            gate.hold(*key, now, wait);
-                        }
-                    } else if response.status().is_success() {
-                        gate.succeeded(*key, Instant::now());
-                    }
                     return Poll::Ready(Ok(response));
                 }
             }

@@ -23,9 +23,6 @@ use tokio::time::Instant;
 const WAKE_ON_RISE: f64 = 1.1;
 /// Keys kept before idle ones are dropped.
 const MAX_KEYS: usize = 4096;
-/// Longest hold one answer can put on a key: a bogus or huge `Retry-After`
-/// must not freeze every request to the key for hours.
-pub(super) const MAX_HOLD: Duration = crate::budget::DEFAULT_MAX_SERVER_WAIT;
 
 /// Per-key pacing state shared by every clone of one [`RateLimitLayer`](super::RateLimitLayer).
 #[derive(Clone)]
@@ -45,6 +42,9 @@ struct KeyState {
     tokens: Tat,
     /// No send before this instant: the provider named a wait.
     held_until: Option<Instant>,
+    /// When the hold was put, and the wait the provider named then, which
+    /// may be longer than the hold: a request that honours less fails fast.
+    asked: Option<(Instant, Duration)>,
     /// How far holds have pushed the quota schedule so far: a waiting
     /// send's quota slot moves by what was added since it was booked, so
     /// the queue keeps its order and spacing behind a hold.
@@ -71,6 +71,7 @@ impl KeyState {
             requests: Tat(None),
             tokens: Tat(None),
             held_until: None,
+            asked: None,
             shift: Duration::ZERO,
             learned: adaptive.map(|bounds| {
                 let rate = bounds.start();
@@ -92,6 +93,18 @@ impl KeyState {
                 .learned
                 .as_ref()
                 .is_none_or(|l| l.schedule.end(l.rate.interval()) <= now)
+    }
+
+    /// What is left of the wait the provider named, when the key is held
+    /// and that is more than `limit`.
+    fn held_too_long(&self, now: Instant, limit: Option<Duration>) -> Option<GateError> {
+        let limit = limit?;
+        if self.held_until.is_none_or(|held| held <= now) {
+            return None;
+        }
+        let (at, asked) = self.asked?;
+        let left = asked.saturating_sub(now.saturating_duration_since(at));
+        (left > limit).then_some(GateError::HeldTooLong { asked: left, limit })
     }
 
     /// The earliest any send may go: now, or the end of a hold.
@@ -137,7 +150,15 @@ pub(super) struct Booking {
     /// The key state it was made under.
     key_id: u64,
     cost: u64,
-    deadline: Option<Instant>,
+    bounds: Bounds,
+}
+
+/// What a send may wait for: no later than its deadline, and no hold for
+/// a longer server-named wait than it honours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(super) struct Bounds {
+    pub(super) deadline: Option<Instant>,
+    pub(super) max_server_wait: Option<Duration>,
 }
 
 impl Booking {
@@ -177,14 +198,15 @@ impl Gate {
     }
 
     /// Queues a send of `cost` tokens on `key`, unless it would start
-    /// after `deadline`. Sends are queued in call order.
+    /// past its bounds. Sends are queued in call order.
     pub(super) fn reserve(
         &self,
         key: u64,
         cost: u64,
         now: Instant,
-        deadline: Option<Instant>,
+        bounds: Bounds,
     ) -> Result<Booking, GateError> {
+        let deadline = bounds.deadline;
         if let Some(pace) = &self.tokens {
             let capacity = pace.capacity();
             if cost > capacity {
@@ -198,6 +220,9 @@ impl Gate {
         let state = keys
             .entry(key)
             .or_insert_with(|| KeyState::new(self.adaptive.as_ref(), now));
+        if let Some(refused) = state.held_too_long(now, bounds.max_server_wait) {
+            return Err(refused);
+        }
         // Quotas are booked from the end of a hold: sends queued during one
         // leave paced, not together.
         let quota_slot = state.floor(now).max(state.quota_slot(self, cost, now));
@@ -230,7 +255,7 @@ impl Gate {
             released,
             key_id: state.id,
             cost,
-            deadline,
+            bounds,
         })
     }
 
@@ -261,7 +286,14 @@ impl Gate {
         }
         booking.slot = slot;
         if slot > now {
-            if booking.deadline.is_some_and(|deadline| slot > deadline) {
+            if let Some(refused) = state.held_too_long(now, booking.bounds.max_server_wait) {
+                return Err(refused);
+            }
+            if booking
+                .bounds
+                .deadline
+                .is_some_and(|deadline| slot > deadline)
+            {
                 return Err(GateError::PastDeadline { wait: slot - now });
             }
             return Ok(Check::WaitUntil(slot));
@@ -295,10 +327,14 @@ impl Gate {
         Some(Arc::clone(&learned.rose))
     }
 
-    /// Keeps every later send of `key` at or after `until`: the provider
-    /// named a wait, and it is a fact about the key, not one request.
-    pub(super) fn hold(&self, key: u64, now: Instant, wait: Duration) {
-        let Some(until) = now.checked_add(wait.min(MAX_HOLD)) else {
+    /// Keeps every later send of `key` back for the wait its provider
+    /// named (a fact about the key, not one request), but no longer than
+    /// `limit`, the longest wait the request that met it honours: a bogus
+    /// or huge `Retry-After` must not freeze the key for hours. Until the
+    /// hold ends, a send that honours less than what is left of the named
+    /// wait is refused at once.
+    pub(super) fn hold(&self, key: u64, now: Instant, wait: Duration, limit: Duration) {
+        let Some(until) = now.checked_add(wait.min(limit)) else {
             return;
         };
         let mut keys = self.lock();
@@ -308,6 +344,7 @@ impl Gate {
         if state.held_until.is_some_and(|held| held >= until) {
             return;
         }
+        state.asked = Some((now, wait));
         // The queue behind the quotas starts at the hold's end now, in the
         // same order and spacing: push it by the hold's extension. The 429
         // also said the upstream's bucket is empty, so the quotas admit

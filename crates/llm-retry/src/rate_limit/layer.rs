@@ -131,14 +131,6 @@ impl RateLimitLayer {
     }
 }
 
-impl RateLimitLayer {
-    /// Whether the gate paces sends (a quota or a learned rate), rather
-    /// than only holding a key for the waits its 429s name.
-    pub(crate) fn paces(&self) -> bool {
-        self.gate.paces()
-    }
-}
-
 impl<S> Layer<S> for RateLimitLayer {
     type Service = RateLimit<S>;
 

@@ -17,8 +17,20 @@
 //! [`RetryLayer`](crate::RetryLayer)) or whose [`TokenCost`] can never fit
 //! fails at once with a [`GateError`], which the retry policy treats as final.
 //!
+//! The gate reads no response itself. The retry layer above it judges each
+//! attempt ([`RetryPolicy::judge`](crate::RetryPolicy::judge)) and tells
+//! the gate what the outcome meant for the key ([`KeyNews`]): a served
+//! send, or a rate limit (a 429, or a stream whose first event is a
+//! `rate_limit_error`) with the wait its provider named, which holds the
+//! key for that long, up to the request's longest honoured wait. While a
+//! key is held, a request that honours less than what is left of the named
+//! wait fails at once with the same "server asked to wait …" as the
+//! request that met it. A gate with no retry layer above it paces by its
+//! quotas only.
+//!
 //! [`ClientLayer`](crate::ClientLayer) puts it in place; by hand, place it
-//! under the retry layer, so every resend passes the gate too:
+//! under the retry layer, so every resend passes the gate too. A stack
+//! built by hand in this order behaves exactly as `ClientLayer`:
 //!
 //! ```no_run
 //! use llm_retry::rate_limit::{Quotas, RateLimitLayer};
@@ -46,6 +58,7 @@ mod gate;
 mod gcra;
 mod key;
 mod layer;
+pub(crate) mod link;
 mod schedule;
 mod service;
 
@@ -54,6 +67,7 @@ pub use error::GateError;
 pub use future::ResponseFuture;
 pub use key::{RateKey, TokenCost};
 pub use layer::{Quotas, RateLimitLayer};
+pub use link::KeyNews;
 pub use service::RateLimit;
 
 #[cfg(test)]

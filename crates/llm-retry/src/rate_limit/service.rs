@@ -1,10 +1,10 @@
 //! [`RateLimit`]: the service.
 
 use super::future::ResponseFuture;
-use super::gate::Gate;
+use super::gate::{Bounds, Gate};
 use super::key::{default_key, TokenCost};
+use super::link::GateLink;
 use crate::error::BoxError;
-use crate::policy::RequestDeadline;
 use http::{Request, Response};
 use std::task::{Context, Poll};
 use tokio::time::Instant;
@@ -51,7 +51,11 @@ where
         let (parts, body) = request.into_parts();
         let key = default_key(&parts);
         let cost = parts.extensions.get::<TokenCost>().map_or(0, |c| c.0);
-        let deadline = parts.extensions.get::<RequestDeadline>().map(|d| d.0);
+        let link = parts.extensions.get::<GateLink>().cloned();
+        let bounds = link.as_ref().map_or_else(Bounds::default, |link| Bounds {
+            deadline: link.deadline(),
+            max_server_wait: Some(link.max_server_wait()),
+        });
         let request = Request::from_parts(parts, body);
         // The send happens after the gate's wait: give back what the caller's
         // `poll_ready` reserved (a concurrency permit, a buffer slot) and let
@@ -60,7 +64,7 @@ where
         drop(std::mem::replace(&mut self.inner, clone));
         let ready = self.inner.clone();
         let now = Instant::now();
-        match self.gate.reserve(key, cost, now, deadline) {
+        match self.gate.reserve(key, cost, now, bounds) {
             Ok(booking) => {
                 let wait = booking.slot.saturating_duration_since(now);
                 if !wait.is_zero() {
@@ -70,7 +74,7 @@ where
                     );
                 }
                 crate::observe::gate_wait(wait);
-                ResponseFuture::queued(ready, request, self.gate.clone(), key, booking)
+                ResponseFuture::queued(ready, request, self.gate.clone(), key, booking, link)
             }
             Err(refused) => {
                 tracing::warn!(error = %refused, "llm-retry: rate limit refused a send");

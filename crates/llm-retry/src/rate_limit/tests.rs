@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used)]
 
 use super::*;
-use crate::policy::RequestDeadline;
+use crate::{ReplayBody, RetryError, RetryLayer, RetryPolicy};
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::Full;
@@ -16,10 +16,10 @@ type Sends = Arc<Mutex<Vec<(Instant, String)>>>;
 
 /// An upstream recording when each request arrives; `/busy` answers 429
 /// with `retry-after: 2`, `/nowait` a 429 naming no wait.
-fn upstream(
+fn upstream<B: Send + 'static>(
     sends: Sends,
-) -> impl Service<Request<()>, Response = Response<Full<Bytes>>, Error = crate::BoxError> + Clone {
-    tower::service_fn(move |req: Request<()>| {
+) -> impl Service<Request<B>, Response = Response<Full<Bytes>>, Error = crate::BoxError> + Clone {
+    tower::service_fn(move |req: Request<B>| {
         let sends = Arc::clone(&sends);
         async move {
             sends
@@ -47,6 +47,26 @@ fn upstream(
 
 fn get(uri: &str) -> Request<()> {
     Request::get(uri).body(()).unwrap()
+}
+
+/// A request for a gate under the retry layer.
+fn post(uri: &str) -> Request<Full<Bytes>> {
+    Request::post(uri).body(Full::default()).unwrap()
+}
+
+/// The body the gate sees under the retry layer.
+type Replayed = ReplayBody<Full<Bytes>>;
+
+/// The retry layer that judges each answer and tells the gate what it
+/// meant for the key: the gate learns only from it.
+fn judged<S>(policy: crate::RetryPolicyBuilder, gate: S) -> crate::Retry<S> {
+    let policy = policy.no_budget().build().unwrap();
+    RetryLayer::new(policy).layer(gate)
+}
+
+/// A policy that resends nothing.
+fn once() -> crate::RetryPolicyBuilder {
+    RetryPolicy::builder().max_retries(0)
 }
 
 fn offsets(sends: &Sends, start: Instant) -> Vec<u128> {
@@ -98,20 +118,21 @@ async fn keys_are_paced_apart() {
 #[tokio::test(start_paused = true)]
 async fn a_named_wait_holds_the_whole_key() {
     let sends = Sends::default();
-    let svc = RateLimitLayer::new(Quotas::none()).layer(upstream(sends.clone()));
+    let gate = RateLimitLayer::new(Quotas::none()).layer(upstream::<Replayed>(sends.clone()));
+    let svc = judged(once(), gate);
     let start = Instant::now();
     let busy = svc
         .clone()
-        .oneshot(get("http://a.test/busy"))
+        .oneshot(post("http://a.test/busy"))
         .await
         .unwrap();
     assert_eq!(busy.status(), http::StatusCode::TOO_MANY_REQUESTS);
     svc.clone()
-        .oneshot(get("http://a.test/next"))
+        .oneshot(post("http://a.test/next"))
         .await
         .unwrap();
     svc.clone()
-        .oneshot(get("http://b.test/other-key"))
+        .oneshot(post("http://b.test/other-key"))
         .await
         .unwrap();
     assert_eq!(offsets(&sends, start), [0, 2_000, 2_000]);
@@ -149,20 +170,31 @@ async fn tokens_per_minute_pace_by_cost_and_refuse_what_never_fits() {
 #[tokio::test(start_paused = true)]
 async fn a_slot_past_the_deadline_is_refused_at_once() {
     let sends = Sends::default();
-    let svc = RateLimitLayer::new(Quotas::none()).layer(upstream(sends.clone()));
+    let gate = RateLimitLayer::new(Quotas::none()).layer(upstream::<Replayed>(sends.clone()));
+    let deadline = Duration::from_secs(1);
+    let svc = judged(once().max_elapsed(deadline), gate);
     svc.clone()
-        .oneshot(get("http://a.test/busy"))
+        .oneshot(post("http://a.test/busy"))
         .await
         .unwrap();
     let start = Instant::now();
-    let mut req = get("http://a.test/");
-    req.extensions_mut()
-        .insert(RequestDeadline(start + Duration::from_secs(1)));
-    let err = svc.clone().oneshot(req).await.unwrap_err();
+    let err = svc
+        .clone()
+        .oneshot(post("http://a.test/"))
+        .await
+        .unwrap_err();
     assert_eq!(start.elapsed(), Duration::ZERO);
+    let err = err.downcast::<RetryError>().unwrap();
+    assert_eq!(
+        err.report().attempts,
+        0,
+        "a send the gate refused never reached the upstream: {}",
+        err.report()
+    );
+    let source = std::error::Error::source(&*err).unwrap();
     assert!(matches!(
-        *err.downcast::<GateError>().unwrap(),
-        GateError::PastDeadline { .. }
+        source.downcast_ref::<GateError>(),
+        Some(GateError::PastDeadline { .. })
     ));
     assert_eq!(sends.lock().unwrap().len(), 1);
 }
@@ -186,13 +218,13 @@ async fn a_call_dropped_while_waiting_sends_nothing() {
 
 /// An upstream with a token bucket of `per_sec` sends a second holding 5,
 /// answering 429 without naming a wait when it is empty.
-fn limited_upstream(
+fn limited_upstream<B: Send + 'static>(
     per_sec: u32,
     sends: Sends,
-) -> impl Service<Request<()>, Response = Response<Full<Bytes>>, Error = crate::BoxError> + Clone {
+) -> impl Service<Request<B>, Response = Response<Full<Bytes>>, Error = crate::BoxError> + Clone {
     let tat = Arc::new(Mutex::new(Instant::now()));
     let interval = Duration::from_secs(1) / per_sec;
-    tower::service_fn(move |req: Request<()>| {
+    tower::service_fn(move |req: Request<B>| {
         let (sends, tat) = (Arc::clone(&sends), Arc::clone(&tat));
         async move {
             let now = Instant::now();
@@ -224,15 +256,16 @@ fn limited_upstream(
 /// `warmup_secs`.
 async fn throttled_share(quotas: Quotas, run_secs: u64, warmup_secs: u64) -> (f64, f64) {
     let sends = Sends::default();
-    let svc = RateLimitLayer::try_new(quotas)
+    let gate = RateLimitLayer::try_new(quotas)
         .unwrap()
-        .layer(limited_upstream(10, sends.clone()));
+        .layer(limited_upstream::<Replayed>(10, sends.clone()));
+    let svc = judged(once(), gate);
     let start = Instant::now();
     let clients = (0..20).map(|_| {
         let svc = svc.clone();
         async move {
             while start.elapsed() < Duration::from_secs(run_secs) {
-                let _ = svc.clone().oneshot(get("http://a.test/")).await;
+                let _ = svc.clone().oneshot(post("http://a.test/")).await;
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
         }
@@ -268,19 +301,54 @@ async fn adaptive_pacing_settles_below_the_providers_limit() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_huge_named_wait_holds_the_key_no_longer_than_the_cap() {
+async fn a_huge_named_wait_fails_fast_and_holds_the_key_no_longer_than_the_limit() {
     let sends = Sends::default();
-    let svc = RateLimitLayer::new(Quotas::none()).layer(upstream(sends.clone()));
+    let gate = RateLimitLayer::new(Quotas::none()).layer(upstream::<Replayed>(sends.clone()));
+    let limit = Duration::from_secs(30);
+    let svc = judged(
+        RetryPolicy::builder().max_retries(1).max_server_wait(limit),
+        gate,
+    );
     let start = Instant::now();
-    svc.clone()
-        .oneshot(get("http://a.test/huge"))
+    let huge = svc
+        .clone()
+        .oneshot(post("http://a.test/huge"))
         .await
         .unwrap();
+    let report = huge.extensions().get::<crate::RetryReport>().unwrap();
+    assert!(matches!(
+        report.stop,
+        crate::StopReason::ServerWaitTooLong { .. }
+    ));
+    // The next request meets the key's hold: it fails fast with the same
+    // words instead of waiting out the limit in silence.
+    tokio::time::advance(Duration::from_secs(1)).await;
+    let err = svc
+        .clone()
+        .oneshot(post("http://a.test/next"))
+        .await
+        .unwrap_err();
+    assert_eq!(start.elapsed(), Duration::from_secs(1));
+    let err = err.downcast::<RetryError>().unwrap();
+    assert!(
+        matches!(
+            err.report().stop,
+            crate::StopReason::ServerWaitTooLong { limit: l, .. } if l == limit
+        ),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("more than the 30 s limit"),
+        "{err}"
+    );
+    assert_eq!(err.report().attempts, 0, "{err}");
+    // The hold ends at the limit: the key is tried again then.
+    tokio::time::sleep_until(start + limit).await;
     svc.clone()
-        .oneshot(get("http://a.test/next"))
+        .oneshot(post("http://a.test/later"))
         .await
         .unwrap();
-    assert_eq!(offsets(&sends, start), [0, 120_000]);
+    assert_eq!(offsets(&sends, start), [0, 30_000]);
 }
 
 #[tokio::test(start_paused = true)]
@@ -315,7 +383,10 @@ async fn a_send_waiting_for_its_slot_holds_no_inner_readiness() {
 /// sends queued at `now` on key 1.
 fn queue(gate: &gate::Gate, n: usize) -> Vec<gate::Booking> {
     (0..n)
-        .map(|_| gate.reserve(1, 0, Instant::now(), None).unwrap())
+        .map(|_| {
+            gate.reserve(1, 0, Instant::now(), gate::Bounds::default())
+                .unwrap()
+        })
         .collect()
 }
 
@@ -387,7 +458,7 @@ async fn a_rise_wakes_the_waiting_sends_and_a_hold_moves_them_back() {
         Ok(gate::Check::WaitUntil(slot)) if slot - start < Duration::from_secs(1)
     ));
     // A 429 naming 10 s holds the key: both now wait for the hold, in order.
-    gate.hold(1, now, Duration::from_secs(10));
+    gate.hold(1, now, Duration::from_secs(10), Duration::from_secs(120));
     let a = gate.check(1, &mut waiting[1], now).unwrap();
     let b = gate.check(1, &mut waiting[2], now).unwrap();
     match (a, b) {
@@ -418,7 +489,12 @@ async fn a_hold_moves_the_quota_queue_back_in_order_and_spacing() {
     // the hold, still a second apart, and a send arriving later queues
     // behind them rather than ahead.
     tokio::time::advance(Duration::from_millis(500)).await;
-    gate.hold(1, Instant::now(), Duration::from_secs(5));
+    gate.hold(
+        1,
+        Instant::now(),
+        Duration::from_secs(5),
+        Duration::from_secs(120),
+    );
     tokio::time::advance(Duration::from_millis(500)).await;
     let late = queue(&gate, 1);
     let now = Instant::now();
@@ -437,27 +513,27 @@ async fn a_hold_moves_the_quota_queue_back_in_order_and_spacing() {
 #[tokio::test(start_paused = true)]
 async fn a_send_dropped_while_it_waits_gives_its_place_up() {
     let sends = Sends::default();
-    let gate_layer = RateLimitLayer::learned();
-    let svc = gate_layer.layer(upstream(sends.clone()));
+    let gate = RateLimitLayer::learned().layer(upstream::<Replayed>(sends.clone()));
+    let svc = judged(once(), gate);
     // Teach the key one send a second (five successes in 5 s, then a 429
     // naming no wait), through the layer itself.
     for _ in 0..5 {
-        svc.clone().oneshot(get("http://a.test/")).await.unwrap();
+        svc.clone().oneshot(post("http://a.test/")).await.unwrap();
         tokio::time::advance(Duration::from_secs(1)).await;
     }
     let throttled = svc
         .clone()
-        .oneshot(get("http://a.test/nowait"))
+        .oneshot(post("http://a.test/nowait"))
         .await
         .unwrap();
     assert_eq!(throttled.status(), http::StatusCode::TOO_MANY_REQUESTS);
     let start = Instant::now();
     // Three queue up, in order; the second is dropped before its turn.
-    let mut first = Box::pin(svc.clone().oneshot(get("http://a.test/1")));
+    let mut first = Box::pin(svc.clone().oneshot(post("http://a.test/1")));
     let _ = tokio::time::timeout(Duration::ZERO, &mut first).await;
-    let second = svc.clone().oneshot(get("http://a.test/2"));
+    let second = svc.clone().oneshot(post("http://a.test/2"));
     assert!(tokio::time::timeout(Duration::ZERO, second).await.is_err());
-    let mut third = Box::pin(svc.clone().oneshot(get("http://a.test/3")));
+    let mut third = Box::pin(svc.clone().oneshot(post("http://a.test/3")));
     let _ = tokio::time::timeout(Duration::ZERO, &mut third).await;
     let (first, third) = tokio::join!(first, third);
     first.unwrap();

@@ -2,12 +2,10 @@
 //! the request template, the account, hooks and tracing.
 
 use crate::budget::WaitPermit;
-use crate::classify::{Classification, RetryableKind};
 use crate::error::{BoxError, RetryError};
 use crate::hooks::{RetryEvent, SharedHooks};
-use crate::policy::{
-    CredentialsFuture, Decision, Outcome, RequestDeadline, RetryPolicy, RetryState,
-};
+use crate::policy::{CredentialsFuture, Decision, Outcome, RetryPolicy, RetryState};
+use crate::rate_limit::link::GateLink;
 use crate::replay::ReplayBody;
 use crate::report::{RetryReport, StopReason};
 use http::{request, Request, StatusCode};
@@ -33,8 +31,8 @@ pub(super) struct AttemptCtx<B> {
     pub(super) policy: RetryPolicy,
     pub(super) hooks: SharedHooks,
     pub(super) state: RetryState,
-    /// A gate under this layer paces the key: 429 retries spend no budget.
-    gate_paced: bool,
+    /// Shared with a rate-limit gate under this layer, if there is one.
+    link: GateLink,
     span: Span,
 }
 
@@ -45,7 +43,6 @@ impl<B> AttemptCtx<B> {
         body: ReplayBody<B>,
         policy: RetryPolicy,
         hooks: SharedHooks,
-        gate_paced: bool,
     ) -> (AttemptCtx<B>, Request<ReplayBody<B>>) {
         // Only method, host and path: a query string or header may hold a key.
         let span = tracing::info_span!(
@@ -62,10 +59,10 @@ impl<B> AttemptCtx<B> {
         let mut state = RetryState::new();
         state.record_send();
         let mut parts = parts;
-        if let Some(deadline) = tokio::time::Instant::now().checked_add(policy.limits().max_elapsed)
-        {
-            parts.extensions.insert(RequestDeadline(deadline));
-        }
+        let limits = policy.limits();
+        let deadline = tokio::time::Instant::now().checked_add(limits.max_elapsed);
+        let link = GateLink::new(deadline, limits.max_server_wait);
+        parts.extensions.insert(link.clone());
         let first = Request::from_parts(parts.clone(), body);
         let ctx = AttemptCtx {
             parts,
@@ -74,7 +71,7 @@ impl<B> AttemptCtx<B> {
             policy,
             hooks,
             state,
-            gate_paced,
+            link,
             span,
         };
         (ctx, first)
@@ -113,29 +110,33 @@ impl<B> AttemptCtx<B> {
             Outcome::Response { status, .. } => (Some(status), None),
             Outcome::Error(e) => (None, Some(e)),
         };
+        self.state.set_gate_paced(self.link.paced());
         let judgement = self
             .policy
             .judge(&self.state, outcome, self.state.elapsed());
+        // The gate under this layer (if any) learns what the answer meant
+        // for its key: a 429's named wait holds the key.
+        self.link.report(judgement.key, tokio::time::Instant::now());
         self.state.record_outcome(status, &judgement);
-        let (delay, server_wait) = match judgement.decision {
+        let (delay, server_wait, charged) = match judgement.decision {
             Decision::Accept => return Step::Finish(self.finish(StopReason::Succeeded)),
             Decision::Stop(reason) => return Step::Finish(self.finish(reason)),
             Decision::Recover(recovery) => return self.recover(recovery, &judgement.class, status),
-            Decision::Retry { delay, server_wait } => (delay, server_wait),
+            Decision::Retry {
+                delay,
+                server_wait,
+                charged,
+                ..
+            } => (delay, server_wait, charged),
         };
         // Prepare first: a resend that cannot happen spends no budget.
         if let Err(stop) = self.prepare_next() {
             return Step::Finish(self.finish(stop));
         }
-        // Only a 429 response: the gate learns from those and holds the key
-        // for their waits; a rate-limit event inside a stream it never sees.
-        let paced = self.gate_paced
-            && status == Some(StatusCode::TOO_MANY_REQUESTS)
-            && judgement.class == Classification::Retryable(RetryableKind::RateLimited);
-        let spent = if paced {
-            Ok(None)
-        } else {
+        let spent = if charged {
             self.spend_budget(delay)
+        } else {
+            Ok(None)
         };
         let permit = match spent {
             Ok(permit) => permit,

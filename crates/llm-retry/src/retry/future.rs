@@ -84,9 +84,8 @@ where
         body: ReplayBody<B>,
         policy: RetryPolicy,
         hooks: SharedHooks,
-        gate_paced: bool,
     ) -> ResponseFuture<S, B, ResBody> {
-        let (ctx, first) = AttemptCtx::new(parts, body, policy, hooks, gate_paced);
+        let (ctx, first) = AttemptCtx::new(parts, body, policy, hooks);
         let future = {
             let _entered = ctx.span().enter();
             ready.call(first)

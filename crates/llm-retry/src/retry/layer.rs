@@ -11,7 +11,6 @@ use tower::Layer;
 pub struct RetryLayer {
     policy: RetryPolicy,
     hooks: SharedHooks,
-    gate_paced: bool,
 }
 
 impl RetryLayer {
@@ -20,17 +19,7 @@ impl RetryLayer {
         RetryLayer {
             policy,
             hooks: SharedHooks::default(),
-            gate_paced: false,
         }
-    }
-
-    /// Under a rate-limit gate that paces the key (as in
-    /// [`ClientLayer`](crate::ClientLayer)), a 429's retry does not draw on
-    /// the retry budget: it waits in the gate, which sends no faster than
-    /// the rate the key was found to admit, so it cannot amplify the load.
-    pub(crate) fn gate_paced(mut self, paced: bool) -> RetryLayer {
-        self.gate_paced = paced;
-        self
     }
 
     /// Calls `hooks` on every retry, recovery and give-up.
@@ -49,11 +38,6 @@ impl<S> Layer<S> for RetryLayer {
     type Service = Retry<S>;
 
     fn layer(&self, inner: S) -> Retry<S> {
-        Retry::new(
-            inner,
-            self.policy.clone(),
-            self.hooks.clone(),
-            self.gate_paced,
-        )
+        Retry::new(inner, self.policy.clone(), self.hooks.clone())
     }
 }

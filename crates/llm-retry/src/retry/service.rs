@@ -17,21 +17,14 @@ pub struct Retry<S> {
     inner: S,
     policy: RetryPolicy,
     hooks: SharedHooks,
-    gate_paced: bool,
 }
 
 impl<S> Retry<S> {
-    pub(super) fn new(
-        inner: S,
-        policy: RetryPolicy,
-        hooks: SharedHooks,
-        gate_paced: bool,
-    ) -> Retry<S> {
+    pub(super) fn new(inner: S, policy: RetryPolicy, hooks: SharedHooks) -> Retry<S> {
         Retry {
             inner,
             policy,
             hooks,
-            gate_paced,
         }
     }
 
@@ -81,7 +74,6 @@ where
             body,
             self.policy.clone(),
             self.hooks.clone(),
-            self.gate_paced,
         )
     }
 }

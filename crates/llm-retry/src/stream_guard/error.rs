@@ -1,22 +1,25 @@
 //! Errors from a guarded stream: before content (retryable by the policy's
 //! word) and after it (never replayed).
 
-use crate::classify::{Classification, ProviderError};
+use crate::classify::{Classification, ProviderError, Reported};
 use crate::error::BoxError;
+use http::{HeaderMap, StatusCode};
 use std::error::Error;
 use std::fmt;
 
 /// A streamed response failed before any content reached the caller; the
 /// attempt is uncommitted, so the retry policy may try again.
 ///
-/// [`classify_error`](crate::classify::classify_error) reads its
-/// classification directly: an `overloaded_error` first event counts as an
-/// overload, a `rate_limit_error` as a rate limit.
+/// It carries its own classification ([`Reported`]): an `overloaded_error`
+/// first event counts as an overload, a `rate_limit_error` as a rate limit;
+/// and the response head it arrived with, whose headers (`x-should-retry`,
+/// `retry-after`) count as on any failed response.
 #[derive(Debug)]
 pub struct PreContentError {
     class: Classification,
     provider: Option<ProviderError>,
     reason: PreContentReason,
+    head: Option<Box<(StatusCode, HeaderMap)>>,
     source: Option<BoxError>,
 }
 
@@ -43,8 +46,15 @@ impl PreContentError {
             class,
             provider,
             reason,
+            head: None,
             source,
         }
+    }
+
+    /// The same failure, carried by a response with this status and headers.
+    pub(super) fn with_head(mut self, status: StatusCode, headers: HeaderMap) -> PreContentError {
+        self.head = Some(Box::new((status, headers)));
+        self
     }
 
     /// How the retry policy should see this failure.
@@ -79,6 +89,22 @@ impl fmt::Display for PreContentError {
 impl Error for PreContentError {
     fn source(&self) -> Option<&(dyn Error + 'static)> {
         self.source.as_deref().map(|e| e as &(dyn Error + 'static))
+    }
+}
+
+impl Reported for PreContentError {
+    fn classification(&self) -> Classification {
+        self.class.clone()
+    }
+
+    fn provider_error(&self) -> Option<&ProviderError> {
+        self.provider.as_ref()
+    }
+
+    fn response_head(&self) -> Option<(StatusCode, &HeaderMap)> {
+        self.head
+            .as_deref()
+            .map(|(status, headers)| (*status, headers))
     }
 }
 
@@ -118,5 +144,11 @@ impl fmt::Display for StreamInterrupted {
 impl Error for StreamInterrupted {
     fn source(&self) -> Option<&(dyn Error + 'static)> {
         Some(&*self.source)
+    }
+}
+
+impl Reported for StreamInterrupted {
+    fn classification(&self) -> Classification {
+        Classification::Fatal(crate::classify::FatalKind::StreamCommitted)
     }
 }

@@ -85,7 +85,9 @@ where
                         return Poll::Ready(Err("stream guard polled after completion".into()));
                     };
                     return Poll::Ready(match verdict {
-                        Verdict::Fail(error) => Err(Box::new(error)),
+                        Verdict::Fail(error) => {
+                            Err(Box::new(error.with_head(head.status, head.headers)))
+                        }
                         Verdict::Release => {
                             let commit = StreamCommit::default();
                             let body = GuardedBody::released(

@@ -1,0 +1,64 @@
+//! Errors that say for themselves what they mean for a retry.
+//!
+//! A layer between the retry loop and the network (the stream guard, the
+//! rate-limit gate) fails an attempt with an error of its own type. Instead
+//! of `classify` knowing those types, each implements [`Reported`], and the
+//! caller names the types it knows as [`Recognise`] functions; [`find`]
+//! walks the error's `source()` chain once and returns the outermost link
+//! that one of them recognises.
+
+use super::{Classification, ProviderError};
+use http::{HeaderMap, StatusCode};
+use std::error::Error;
+use std::time::Duration;
+
+/// An attempt's failure that knows its own classification.
+///
+/// Implemented by the library's own layer errors; implement it for a layer
+/// of yours and register it with
+/// [`RetryPolicyBuilder::recognise`](crate::RetryPolicyBuilder::recognise).
+pub trait Reported: Error + 'static {
+    /// How the retry policy should see this failure.
+    fn classification(&self) -> Classification;
+
+    /// The provider error the failure carried (a stream's error event), if any.
+    fn provider_error(&self) -> Option<&ProviderError> {
+        None
+    }
+
+    /// The head of the response that carried the failure, when a response
+    /// arrived (a `200` stream whose first event is an error). Its headers
+    /// count as on any failed response: `x-should-retry` beats the
+    /// classification, and the waits it names are honoured.
+    fn response_head(&self) -> Option<(StatusCode, &HeaderMap)> {
+        None
+    }
+
+    /// A wait the failure itself names, beside any in the head: the gate's
+    /// hold on the key that refused a send.
+    fn named_wait(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Whether the attempt reached the upstream. A send refused locally
+    /// before it left (`false`) is not counted as a send.
+    fn reached_upstream(&self) -> bool {
+        true
+    }
+}
+
+/// Recognises one [`Reported`] type on a link of an error chain.
+pub type Recognise = for<'a> fn(&'a (dyn Error + 'static)) -> Option<&'a dyn Reported>;
+
+/// The [`Recognise`] function for the type `T`.
+pub fn recognise<'a, T: Reported>(link: &'a (dyn Error + 'static)) -> Option<&'a dyn Reported> {
+    link.downcast_ref::<T>().map(|t| t as &dyn Reported)
+}
+
+/// The outermost link of `error`'s chain that one of `known` recognises.
+pub fn find<'a>(error: &'a (dyn Error + 'static), known: &[Recognise]) -> Option<&'a dyn Reported> {
+    if known.is_empty() {
+        return None;
+    }
+    super::transport::chain(error).find_map(|link| known.iter().find_map(|r| r(link)))
+}

@@ -1,0 +1,112 @@
+//! What the retry loop and the gate under it share for one logical request.
+//!
+//! The retry loop puts a [`GateLink`] in the request's extensions; the gate
+//! reads the request's bounds from it and leaves a note of each send it let
+//! through. Once the retry policy has judged the attempt, the loop hands the
+//! gate the policy's [`KeyNews`]: the gate never reads a response itself.
+
+use super::gate::Gate;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// What an attempt's judged outcome says about its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KeyNews {
+    /// Nothing: the outcome says nothing about the key's rate.
+    None,
+    /// The key served the send.
+    Served,
+    /// The key refused the send for its rate.
+    Throttled {
+        /// The wait the provider named for the key, if any; the gate holds
+        /// the key for it, up to the request's longest honoured wait.
+        wait: Option<Duration>,
+    },
+}
+
+/// Shared by the retry loop and the gate for one logical request.
+#[derive(Clone)]
+pub(crate) struct GateLink(Arc<Shared>);
+
+struct Shared {
+    deadline: Option<Instant>,
+    max_server_wait: Duration,
+    sent: Mutex<Option<Sent>>,
+}
+
+/// A send the gate let through, waiting for the policy's verdict.
+struct Sent {
+    gate: Gate,
+    key: u64,
+    at: Instant,
+}
+
+impl GateLink {
+    pub(crate) fn new(deadline: Option<Instant>, max_server_wait: Duration) -> GateLink {
+        GateLink(Arc::new(Shared {
+            deadline,
+            max_server_wait,
+            sent: Mutex::new(None),
+        }))
+    }
+
+    /// No send after this instant.
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        self.0.deadline
+    }
+
+    /// The longest server-named wait the request honours.
+    pub(crate) fn max_server_wait(&self) -> Duration {
+        self.0.max_server_wait
+    }
+
+    /// The gate let a send of `key` through at `at`.
+    pub(super) fn sent(&self, gate: &Gate, key: u64, at: Instant) {
+        let sent = Sent {
+            gate: gate.clone(),
+            key,
+            at,
+        };
+        *self.lock() = Some(sent);
+    }
+
+    /// Whether the last attempt passed a gate that paces its key.
+    pub(crate) fn paced(&self) -> bool {
+        self.lock().as_ref().is_some_and(|sent| sent.gate.paces())
+    }
+
+    /// Hands the last send's key what the policy made of its outcome.
+    pub(crate) fn report(&self, news: KeyNews, now: Instant) {
+        let Some(Sent { gate, key, at }) = self.lock().take() else {
+            return;
+        };
+        match news {
+            KeyNews::None => {}
+            KeyNews::Served => gate.succeeded(key, now),
+            KeyNews::Throttled { wait } => {
+                gate.throttled(key, at, now, wait);
+                if let Some(wait) = wait {
+                    gate.hold(key, now, wait, self.max_server_wait());
+                }
+            }
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Sent>> {
+        self.0
+            .sent
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl std::fmt::Debug for GateLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GateLink")
+            .field("deadline", &self.0.deadline)
+            .field("max_server_wait", &self.0.max_server_wait)
+            .finish_non_exhaustive()
+    }
+}
