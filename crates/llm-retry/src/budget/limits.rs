@@ -25,6 +25,10 @@ pub struct Limits {
     pub max_elapsed: Duration,
     /// Longest server-named wait honoured.
     pub max_server_wait: Duration,
+    /// Longest time one attempt may take to its response head (off by
+    /// default: the deadline alone bounds it). An attempt cut by it, or by
+    /// the deadline, counts as a timeout.
+    pub attempt_timeout: Option<Duration>,
 }
 
 impl Default for Limits {
@@ -33,6 +37,7 @@ impl Default for Limits {
             max_retries: DEFAULT_MAX_RETRIES,
             max_elapsed: DEFAULT_MAX_ELAPSED,
             max_server_wait: DEFAULT_MAX_SERVER_WAIT,
+            attempt_timeout: None,
         }
     }
 }
@@ -102,6 +107,7 @@ mod tests {
             max_retries: 2,
             max_elapsed: S(10),
             max_server_wait: S(5),
+            attempt_timeout: None,
         };
         assert_eq!(l.admit_retry(2), Ok(()));
         assert_eq!(l.admit_retry(3), Err(Refusal::Retries { max_retries: 2 }));

@@ -74,10 +74,20 @@ impl RetryPolicyBuilder {
     }
 
     /// Bound on a request's total time, waits included (default 300 s). A
-    /// wait or resend that would end past it is not started; an attempt
-    /// already in flight is bounded by a timeout layer under `RetryLayer`.
+    /// wait or resend that would end past it is not started, and nothing
+    /// outlives it: an attempt still waiting for its response head, a
+    /// failed response's body being read, a credential refresh. A streamed
+    /// body already handed to the caller is never cut by it.
     pub fn max_elapsed(mut self, d: Duration) -> Self {
         self.limits.max_elapsed = d;
+        self
+    }
+
+    /// Longest time one attempt may take to its response head (default: no
+    /// bound but the deadline). An attempt cut by it counts as a timeout
+    /// and is retried as one.
+    pub fn attempt_timeout(mut self, d: Duration) -> Self {
+        self.limits.attempt_timeout = Some(d);
         self
     }
 
@@ -234,6 +244,9 @@ impl RetryPolicyBuilder {
         }
         if self.limits.max_elapsed.is_zero() {
             return Err(ConfigError::new("max_elapsed must be positive".into()));
+        }
+        if self.limits.attempt_timeout.is_some_and(|d| d.is_zero()) {
+            return Err(ConfigError::new("attempt_timeout must be positive".into()));
         }
         let rng = match self.seed {
             Some(seed) => SmallRng::seed_from_u64(seed),

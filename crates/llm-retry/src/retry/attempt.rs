@@ -33,6 +33,8 @@ pub(super) struct AttemptCtx<B> {
     pub(super) state: RetryState,
     /// Shared with a rate-limit gate under this layer, if there is one.
     link: GateLink,
+    /// Nothing of this request outlives it (`None`: beyond any clock).
+    deadline: Option<tokio::time::Instant>,
     span: Span,
 }
 
@@ -72,6 +74,7 @@ impl<B> AttemptCtx<B> {
             hooks,
             state,
             link,
+            deadline,
             span,
         };
         (ctx, first)
@@ -93,6 +96,18 @@ impl<B> AttemptCtx<B> {
 
     pub(super) fn peek_limit(&self) -> usize {
         self.policy.error_body_peek()
+    }
+
+    /// The instant nothing of this request may outlive.
+    pub(super) fn deadline(&self) -> Option<tokio::time::Instant> {
+        self.deadline
+    }
+
+    /// When the attempt about to be sent must have its response head, if
+    /// an attempt timeout is set.
+    pub(super) fn attempt_bound(&self) -> Option<tokio::time::Instant> {
+        let timeout = self.policy.limits().attempt_timeout?;
+        tokio::time::Instant::now().checked_add(timeout)
     }
 
     /// Time left before the request's deadline.

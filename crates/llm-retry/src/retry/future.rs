@@ -21,8 +21,6 @@ use std::time::Duration;
 use tokio::time::Sleep;
 use tower::Service;
 
-/// Shortest time allowed to read a failed response's body, even near the deadline.
-const MIN_PEEK_TIME: Duration = Duration::from_secs(1);
 /// Longest time spent reading a failed response's body before judging it on
 /// its status, headers and what arrived: a stalled error body must not eat
 /// the whole deadline.
@@ -39,6 +37,13 @@ pin_project! {
     {
         #[pin]
         state: State<S::Future, ResBody>,
+        // Fires at the request's deadline: no attempt, refresh or wait for
+        // readiness outlives it.
+        #[pin]
+        deadline: Option<Sleep>,
+        // Fires when the attempt in flight took its whole attempt timeout.
+        #[pin]
+        attempt_timer: Option<Sleep>,
         service: S,
         ctx: AttemptCtx<B>,
     }
@@ -92,6 +97,8 @@ where
         };
         ResponseFuture {
             state: State::Calling { future },
+            deadline: ctx.deadline().map(tokio::time::sleep_until),
+            attempt_timer: ctx.attempt_bound().map(tokio::time::sleep_until),
             service: ready.clone(),
             ctx,
         }
@@ -136,8 +143,14 @@ where
         let _entered = ctx.span().clone().entered();
         loop {
             let answer = match this.state.as_mut().project() {
-                StateProj::Calling { future } => match ready!(future.poll(cx)) {
-                    Ok(response) if !ctx.wants_body(response.status()) => {
+                StateProj::Calling { future } => match poll_bounded(
+                    future.poll(cx).map_err(Into::into),
+                    [this.deadline.as_mut(), this.attempt_timer.as_mut()],
+                    cx,
+                    || Box::new(cut_attempt()) as BoxError,
+                ) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Ok(response)) if !ctx.wants_body(response.status()) => {
                         let (head, body) = response.into_parts();
                         let outcome = Outcome::Response {
                             status: head.status,
@@ -149,11 +162,10 @@ where
                             respond(head, RetryBody::passthrough(body), report)
                         })
                     }
-                    Ok(response) => {
+                    Poll::Ready(Ok(response)) => {
                         let (head, body) = response.into_parts();
-                        let timer = Box::pin(tokio::time::sleep(
-                            ctx.remaining().clamp(MIN_PEEK_TIME, MAX_PEEK_TIME),
-                        ));
+                        let timer =
+                            Box::pin(tokio::time::sleep(ctx.remaining().min(MAX_PEEK_TIME)));
                         let peeking = State::Peeking {
                             head: Some(head),
                             body: Some(Box::pin(body)),
@@ -163,8 +175,7 @@ where
                         this.state.set(peeking);
                         None
                     }
-                    Err(error) => {
-                        let error: BoxError = error.into();
+                    Poll::Ready(Err(error)) => {
                         let step = ctx.judge(Outcome::Error(&*error));
                         advance(step, this.state.as_mut(), |report| {
                             Err(ctx.error(report, error))
@@ -233,7 +244,12 @@ where
                     None
                 }
                 StateProj::Refreshing { credentials } => {
-                    let fresh = ready!(credentials.as_mut().poll(cx));
+                    let fresh = ready!(poll_bounded(
+                        credentials.as_mut().poll(cx),
+                        [this.deadline.as_mut()],
+                        cx,
+                        || "no credentials before the request's deadline".into(),
+                    ));
                     let prepared = match fresh {
                         Ok(headers) => ctx.apply_credentials(headers),
                         Err(error) => Err(StopReason::RecoveryFailed {
@@ -254,8 +270,14 @@ where
                     }
                 }
                 StateProj::Readying => {
-                    if let Err(error) = ready!(this.service.poll_ready(cx)) {
-                        let error: BoxError = error.into();
+                    let readiness = ready!(poll_bounded(
+                        this.service.poll_ready(cx).map_err(Into::into),
+                        [this.deadline.as_mut()],
+                        cx,
+                        || "the service was not ready for a resend before the request's deadline"
+                            .into(),
+                    ));
+                    if let Err(error) = readiness {
                         let report = ctx.give_up_on_service_error();
                         this.state.set(State::Done);
                         return Poll::Ready(Err(ctx.error(report, error)));
@@ -266,6 +288,9 @@ where
                         return Poll::Ready(Err(ctx.error(report, "no request prepared".into())));
                     };
                     let future = this.service.call(request);
+                    if let Some(at) = ctx.attempt_bound() {
+                        this.attempt_timer.set(Some(tokio::time::sleep_until(at)));
+                    }
                     this.state.set(State::Calling { future });
                     None
                 }
@@ -276,6 +301,35 @@ where
             }
         }
     }
+}
+
+/// `polled`, unless it is pending and one of `bounds` has passed: then the
+/// error `cut` makes.
+fn poll_bounded<T, const N: usize>(
+    polled: Poll<Result<T, BoxError>>,
+    bounds: [Pin<&mut Option<Sleep>>; N],
+    cx: &mut Context<'_>,
+    cut: impl FnOnce() -> BoxError,
+) -> Poll<Result<T, BoxError>> {
+    if polled.is_ready() {
+        return polled;
+    }
+    for bound in bounds {
+        if let Some(sleep) = bound.as_pin_mut() {
+            if sleep.poll(cx).is_ready() {
+                return Poll::Ready(Err(cut()));
+            }
+        }
+    }
+    Poll::Pending
+}
+
+/// An attempt cut before its response head: a timeout, retried as one.
+fn cut_attempt() -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        "no response head within the attempt's time limit",
+    )
 }
 
 /// The final response with its report, unless the stop must be an error.

@@ -230,3 +230,34 @@ async fn a_failed_response_body_reaches_the_caller_unchanged() {
     assert_eq!(res.into_body().collect().await.unwrap().to_bytes(), body);
     assert_eq!(upstream.call_offsets(Instant::now()).len(), 1);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_stalled_error_body_is_read_no_longer_than_the_deadline() {
+    use http_body::Frame;
+    use http_body_util::StreamBody;
+    let upstream = tower::service_fn(|_: Request<crate::ReplayBody<Full<Bytes>>>| async {
+        let stalled = futures_util::stream::pending::<Result<Frame<Bytes>, BoxError>>();
+        let response = Response::builder()
+            .status(StatusCode::SERVICE_UNAVAILABLE)
+            .body(StreamBody::new(stalled))
+            .unwrap();
+        Ok::<_, BoxError>(response)
+    });
+    let deadline = Duration::from_millis(300);
+    let policy = RetryPolicy::builder()
+        .max_elapsed(deadline)
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    let response = RetryLayer::new(policy)
+        .layer(upstream)
+        .oneshot(Request::new(Full::new(Bytes::from_static(b"{}"))))
+        .await
+        .unwrap();
+    assert_eq!(start.elapsed(), deadline, "the peek ends with the deadline");
+    let report = response.extensions().get::<RetryReport>().unwrap();
+    assert!(
+        matches!(report.stop, StopReason::DeadlineReached { .. }),
+        "{report}"
+    );
+}
