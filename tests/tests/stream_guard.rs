@@ -172,7 +172,7 @@ async fn overloaded_first_events_count_as_overloads() {
         .await
         .unwrap_err();
     let err = err.downcast::<RetryError>().unwrap();
-    assert!(err.is_exhausted());
+    assert!(err.is_overloaded_repeatedly(), "{err}");
     assert_eq!(
         err.report().last_class,
         Some(Classification::Retryable(RetryableKind::Overloaded))

@@ -71,6 +71,9 @@ pub enum StopReason {
         /// The replay buffer's cap in bytes.
         cap: usize,
     },
+    /// The caller's request body failed while it was sent, so the rest of
+    /// it is unknown and it cannot be sent again.
+    RequestBodyFailed,
 }
 
 impl StopReason {
@@ -90,6 +93,7 @@ impl StopReason {
             StopReason::AdmissionFull { .. } => "admission_full",
             StopReason::ServiceFailed => "service_failed",
             StopReason::BodyNotReplayable { .. } => "body_not_replayable",
+            StopReason::RequestBodyFailed => "request_body_failed",
         }
     }
 }
@@ -149,6 +153,9 @@ impl fmt::Display for StopReason {
                 f,
                 "request body is larger than the {cap}-byte replay buffer and cannot be resent"
             ),
+            StopReason::RequestBodyFailed => {
+                f.write_str("the request body failed while it was sent and cannot be resent")
+            }
         }
     }
 }

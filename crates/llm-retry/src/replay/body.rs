@@ -94,6 +94,11 @@ impl<B> ReplayBody<B> {
         }
     }
 
+    /// Whether the caller's body failed while it was sent.
+    pub(crate) fn source_failed(&self) -> bool {
+        lock(&self.shared).failed()
+    }
+
     /// Whether the body has grown past its replay cap.
     pub fn is_capped(&self) -> bool {
         lock(&self.shared).capped
@@ -188,7 +193,7 @@ where
             }
             Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
                 Ok(chunk) => {
-                    shared.keep(&chunk);
+                    shared.keep(&chunk, ended);
                     this.next = shared.seen();
                     // Clients stop polling once a body reports its end, so
                     // the end is recorded here, not only on `None`.

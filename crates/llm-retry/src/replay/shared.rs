@@ -101,18 +101,29 @@ impl<B> Shared<B> {
         self.discarded + self.chunks.len()
     }
 
+    /// Whether the source failed while it was read.
+    pub(super) fn failed(&self) -> bool {
+        self.source == Source::Failed
+    }
+
     /// Whether a fresh clone could still yield the whole body.
     pub(super) fn replayable(&self) -> bool {
         !self.capped && self.source != Source::Failed
     }
 
     /// Keeps a chunk the inner body just produced, or crosses the cap.
-    pub(super) fn keep(&mut self, chunk: &Bytes) {
+    ///
+    /// `whole` says the chunk is the entire body (its first chunk, after
+    /// which the source reported its end): a body that was already
+    /// buffered, held for replay by a reference count, not a copy, so the
+    /// cap (which bounds what streaming would make us hold) does not apply.
+    pub(super) fn keep(&mut self, chunk: &Bytes, whole: bool) {
         if self.capped {
             self.discarded += 1;
             return;
         }
-        if self.buffered_bytes.saturating_add(chunk.len()) > self.cap {
+        let over = self.buffered_bytes.saturating_add(chunk.len()) > self.cap;
+        if over && !(whole && self.seen() == 0) {
             self.capped = true;
             self.discarded = self.seen() + 1;
             self.chunks = Vec::new();

@@ -174,3 +174,21 @@ async fn a_clone_waiting_at_the_live_edge_is_woken_when_another_pulls() {
     };
     assert_eq!(frame.into_data().unwrap(), "x");
 }
+
+#[tokio::test]
+async fn a_buffered_body_over_the_cap_is_still_replayed_without_a_copy() {
+    let big = Bytes::from(vec![7u8; 64]);
+    let first = ReplayBody::new(http_body_util::Full::new(big.clone()), 16);
+    let early_clone = first.try_clone().unwrap();
+    assert_eq!(collect(first).await.unwrap(), big);
+    let again = early_clone
+        .try_clone()
+        .expect("a buffered body stays replayable");
+    let replayed = collect(again).await.unwrap();
+    assert_eq!(replayed, big);
+    assert_eq!(
+        replayed.as_ptr(),
+        big.as_ptr(),
+        "the same bytes, not a copy"
+    );
+}

@@ -214,6 +214,9 @@ impl<B> AttemptCtx<B> {
     /// Builds the next request from the template, or says why it cannot be sent.
     pub(super) fn prepare_next(&mut self) -> Result<(), StopReason> {
         let Some(body) = self.template.try_clone() else {
+            if self.template.source_failed() {
+                return Err(StopReason::RequestBodyFailed);
+            }
             let cap = self.template.cap();
             return Err(StopReason::BodyNotReplayable { cap });
         };

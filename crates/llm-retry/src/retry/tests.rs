@@ -261,3 +261,35 @@ async fn a_stalled_error_body_is_read_no_longer_than_the_deadline() {
         "{report}"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_request_body_that_fails_mid_stream_is_reported_as_such() {
+    use http_body::Frame;
+    use http_body_util::StreamBody;
+    type Frames = futures_util::stream::Iter<std::vec::IntoIter<Result<Frame<Bytes>, BoxError>>>;
+    // The upstream reads the whole body, as a client sending it does.
+    let upstream = tower::service_fn(
+        |req: Request<crate::ReplayBody<StreamBody<Frames>>>| async {
+            req.into_body().collect().await?;
+            Ok::<_, BoxError>(Response::new(Full::<Bytes>::default()))
+        },
+    );
+    let frames: Vec<Result<Frame<Bytes>, BoxError>> = vec![
+        Ok(Frame::data(Bytes::from_static(b"{\"model\":"))),
+        Err("the caller's body broke".into()),
+    ];
+    let body = StreamBody::new(futures_util::stream::iter(frames));
+    let error = RetryLayer::new(RetryPolicy::default())
+        .layer(upstream)
+        .oneshot(Request::new(body))
+        .await
+        .unwrap_err();
+    let error = error.downcast::<RetryError>().unwrap();
+    assert_eq!(
+        error.report().stop,
+        StopReason::RequestBodyFailed,
+        "{error}"
+    );
+    assert!(error.is_request_body_failed());
+    assert!(!error.to_string().contains("replay buffer"), "{error}");
+}

@@ -105,6 +105,12 @@ where
                         if let Some(data) = frame.data_ref() {
                             commit.add_forwarded(data.len());
                         }
+                        // Callers stop polling once a body reports its end:
+                        // a stream read to its last frame is complete now,
+                        // not dropped later.
+                        if held.is_end_stream() {
+                            commit.set_end(StreamEnd::Completed);
+                        }
                         Poll::Ready(Some(Ok(frame)))
                     }
                     Poll::Ready(Some(Err(error))) => {

@@ -241,3 +241,28 @@ async fn non_streamed_responses_get_no_commit_handle() {
     assert!(res.extensions().get::<StreamCommit>().is_none());
     assert_eq!(res.into_body().collect().await.unwrap().to_bytes(), "{}");
 }
+
+#[tokio::test]
+async fn a_stream_read_to_its_last_frame_is_completed_even_if_never_polled_again() {
+    let sse: &[u8] = b"event: content_block_delta\ndata: {\"t\":1}\n\n";
+    let upstream = tower::service_fn(move |_: Request<()>| async move {
+        let response = Response::builder()
+            .header("content-type", "text/event-stream")
+            .body(http_body_util::Full::new(Bytes::from_static(sse)))
+            .unwrap();
+        Ok::<_, Infallible>(response)
+    });
+    let res = StreamGuardLayer::new()
+        .layer(upstream)
+        .oneshot(Request::new(()))
+        .await
+        .unwrap();
+    let commit = res.extensions().get::<StreamCommit>().cloned().unwrap();
+    let mut body = res.into_body();
+    let only = body.frame().await.unwrap().unwrap().into_data().unwrap();
+    assert_eq!(only, sse);
+    // The body says it has ended, so a client stops here and drops it.
+    assert!(http_body::Body::is_end_stream(&body));
+    drop(body);
+    assert_eq!(commit.end(), Some(StreamEnd::Completed));
+}
