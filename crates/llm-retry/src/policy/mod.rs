@@ -143,6 +143,36 @@ impl RetryPolicy {
         self.config.recovery.behind_gateway
     }
 
+    /// Asks the shared budget (if any) for a resend after `delay`: a place
+    /// among the waiting retries first (when there is a wait), then a
+    /// withdrawal, so a refused withdrawal costs nothing. Both retry paths
+    /// spend through here.
+    pub(crate) fn spend_budget(
+        &self,
+        delay: std::time::Duration,
+    ) -> Result<Option<crate::budget::WaitPermit>, crate::report::StopReason> {
+        use crate::report::StopReason;
+        let Some(budget) = self.budget() else {
+            return Ok(None);
+        };
+        let permit = if delay.is_zero() {
+            None
+        } else {
+            let permit = budget
+                .try_admit_wait()
+                .map_err(|full| StopReason::AdmissionFull {
+                    max_waiting: full.max_waiting(),
+                })?;
+            Some(permit)
+        };
+        let withdrawn = budget.try_withdraw();
+        crate::observe::budget_available(budget.level().available);
+        withdrawn.map_err(|exhausted| StopReason::BudgetExhausted {
+            reason: exhausted.to_string(),
+        })?;
+        Ok(permit)
+    }
+
     fn now(&self) -> SystemTime {
         (self.config.clock)()
     }

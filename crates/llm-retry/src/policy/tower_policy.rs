@@ -76,17 +76,10 @@ impl<B, ResBody> tower::retry::Policy<Request<ReplayBody<B>>, Response<ResBody>,
         if req.body().is_capped() {
             return None;
         }
-        let permit = match self.budget().filter(|_| charged) {
-            Some(budget) => {
-                let permit = if delay.is_zero() {
-                    None
-                } else {
-                    Some(budget.try_admit_wait().ok()?)
-                };
-                budget.try_withdraw().ok()?;
-                permit
-            }
-            None => None,
+        let permit = if charged {
+            self.spend_budget(delay).ok()?
+        } else {
+            None
         };
         let state = req.extensions_mut().get_mut::<RetryState>()?;
         state.record_wait(delay, server_wait.is_some());

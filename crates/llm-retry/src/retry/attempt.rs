@@ -149,7 +149,7 @@ impl<B> AttemptCtx<B> {
             return Step::Finish(self.finish(stop));
         }
         let spent = if charged {
-            self.spend_budget(delay)
+            self.policy.spend_budget(delay)
         } else {
             Ok(None)
         };
@@ -184,31 +184,6 @@ impl<B> AttemptCtx<B> {
         crate::observe::retry(&event.class);
         self.hooks.0.on_retry(&event);
         Step::Wait(delay, permit)
-    }
-
-    /// Asks the shared budget for a resend: a place among the waiting
-    /// retries first (when there is a wait), then a withdrawal, so a refused
-    /// withdrawal costs nothing.
-    pub(super) fn spend_budget(&self, delay: Duration) -> Result<Option<WaitPermit>, StopReason> {
-        let Some(budget) = self.policy.budget() else {
-            return Ok(None);
-        };
-        let permit = if delay.is_zero() {
-            None
-        } else {
-            let permit = budget
-                .try_admit_wait()
-                .map_err(|full| StopReason::AdmissionFull {
-                    max_waiting: full.max_waiting(),
-                })?;
-            Some(permit)
-        };
-        let withdrawn = budget.try_withdraw();
-        crate::observe::budget_available(budget.level().available);
-        withdrawn.map_err(|exhausted| StopReason::BudgetExhausted {
-            reason: exhausted.to_string(),
-        })?;
-        Ok(permit)
     }
 
     /// Builds the next request from the template, or says why it cannot be sent.

@@ -45,7 +45,7 @@ impl<B> AttemptCtx<B> {
                     old: None,
                     new: None,
                 });
-                if let Err(stop) = self.spend_budget(Duration::ZERO) {
+                if let Err(stop) = self.policy.spend_budget(Duration::ZERO) {
                     return Step::Finish(self.finish(stop));
                 }
                 hook.clear_token_cache();
@@ -75,7 +75,7 @@ impl<B> AttemptCtx<B> {
         });
         if let Err(stop) = self
             .prepare_next()
-            .and_then(|()| self.spend_budget(Duration::ZERO))
+            .and_then(|()| self.policy.spend_budget(Duration::ZERO))
         {
             self.next = None;
             return Step::Finish(self.finish(stop));
