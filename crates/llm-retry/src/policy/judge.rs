@@ -110,7 +110,11 @@ impl RetryPolicy {
     /// [`Judgement`] it returns.
     pub fn judge(&self, state: &RetryState, outcome: Outcome<'_>, elapsed: Duration) -> Judgement {
         let evidence = self.evidence(outcome);
-        let should_retry = evidence.headers.and_then(should_retry_header);
+        // A success is final whatever its headers say: read none of them.
+        let should_retry = match evidence.class {
+            Classification::Success => None,
+            _ => evidence.headers.and_then(should_retry_header),
+        };
         let wait = match &evidence.class {
             Classification::Retryable(kind) => self.named_wait(*kind, &evidence),
             _ => None,

@@ -45,10 +45,14 @@ impl<B, ResBody> tower::retry::Policy<Request<ReplayBody<B>>, Response<ResBody>,
         result: &mut Result<Response<ResBody>, BoxError>,
     ) -> Option<PolicySleep> {
         let status = result.as_ref().ok().map(|r| r.status());
-        let link = req.extensions().get::<GateLink>().cloned();
+        let sent = req
+            .extensions()
+            .get::<GateLink>()
+            .and_then(GateLink::take_sent);
+        let limit = self.limits().max_server_wait;
         let decision = {
             let state = req.extensions_mut().get_mut::<RetryState>()?;
-            state.set_gate_paced(link.as_ref().is_some_and(GateLink::paced));
+            state.set_gate_paced(sent.as_ref().is_some_and(|sent| sent.paced()));
             let outcome = match result {
                 Ok(res) => Outcome::Response {
                     status: res.status(),
@@ -58,8 +62,8 @@ impl<B, ResBody> tower::retry::Policy<Request<ReplayBody<B>>, Response<ResBody>,
                 Err(e) => Outcome::Error(&**e),
             };
             let judgement = self.judge(state, outcome, state.elapsed());
-            if let Some(link) = &link {
-                link.report(judgement.key, tokio::time::Instant::now());
+            if let Some(sent) = sent {
+                sent.report(judgement.key, tokio::time::Instant::now(), limit);
             }
             state.record_outcome(status, &judgement);
             judgement.decision

@@ -37,7 +37,7 @@ struct Shared {
 }
 
 /// A send the gate let through, waiting for the policy's verdict.
-struct Sent {
+pub(crate) struct Sent {
     gate: Gate,
     key: u64,
     at: Instant,
@@ -72,26 +72,9 @@ impl GateLink {
         *self.lock() = Some(sent);
     }
 
-    /// Whether the last attempt passed a gate that paces its key.
-    pub(crate) fn paced(&self) -> bool {
-        self.lock().as_ref().is_some_and(|sent| sent.gate.paces())
-    }
-
-    /// Hands the last send's key what the policy made of its outcome.
-    pub(crate) fn report(&self, news: KeyNews, now: Instant) {
-        let Some(Sent { gate, key, at }) = self.lock().take() else {
-            return;
-        };
-        match news {
-            KeyNews::None => {}
-            KeyNews::Served => gate.succeeded(key, now),
-            KeyNews::Throttled { wait } => {
-                gate.throttled(key, at, now, wait);
-                if let Some(wait) = wait {
-                    gate.hold(key, now, wait, self.max_server_wait());
-                }
-            }
-        }
+    /// The last attempt's send through a gate, if it went through one.
+    pub(crate) fn take_sent(&self) -> Option<Sent> {
+        self.lock().take()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<Sent>> {
@@ -99,6 +82,29 @@ impl GateLink {
             .sent
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl Sent {
+    /// Whether the gate paces its key (a quota or a learned rate).
+    pub(crate) fn paced(&self) -> bool {
+        self.gate.paces()
+    }
+
+    /// Hands the key what the policy made of the send's outcome; a named
+    /// wait holds the key, up to `max_server_wait`.
+    pub(crate) fn report(self, news: KeyNews, now: Instant, max_server_wait: Duration) {
+        let Sent { gate, key, at } = self;
+        match news {
+            KeyNews::None => {}
+            KeyNews::Served => gate.succeeded(key, now),
+            KeyNews::Throttled { wait } => {
+                gate.throttled(key, at, now, wait);
+                if let Some(wait) = wait {
+                    gate.hold(key, now, wait, max_server_wait);
+                }
+            }
+        }
     }
 }
 

@@ -125,13 +125,18 @@ impl<B> AttemptCtx<B> {
             Outcome::Response { status, .. } => (Some(status), None),
             Outcome::Error(e) => (None, Some(e)),
         };
-        self.state.set_gate_paced(self.link.paced());
+        let sent = self.link.take_sent();
+        self.state
+            .set_gate_paced(sent.as_ref().is_some_and(|sent| sent.paced()));
         let judgement = self
             .policy
             .judge(&self.state, outcome, self.state.elapsed());
         // The gate under this layer (if any) learns what the answer meant
         // for its key: a 429's named wait holds the key.
-        self.link.report(judgement.key, tokio::time::Instant::now());
+        if let Some(sent) = sent {
+            let limit = self.policy.limits().max_server_wait;
+            sent.report(judgement.key, tokio::time::Instant::now(), limit);
+        }
         self.state.record_outcome(status, &judgement);
         let (delay, server_wait, charged) = match judgement.decision {
             Decision::Accept => return Step::Finish(self.finish(StopReason::Succeeded)),

@@ -18,7 +18,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
-use tokio::time::Sleep;
+use tokio::time::{Instant, Sleep};
 use tower::Service;
 
 /// Longest time spent reading a failed response's body before judging it on
@@ -38,12 +38,15 @@ pin_project! {
         #[pin]
         state: State<S::Future, ResBody>,
         // Fires at the request's deadline: no attempt, refresh or wait for
-        // readiness outlives it.
+        // readiness outlives it. Made the first time something is pending,
+        // so a call answered at once pays for no timer.
         #[pin]
         deadline: Option<Sleep>,
-        // Fires when the attempt in flight took its whole attempt timeout.
+        // Fires when the attempt in flight took its whole attempt timeout;
+        // `attempt_until` is when, for the attempt in flight.
         #[pin]
         attempt_timer: Option<Sleep>,
+        attempt_until: Option<Instant>,
         service: S,
         ctx: AttemptCtx<B>,
     }
@@ -97,8 +100,9 @@ where
         };
         ResponseFuture {
             state: State::Calling { future },
-            deadline: ctx.deadline().map(tokio::time::sleep_until),
-            attempt_timer: ctx.attempt_bound().map(tokio::time::sleep_until),
+            deadline: None,
+            attempt_timer: None,
+            attempt_until: ctx.attempt_bound(),
             service: ready.clone(),
             ctx,
         }
@@ -145,7 +149,10 @@ where
             let answer = match this.state.as_mut().project() {
                 StateProj::Calling { future } => match poll_bounded(
                     future.poll(cx).map_err(Into::into),
-                    [this.deadline.as_mut(), this.attempt_timer.as_mut()],
+                    [
+                        (this.deadline.as_mut(), ctx.deadline()),
+                        (this.attempt_timer.as_mut(), *this.attempt_until),
+                    ],
                     cx,
                     || Box::new(cut_attempt()) as BoxError,
                 ) {
@@ -246,7 +253,7 @@ where
                 StateProj::Refreshing { credentials } => {
                     let fresh = ready!(poll_bounded(
                         credentials.as_mut().poll(cx),
-                        [this.deadline.as_mut()],
+                        [(this.deadline.as_mut(), ctx.deadline())],
                         cx,
                         || "no credentials before the request's deadline".into(),
                     ));
@@ -272,7 +279,7 @@ where
                 StateProj::Readying => {
                     let readiness = ready!(poll_bounded(
                         this.service.poll_ready(cx).map_err(Into::into),
-                        [this.deadline.as_mut()],
+                        [(this.deadline.as_mut(), ctx.deadline())],
                         cx,
                         || "the service was not ready for a resend before the request's deadline"
                             .into(),
@@ -288,9 +295,8 @@ where
                         return Poll::Ready(Err(ctx.error(report, "no request prepared".into())));
                     };
                     let future = this.service.call(request);
-                    if let Some(at) = ctx.attempt_bound() {
-                        this.attempt_timer.set(Some(tokio::time::sleep_until(at)));
-                    }
+                    *this.attempt_until = ctx.attempt_bound();
+                    this.attempt_timer.set(None);
                     this.state.set(State::Calling { future });
                     None
                 }
@@ -303,19 +309,24 @@ where
     }
 }
 
-/// `polled`, unless it is pending and one of `bounds` has passed: then the
-/// error `cut` makes.
+/// `polled`, unless it is pending and one of `bounds` (a timer, made on
+/// first use, and the instant it fires at) has passed: then the error `cut`
+/// makes.
 fn poll_bounded<T, const N: usize>(
     polled: Poll<Result<T, BoxError>>,
-    bounds: [Pin<&mut Option<Sleep>>; N],
+    bounds: [(Pin<&mut Option<Sleep>>, Option<Instant>); N],
     cx: &mut Context<'_>,
     cut: impl FnOnce() -> BoxError,
 ) -> Poll<Result<T, BoxError>> {
     if polled.is_ready() {
         return polled;
     }
-    for bound in bounds {
-        if let Some(sleep) = bound.as_pin_mut() {
+    for (mut timer, at) in bounds {
+        let Some(at) = at else { continue };
+        if timer.is_none() {
+            timer.set(Some(tokio::time::sleep_until(at)));
+        }
+        if let Some(sleep) = timer.as_pin_mut() {
             if sleep.poll(cx).is_ready() {
                 return Poll::Ready(Err(cut()));
             }
