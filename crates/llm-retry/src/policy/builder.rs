@@ -85,7 +85,8 @@ impl RetryPolicyBuilder {
 
     /// Longest time one attempt may take to its response head (default: no
     /// bound but the deadline). An attempt cut by it counts as a timeout
-    /// and is retried as one.
+    /// and is retried as one. It is timed from the retry layer, so under a
+    /// rate-limit gate it includes the time the send queued in the gate.
     pub fn attempt_timeout(mut self, d: Duration) -> Self {
         self.limits.attempt_timeout = Some(d);
         self

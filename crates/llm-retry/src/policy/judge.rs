@@ -141,8 +141,15 @@ impl RetryPolicy {
                         _ => WaitScope::Request,
                     };
                     let charged = !(*kind == RetryableKind::RateLimited && state.gate_paced());
-                    self.plan_retry(state, wait, scope, charged, elapsed)
-                        .unwrap_or_else(|refusal| Decision::Stop(refusal.into()))
+                    self.plan_retry(
+                        state,
+                        evidence.reached_upstream,
+                        wait,
+                        scope,
+                        charged,
+                        elapsed,
+                    )
+                    .unwrap_or_else(|refusal| Decision::Stop(refusal.into()))
                 }
             }
         };
@@ -152,6 +159,17 @@ impl RetryPolicy {
             Classification::Retryable(RetryableKind::RateLimited) => KeyNews::Throttled {
                 wait: wait.map(|w| w.duration),
             },
+            // A 429 the server forbids retrying still tells the key's rate
+            // and its named wait to every other request.
+            Classification::Fatal(FatalKind::ServerDeclined(status))
+                if *status == StatusCode::TOO_MANY_REQUESTS =>
+            {
+                KeyNews::Throttled {
+                    wait: self
+                        .named_wait(RetryableKind::RateLimited, &evidence)
+                        .map(|w| w.duration),
+                }
+            }
             _ => KeyNews::None,
         };
         Judgement {
@@ -263,13 +281,20 @@ impl RetryPolicy {
     fn plan_retry(
         &self,
         state: &RetryState,
+        reached_upstream: bool,
         server_wait: Option<ServerWait>,
         scope: WaitScope,
         charged: bool,
         elapsed: Duration,
     ) -> Result<Decision, Refusal> {
         let limits = self.limits();
-        limits.admit_retry(state.attempts().max(1))?;
+        // A send refused before it left is not one: the retry it asks for
+        // is the same resend again.
+        let sent = match reached_upstream {
+            true => state.attempts(),
+            false => state.attempts().saturating_sub(1),
+        };
+        limits.admit_retry(sent)?;
         let delay = {
             let mut rng = self
                 .config

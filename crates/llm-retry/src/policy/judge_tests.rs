@@ -332,3 +332,41 @@ fn behind_a_gateway_only_backpressure_is_left_to_it() {
         );
     }
 }
+
+#[test]
+fn a_send_the_gate_refused_for_a_long_hold_fails_fast_even_with_no_retries_left() {
+    // The refused send never left: with no retry allowed it still stops
+    // for the wait, not for spent retries.
+    let p = RetryPolicy::builder().max_retries(0).build().unwrap();
+    let refused = crate::rate_limit::GateError::HeldTooLong {
+        asked: Duration::from_secs(500),
+        limit: Duration::from_secs(120),
+    };
+    let j = p.judge(&after(1), Outcome::Error(&refused), Duration::ZERO);
+    assert!(!j.reached_upstream);
+    assert_eq!(j.key, crate::rate_limit::KeyNews::None);
+    assert!(
+        matches!(
+            j.decision,
+            Decision::Stop(StopReason::ServerWaitTooLong { .. })
+        ),
+        "{:?}",
+        j.decision
+    );
+}
+
+#[test]
+fn a_429_that_may_not_be_retried_still_tells_the_key_its_wait() {
+    let h = headers(&[("x-should-retry", "false"), ("retry-after", "30")]);
+    let j = judge(&policy(), 1, 429, &h, b"");
+    assert!(matches!(
+        j.decision,
+        Decision::Stop(StopReason::NotRetryable(_))
+    ));
+    assert_eq!(
+        j.key,
+        crate::rate_limit::KeyNews::Throttled {
+            wait: Some(Duration::from_secs(30))
+        }
+    );
+}

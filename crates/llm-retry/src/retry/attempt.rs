@@ -230,8 +230,16 @@ impl<B> AttemptCtx<B> {
         Some(next)
     }
 
-    /// Gives up because the inner service failed instead of becoming ready.
-    pub(super) fn give_up_on_service_error(&self) -> RetryReport {
+    /// Gives up because the inner service failed instead of becoming ready,
+    /// or the deadline came first.
+    pub(super) fn give_up_on_service_error(&self, now: tokio::time::Instant) -> RetryReport {
+        if self.deadline.is_some_and(|deadline| now >= deadline) {
+            return self.finish(StopReason::DeadlineReached {
+                elapsed: self.state.elapsed(),
+                wait: Duration::ZERO,
+                limit: self.policy.limits().max_elapsed,
+            });
+        }
         self.finish(StopReason::ServiceFailed)
     }
 

@@ -285,12 +285,12 @@ where
                             .into(),
                     ));
                     if let Err(error) = readiness {
-                        let report = ctx.give_up_on_service_error();
+                        let report = ctx.give_up_on_service_error(Instant::now());
                         this.state.set(State::Done);
                         return Poll::Ready(Err(ctx.error(report, error)));
                     }
                     let Some(request) = ctx.next_request() else {
-                        let report = ctx.give_up_on_service_error();
+                        let report = ctx.give_up_on_service_error(Instant::now());
                         this.state.set(State::Done);
                         return Poll::Ready(Err(ctx.error(report, "no request prepared".into())));
                     };
