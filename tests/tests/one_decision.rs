@@ -215,3 +215,41 @@ async fn a_stream_error_event_is_final_when_its_head_says_so() {
         "{error}"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_wait_named_in_the_message_counts_in_a_stream_event_too() {
+    let message = "Rate limited. Please try again in 2s.";
+    let carriers = [
+        Carrier {
+            name: "429 body",
+            failure: || {
+                Reply::anthropic_error(
+                    429,
+                    "rate_limit_error",
+                    "Rate limited. Please try again in 2s.",
+                )
+            },
+            success: || Reply::anthropic_ok("ok"),
+        },
+        Carrier {
+            name: "stream rate_limit_error",
+            failure: || {
+                Reply::anthropic_stream_error(
+                    "rate_limit_error",
+                    "Rate limited. Please try again in 2s.",
+                )
+            },
+            success: || Reply::anthropic_stream(&["ok"]),
+        },
+    ];
+    for carrier in &carriers {
+        let seen = run(carrier, &[], false).await;
+        assert_eq!(seen.server_waits_honoured, 1, "{}: {message}", carrier.name);
+        assert!(
+            seen.total_wait >= Duration::from_secs(2)
+                && seen.total_wait <= Duration::from_millis(2_200),
+            "{}: {seen:?}",
+            carrier.name
+        );
+    }
+}

@@ -218,7 +218,12 @@ impl RetryPolicy {
                         class,
                         provider: reported.provider_error().cloned(),
                         headers: head.map(|(_, headers)| headers),
-                        body: None,
+                        // An error event's message is its body: a "try
+                        // again in …" there counts as in a failed response's.
+                        body: reported
+                            .provider_error()
+                            .and_then(|p| p.message.as_deref())
+                            .map(str::as_bytes),
                         answered: head.is_some(),
                         own_wait: reported.named_wait(),
                         reached_upstream: reported.reached_upstream(),

@@ -119,7 +119,7 @@ impl<B, ResBody> tower::retry::Policy<Request<ReplayBody<B>>, Response<ResBody>,
             let deadline = tokio::time::Instant::now().checked_add(limits.max_elapsed);
             clone
                 .extensions_mut()
-                .insert(GateLink::new(deadline, limits.max_server_wait));
+                .insert(GateLink::new(limits, deadline));
         }
         Some(clone)
     }

@@ -53,7 +53,11 @@ pin_project! {
             #[pin] rose: Option<OwnedNotified>,
         },
         Readying,
-        Calling { #[pin] future: F },
+        Calling {
+            #[pin] future: F,
+            // The attempt's time limit, counted from its send.
+            #[pin] timeout: Option<Sleep>,
+        },
         Refused { error: Option<GateError> },
     }
 }
@@ -173,16 +177,25 @@ where
                     let future = service.call(request);
                     // The retry loop above judges the answer and tells the
                     // key what it meant (a 429's named wait holds the key).
-                    if let Some(ticket) = this.gate.as_ref() {
-                        if let Some(link) = &ticket.link {
-                            link.sent(&ticket.gate, ticket.key, ticket.booking.slot);
-                        }
-                    }
-                    this.state.set(State::Calling { future });
+                    let link = this.gate.as_ref().and_then(|ticket| {
+                        let link = ticket.link.as_ref()?;
+                        link.sent(&ticket.gate, ticket.key, ticket.booking.slot);
+                        Some(link)
+                    });
+                    let timeout = link
+                        .and_then(GateLink::attempt_timeout)
+                        .map(tokio::time::sleep);
+                    this.state.set(State::Calling { future, timeout });
                 }
-                StateProj::Calling { future } => {
-                    let response = ready!(future.poll(cx)).map_err(Into::into)?;
-                    return Poll::Ready(Ok(response));
+                StateProj::Calling { future, timeout } => {
+                    if let Poll::Ready(response) = future.poll(cx) {
+                        return Poll::Ready(response.map_err(Into::into));
+                    }
+                    if let Some(timeout) = timeout.as_pin_mut() {
+                        ready!(timeout.poll(cx));
+                        return Poll::Ready(Err(Box::new(super::link::attempt_cut())));
+                    }
+                    return Poll::Pending;
                 }
             }
         }

@@ -6,6 +6,7 @@
 //! gate the policy's [`KeyNews`]: the gate never reads a response itself.
 
 use super::gate::Gate;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -33,6 +34,9 @@ pub(crate) struct GateLink(Arc<Shared>);
 struct Shared {
     deadline: Option<Instant>,
     max_server_wait: Duration,
+    attempt_timeout: Option<Duration>,
+    /// A gate took the last attempt: it times the attempt from its send.
+    gated: AtomicBool,
     sent: Mutex<Option<Sent>>,
 }
 
@@ -44,12 +48,30 @@ pub(crate) struct Sent {
 }
 
 impl GateLink {
-    pub(crate) fn new(deadline: Option<Instant>, max_server_wait: Duration) -> GateLink {
+    pub(crate) fn new(limits: &crate::budget::Limits, deadline: Option<Instant>) -> GateLink {
         GateLink(Arc::new(Shared {
             deadline,
-            max_server_wait,
+            max_server_wait: limits.max_server_wait,
+            attempt_timeout: limits.attempt_timeout,
+            gated: AtomicBool::new(false),
             sent: Mutex::new(None),
         }))
+    }
+
+    /// The longest an attempt may take from its send to its response head.
+    pub(super) fn attempt_timeout(&self) -> Option<Duration> {
+        self.0.attempt_timeout
+    }
+
+    /// A gate took the attempt: time spent queued in it is not the attempt's.
+    pub(super) fn mark_gated(&self) {
+        self.0.gated.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a gate took the attempt just called (and times it from its
+    /// send); clears the mark for the next attempt.
+    pub(crate) fn take_gated(&self) -> bool {
+        self.0.gated.swap(false, Ordering::Relaxed)
     }
 
     /// No send after this instant.
@@ -115,4 +137,13 @@ impl std::fmt::Debug for GateLink {
             .field("max_server_wait", &self.0.max_server_wait)
             .finish_non_exhaustive()
     }
+}
+
+/// The error of an attempt cut before its response head: a timeout, which
+/// the policy retries as one.
+pub(crate) fn attempt_cut() -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        "no response head within the attempt's time limit",
+    )
 }

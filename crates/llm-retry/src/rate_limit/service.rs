@@ -52,6 +52,9 @@ where
         let key = default_key(&parts);
         let cost = parts.extensions.get::<TokenCost>().map_or(0, |c| c.0);
         let link = parts.extensions.get::<GateLink>().cloned();
+        if let Some(link) = &link {
+            link.mark_gated();
+        }
         let bounds = link.as_ref().map_or_else(Bounds::default, |link| Bounds {
             deadline: link.deadline(),
             max_server_wait: Some(link.max_server_wait()),

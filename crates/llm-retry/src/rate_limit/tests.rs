@@ -26,6 +26,9 @@ fn upstream<B: Send + 'static>(
                 .lock()
                 .unwrap()
                 .push((Instant::now(), req.uri().to_string()));
+            if req.uri().path() == "/slow" {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+            }
             let mut res = Response::new(Full::new(Bytes::new()));
             let wait = match req.uri().path() {
                 "/busy" => Some("2"),
@@ -550,5 +553,42 @@ async fn a_send_dropped_while_it_waits_gives_its_place_up() {
     assert!(
         sent[1].0 - sent[0].0 <= Duration::from_secs(1),
         "the third took the second's place: {sent:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_attempt_timeout_counts_from_the_send_not_from_the_queue() {
+    let sends = Sends::default();
+    let gate = RateLimitLayer::new(Quotas::none()).layer(upstream::<Replayed>(sends.clone()));
+    let svc = judged(once().attempt_timeout(Duration::from_secs(1)), gate);
+    let start = Instant::now();
+    let busy = svc
+        .clone()
+        .oneshot(post("http://a.test/busy"))
+        .await
+        .unwrap();
+    assert_eq!(busy.status(), http::StatusCode::TOO_MANY_REQUESTS);
+    // Held 2 s in the gate, longer than the 1 s attempt timeout: not cut.
+    let next = svc
+        .clone()
+        .oneshot(post("http://a.test/next"))
+        .await
+        .unwrap();
+    assert_eq!(next.status(), http::StatusCode::OK);
+    assert_eq!(start.elapsed(), Duration::from_secs(2));
+    // Once sent, a slow answer is cut at 1 s and counts as a timeout.
+    let err = svc
+        .clone()
+        .oneshot(post("http://b.test/slow"))
+        .await
+        .unwrap_err();
+    assert_eq!(start.elapsed(), Duration::from_secs(3));
+    let err = err.downcast::<RetryError>().unwrap();
+    assert_eq!(
+        err.report().last_class,
+        Some(crate::classify::Classification::Retryable(
+            crate::classify::RetryableKind::Timeout
+        )),
+        "{err}"
     );
 }

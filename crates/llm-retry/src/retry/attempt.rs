@@ -63,7 +63,7 @@ impl<B> AttemptCtx<B> {
         let mut parts = parts;
         let limits = policy.limits();
         let deadline = tokio::time::Instant::now().checked_add(limits.max_elapsed);
-        let link = GateLink::new(deadline, limits.max_server_wait);
+        let link = GateLink::new(limits, deadline);
         parts.extensions.insert(link.clone());
         let first = Request::from_parts(parts.clone(), body);
         let ctx = AttemptCtx {
@@ -103,10 +103,14 @@ impl<B> AttemptCtx<B> {
         self.deadline
     }
 
-    /// When the attempt about to be sent must have its response head, if
-    /// an attempt timeout is set.
+    /// When the attempt just called must have its response head, if an
+    /// attempt timeout is set and no gate under this layer took the
+    /// attempt (a gate times it from its send, not from its queue).
     pub(super) fn attempt_bound(&self) -> Option<tokio::time::Instant> {
         let timeout = self.policy.limits().attempt_timeout?;
+        if self.link.take_gated() {
+            return None;
+        }
         tokio::time::Instant::now().checked_add(timeout)
     }
 

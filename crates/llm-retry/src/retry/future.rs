@@ -154,7 +154,7 @@ where
                         (this.attempt_timer.as_mut(), *this.attempt_until),
                     ],
                     cx,
-                    || Box::new(cut_attempt()) as BoxError,
+                    || Box::new(crate::rate_limit::link::attempt_cut()) as BoxError,
                 ) {
                     Poll::Pending => return Poll::Pending,
                     Poll::Ready(Ok(response)) if !ctx.wants_body(response.status()) => {
@@ -333,14 +333,6 @@ fn poll_bounded<T, const N: usize>(
         }
     }
     Poll::Pending
-}
-
-/// An attempt cut before its response head: a timeout, retried as one.
-fn cut_attempt() -> std::io::Error {
-    std::io::Error::new(
-        std::io::ErrorKind::TimedOut,
-        "no response head within the attempt's time limit",
-    )
 }
 
 /// The final response with its report, unless the stop must be an error.
