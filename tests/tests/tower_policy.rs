@@ -48,3 +48,60 @@ async fn plain_tower_retry_layer_respects_x_should_retry_false() {
         (StatusCode::SERVICE_UNAVAILABLE, 1)
     );
 }
+
+#[tokio::test]
+async fn the_tower_path_reports_fires_hooks_and_falls_back_like_retry_layer() {
+    use llm_retry::policy::FallbackMode;
+    let mock = mock(Route::sequence([
+        Reply::overloaded(),
+        Reply::overloaded(),
+        Reply::overloaded(),
+        Reply::anthropic_ok("ok"),
+    ]))
+    .await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let policy = fast_policy()
+        .fallback_model("claude-haiku-4-5", FallbackMode::Automatic)
+        .build()
+        .unwrap()
+        .with_hooks(support::Recorder(tx));
+    let svc = ServiceBuilder::new()
+        .layer(tower::retry::RetryLayer::new(policy))
+        .map_err(BoxError::from)
+        .service(client::<Full<Bytes>>());
+    let body = ReplayBody::new(Full::new(Bytes::from_static(PROMPT.as_bytes())), 1 << 20);
+    let req = http::Request::post(mock.url("/v1/messages"))
+        .header("content-type", "application/json")
+        .body(body)
+        .unwrap();
+    let res = svc.oneshot(req).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let report = res.extensions().get::<llm_retry::RetryReport>().unwrap();
+    assert_eq!(report.attempts, 4);
+    assert_eq!(report.stop, llm_retry::StopReason::Succeeded);
+    assert_eq!(
+        report.recoveries,
+        [llm_retry::policy::RecoveryAction::FallbackModel]
+    );
+    let models: Vec<String> = mock
+        .requests()
+        .iter()
+        .map(|r| {
+            let json: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+            json["model"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    assert_eq!(models[3], "claude-haiku-4-5", "{models:?}");
+    assert!(models[..3].iter().all(|m| m != "claude-haiku-4-5"));
+    let lines = support::drain(&mut rx);
+    assert_eq!(
+        lines.iter().filter(|l| l.starts_with("retry ")).count(),
+        2,
+        "{lines:#?}"
+    );
+    assert!(
+        lines.iter().any(|l| l.starts_with("recover ")),
+        "{lines:#?}"
+    );
+    assert!(lines.iter().any(|l| l == "recovered after 4"), "{lines:#?}");
+}

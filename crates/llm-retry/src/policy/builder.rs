@@ -254,6 +254,7 @@ impl RetryPolicyBuilder {
             None => SmallRng::from_os_rng(),
         };
         Ok(RetryPolicy {
+            hooks: crate::hooks::SharedHooks::default(),
             config: Arc::new(Config {
                 backoff: Backoff::new(self.initial_backoff, self.max_backoff, self.jitter),
                 limits: self.limits,

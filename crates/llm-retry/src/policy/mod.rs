@@ -13,7 +13,6 @@ mod judge;
 mod known;
 mod recovery;
 mod state;
-mod tower_policy;
 
 pub use builder::{ConfigError, RetryPolicyBuilder};
 pub use judge::{Decision, Judgement, Outcome, WaitScope};
@@ -51,6 +50,7 @@ pub const DEFAULT_ERROR_BODY_PEEK: usize = 64 * 1024;
 #[derive(Clone)]
 pub struct RetryPolicy {
     config: Arc<Config>,
+    hooks: crate::hooks::SharedHooks,
 }
 
 struct Config {
@@ -96,6 +96,18 @@ impl RetryPolicy {
     /// Starts a builder with the defaults.
     pub fn builder() -> RetryPolicyBuilder {
         RetryPolicyBuilder::default()
+    }
+
+    /// The same policy calling `hooks` on every retry, recovery and
+    /// give-up, on whichever path drives it ([`RetryLayer`](crate::RetryLayer)
+    /// or `tower::retry`).
+    pub fn with_hooks<H: crate::hooks::RetryHooks>(mut self, hooks: H) -> RetryPolicy {
+        self.hooks = crate::hooks::SharedHooks(Arc::new(hooks));
+        self
+    }
+
+    pub(crate) fn hooks(&self) -> &dyn crate::hooks::RetryHooks {
+        &*self.hooks.0
     }
 
     /// The backoff used when the server names no wait.

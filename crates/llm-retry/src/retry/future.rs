@@ -1,12 +1,12 @@
 //! [`ResponseFuture`]: one logical request, attempt after attempt.
 
-use super::attempt::{fails_even_with_response, AttemptCtx, Step};
+use super::account::{fails_even_with_response, Step};
+use super::attempt::AttemptCtx;
 use super::peek::{PeekEnd, Peeked};
 use super::RetryBody;
 use crate::budget::WaitPermit;
 use crate::error::BoxError;
 use crate::error::RetryError;
-use crate::hooks::SharedHooks;
 use crate::policy::{CredentialsFuture, Outcome, RecoveryAction, RetryPolicy};
 use crate::replay::ReplayBody;
 use crate::report::{RetryReport, StopReason};
@@ -91,9 +91,8 @@ where
         parts: request::Parts,
         body: ReplayBody<B>,
         policy: RetryPolicy,
-        hooks: SharedHooks,
     ) -> ResponseFuture<S, B, ResBody> {
-        let (ctx, first) = AttemptCtx::new(parts, body, policy, hooks);
+        let (ctx, first) = AttemptCtx::new(parts, body, policy);
         let future = {
             let _entered = ctx.span().enter();
             ready.call(first)

@@ -23,13 +23,14 @@
 //! # }
 //! ```
 
+pub(crate) mod account;
 mod attempt;
 mod body;
 mod future;
 mod layer;
 mod peek;
-mod recovery;
 mod service;
+mod tower_path;
 
 pub use body::RetryBody;
 pub use future::ResponseFuture;

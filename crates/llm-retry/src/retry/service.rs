@@ -2,7 +2,6 @@
 
 use super::{ResponseFuture, RetryBody};
 use crate::error::BoxError;
-use crate::hooks::SharedHooks;
 use crate::policy::RetryPolicy;
 use crate::replay::ReplayBody;
 use bytes::Bytes;
@@ -16,16 +15,11 @@ use tower::Service;
 pub struct Retry<S> {
     inner: S,
     policy: RetryPolicy,
-    hooks: SharedHooks,
 }
 
 impl<S> Retry<S> {
-    pub(super) fn new(inner: S, policy: RetryPolicy, hooks: SharedHooks) -> Retry<S> {
-        Retry {
-            inner,
-            policy,
-            hooks,
-        }
+    pub(super) fn new(inner: S, policy: RetryPolicy) -> Retry<S> {
+        Retry { inner, policy }
     }
 
     /// The wrapped service.
@@ -68,12 +62,6 @@ where
         // in its place and send the first attempt through the ready one.
         let clone = self.inner.clone();
         let mut ready = std::mem::replace(&mut self.inner, clone);
-        ResponseFuture::start(
-            &mut ready,
-            parts,
-            body,
-            self.policy.clone(),
-            self.hooks.clone(),
-        )
+        ResponseFuture::start(&mut ready, parts, body, self.policy.clone())
     }
 }

@@ -1,0 +1,329 @@
+//! One logical request's account across its attempts, and what is done
+//! with each judged outcome: the part both retry paths share.
+//!
+//! [`RetryLayer`](crate::RetryLayer) and the `tower::retry::Policy` path
+//! both keep an [`Account`] and hand every outcome to [`Account::judge`],
+//! which asks the policy for its [`Judgement`](crate::policy::Judgement),
+//! tells a gate below what it meant for the key, spends the budget, applies
+//! recoveries to the request through [`Resend`], fires the hooks and
+//! returns the one [`Step`] the path then carries out.
+
+use crate::budget::WaitPermit;
+use crate::classify::Classification;
+use crate::error::{BoxError, RetryError};
+use crate::hooks::{RecoveryEvent, RetryEvent};
+use crate::policy::{CredentialsFuture, Decision, Outcome, Recovery, RecoveryAction};
+use crate::policy::{RetryPolicy, RetryState};
+use crate::rate_limit::link::GateLink;
+use crate::recover::{rewrite_body, BodyEdit};
+use crate::replay::ReplayBody;
+use crate::report::{RetryReport, StopReason};
+use http::{header, HeaderMap, Method, StatusCode, Uri};
+use std::time::Duration;
+use tokio::time::Instant;
+use tracing::Span;
+
+/// What a path does after an outcome was judged.
+pub(crate) enum Step {
+    /// Sleep (holding the budget's wait permit, if any), then send the
+    /// next request.
+    Wait(Duration, Option<WaitPermit>),
+    /// Await new credentials, then send the next request.
+    Refresh(CredentialsFuture),
+    /// Hand the outcome to the caller with this report.
+    Finish(RetryReport),
+}
+
+/// The request every later attempt is built from, as a path keeps it.
+pub(crate) trait Resend<B> {
+    /// The body later attempts send.
+    fn body(&self) -> &ReplayBody<B>;
+    /// Replaces the body later attempts send.
+    fn set_body(&mut self, body: ReplayBody<B>);
+    /// The headers later attempts send.
+    fn headers_mut(&mut self) -> &mut HeaderMap;
+    /// Readies the next attempt's request, or says why it cannot be sent.
+    fn prepare(&mut self) -> Result<(), StopReason> {
+        match self.body().try_clone() {
+            Some(_) => Ok(()),
+            None if self.body().source_failed() => Err(StopReason::RequestBodyFailed),
+            None => Err(StopReason::BodyNotReplayable {
+                cap: self.body().cap(),
+            }),
+        }
+    }
+    /// Forgets a request readied for an attempt that will not happen.
+    fn unprepare(&mut self) {}
+}
+
+/// One logical request's account: its policy, what it has spent, its
+/// deadline, its link to a gate below and its tracing span.
+#[derive(Clone)]
+pub(crate) struct Account {
+    pub(crate) policy: RetryPolicy,
+    pub(crate) state: RetryState,
+    /// Shared with a rate-limit gate under the retry path, if there is one.
+    pub(crate) link: GateLink,
+    /// Nothing of this request outlives it (`None`: beyond any clock).
+    pub(crate) deadline: Option<Instant>,
+    span: Span,
+}
+
+impl Account {
+    /// The account of a request whose first send is about to happen: its
+    /// send is counted and deposited in the shared budget, and the returned
+    /// link is to travel in the request's extensions.
+    pub(crate) fn open(policy: RetryPolicy, method: &Method, uri: &Uri) -> Account {
+        // Only method, host and path: a query string or header may hold a key.
+        let span = tracing::info_span!(
+            "llm_retry.request",
+            http.request.method = %method,
+            server.address = uri.host().unwrap_or(""),
+            url.path = uri.path(),
+            http.request.resend_count = tracing::field::Empty,
+        );
+        if let Some(budget) = policy.budget() {
+            budget.deposit();
+        }
+        let mut state = RetryState::new();
+        state.record_send();
+        let limits = policy.limits();
+        let deadline = Instant::now().checked_add(limits.max_elapsed);
+        let link = GateLink::new(limits, deadline);
+        Account {
+            policy,
+            state,
+            link,
+            deadline,
+            span,
+        }
+    }
+
+    pub(crate) fn span(&self) -> &Span {
+        &self.span
+    }
+
+    /// Judges an outcome and does what the judgement says to everything
+    /// but the path's own state machine: the gate, the budget, the request
+    /// (recoveries), the hooks and tracing.
+    pub(crate) fn judge<B>(&mut self, outcome: Outcome<'_>, resend: &mut impl Resend<B>) -> Step {
+        let (status, error) = match outcome {
+            Outcome::Response { status, .. } => (Some(status), None),
+            Outcome::Error(e) => (None, Some(e)),
+        };
+        let sent = self.link.take_sent();
+        self.state
+            .set_gate_paced(sent.as_ref().is_some_and(|sent| sent.paced()));
+        let judgement = self
+            .policy
+            .judge(&self.state, outcome, self.state.elapsed());
+        // The gate below (if any) learns what the answer meant for its key:
+        // a 429's named wait holds the key.
+        if let Some(sent) = sent {
+            let limit = self.policy.limits().max_server_wait;
+            sent.report(judgement.key, Instant::now(), limit);
+        }
+        self.state.record_outcome(status, &judgement);
+        let (delay, server_wait, charged) = match judgement.decision {
+            Decision::Accept => return Step::Finish(self.finish(StopReason::Succeeded)),
+            Decision::Stop(reason) => return Step::Finish(self.finish(reason)),
+            Decision::Recover(recovery) => {
+                return self.recover(recovery, &judgement.class, status, resend)
+            }
+            Decision::Retry {
+                delay,
+                server_wait,
+                charged,
+                ..
+            } => (delay, server_wait, charged),
+        };
+        // Prepare first: a resend that cannot happen spends no budget.
+        if let Err(stop) = resend.prepare() {
+            return Step::Finish(self.finish(stop));
+        }
+        let spent = if charged {
+            self.policy.spend_budget(delay)
+        } else {
+            Ok(None)
+        };
+        let permit = match spent {
+            Ok(permit) => permit,
+            Err(stop) => {
+                resend.unprepare();
+                return Step::Finish(self.finish(stop));
+            }
+        };
+        self.state.record_wait(delay, server_wait.is_some());
+        let event = RetryEvent {
+            retry: self.state.attempts(),
+            max_retries: self.policy.limits().max_retries,
+            delay,
+            server_wait,
+            status,
+            error: error.map(|e| e.to_string()),
+            class: judgement.class,
+        };
+        tracing::warn!(
+            retry = event.retry,
+            max_retries = event.max_retries,
+            delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+            server_named_wait = server_wait.is_some(),
+            status = status.map(|s| s.as_u16()),
+            error = event.error.as_deref(),
+            class = crate::observe::class_label(&event.class),
+            budget_available = self.policy.budget().map(|b| b.level().available),
+            "llm-retry: attempt failed, retrying"
+        );
+        crate::observe::retry(&event.class);
+        self.policy.hooks().on_retry(&event);
+        Step::Wait(delay, permit)
+    }
+
+    /// Starts a recovery decided by the policy.
+    fn recover<B>(
+        &mut self,
+        recovery: Recovery,
+        class: &Classification,
+        status: Option<StatusCode>,
+        resend: &mut impl Resend<B>,
+    ) -> Step {
+        self.state.record_recovery(&recovery);
+        let reason = match status {
+            Some(status) => format!("{class:?} on status {}", status.as_u16()),
+            None => format!("{class:?}"),
+        };
+        let (edit, action) = match recovery {
+            Recovery::CutMaxTokens { to } => {
+                (BodyEdit::MaxTokens(to), RecoveryAction::CutMaxTokens)
+            }
+            Recovery::FallbackModel { model } => {
+                (BodyEdit::Model(model), RecoveryAction::FallbackModel)
+            }
+            Recovery::RefreshCredentials => {
+                let Some(hook) = self.policy.credentials().cloned() else {
+                    return self
+                        .recovery_failed(RecoveryAction::RefreshCredentials, "no hook".into());
+                };
+                self.announce(RecoveryEvent {
+                    action: RecoveryAction::RefreshCredentials,
+                    reason,
+                    old: None,
+                    new: None,
+                });
+                if let Err(stop) = self.policy.spend_budget(Duration::ZERO) {
+                    return Step::Finish(self.finish(stop));
+                }
+                hook.clear_token_cache();
+                return Step::Refresh(hook.refresh());
+            }
+        };
+        // Rewrite the request body for every later attempt and resend at once.
+        let Some(body) = resend.body().buffered() else {
+            let why = "the request body was not fully buffered".to_owned();
+            return self.recovery_failed(action, why);
+        };
+        let (rewritten, applied) = match rewrite_body(&body, &edit) {
+            Ok(done) => done,
+            Err(error) => return self.recovery_failed(action, error.to_string()),
+        };
+        let replaced = resend.body().replaced_with(rewritten);
+        resend.set_body(replaced);
+        // The length changed; the client derives the new one from the body.
+        resend.headers_mut().remove(header::CONTENT_LENGTH);
+        self.announce(RecoveryEvent {
+            action,
+            reason,
+            old: Some(applied.old),
+            new: Some(applied.new),
+        });
+        if let Err(stop) = resend
+            .prepare()
+            .and_then(|()| self.policy.spend_budget(Duration::ZERO))
+        {
+            resend.unprepare();
+            return Step::Finish(self.finish(stop));
+        }
+        Step::Wait(Duration::ZERO, None)
+    }
+
+    /// Puts fresh credentials on every later attempt.
+    pub(crate) fn apply_credentials<B>(
+        &mut self,
+        fresh: HeaderMap,
+        resend: &mut impl Resend<B>,
+    ) -> Result<(), StopReason> {
+        let headers = resend.headers_mut();
+        for name in fresh.keys() {
+            headers.remove(name);
+        }
+        for (name, value) in &fresh {
+            let mut value = value.clone();
+            value.set_sensitive(true);
+            headers.append(name.clone(), value);
+        }
+        tracing::info!(headers = fresh.len(), "llm-retry: credentials refreshed");
+        resend.prepare()
+    }
+
+    /// Ends the request because a recovery could not be applied.
+    fn recovery_failed(&self, action: RecoveryAction, reason: String) -> Step {
+        Step::Finish(self.finish(StopReason::RecoveryFailed { action, reason }))
+    }
+
+    fn announce(&self, event: RecoveryEvent) {
+        tracing::warn!(
+            action = %event.action,
+            reason = %event.reason,
+            old = event.old.as_deref(),
+            new = event.new.as_deref(),
+            "llm-retry: recovering"
+        );
+        crate::observe::recovery(event.action);
+        self.policy.hooks().on_recover(&event);
+    }
+
+    /// The report of a request stopping for `stop`, with its hooks fired.
+    pub(crate) fn finish(&self, stop: StopReason) -> RetryReport {
+        let report = self.state.report(stop);
+        if report.stop == StopReason::Succeeded {
+            if report.retried() {
+                tracing::info!(attempts = report.attempts, "llm-retry: recovered");
+                self.policy.hooks().on_recovered(&report);
+            }
+        } else {
+            tracing::warn!(report = %report, reason = report.stop.label(), "llm-retry: giving up");
+            crate::observe::give_up(&report.stop);
+            self.policy.hooks().on_give_up(&report);
+        }
+        report
+    }
+
+    /// Counts a resend about to go.
+    pub(crate) fn record_resend(&mut self) {
+        self.state.record_send();
+        self.span.record(
+            "http.request.resend_count",
+            self.state.attempts().saturating_sub(1),
+        );
+    }
+
+    /// Gives up because the inner service failed instead of becoming ready,
+    /// or the deadline came first.
+    pub(crate) fn give_up_on_service_error(&self, now: Instant) -> RetryReport {
+        if self.deadline.is_some_and(|deadline| now >= deadline) {
+            return self.finish(StopReason::DeadlineReached {
+                elapsed: self.state.elapsed(),
+                wait: Duration::ZERO,
+                limit: self.policy.limits().max_elapsed,
+            });
+        }
+        self.finish(StopReason::ServiceFailed)
+    }
+}
+
+/// A stop the caller must act on even though a response arrived (a
+/// manual fallback): it becomes an error instead of the response.
+pub(crate) fn fails_even_with_response(report: &RetryReport) -> Option<BoxError> {
+    matches!(report.stop, StopReason::FallbackTriggered { .. })
+        .then(|| Box::new(RetryError::new(report.clone(), None)) as BoxError)
+}
