@@ -5,6 +5,7 @@
 use super::account::{Account, Resend, Step};
 use crate::error::{BoxError, RetryError};
 use crate::policy::{Outcome, RetryPolicy};
+use crate::rate_limit::link::GateLink;
 use crate::replay::ReplayBody;
 use crate::report::{RetryReport, StopReason};
 use http::{request, HeaderMap, Request, StatusCode};
@@ -12,9 +13,12 @@ use std::time::Duration;
 use tracing::Span;
 
 /// The request every later attempt is built from, and the next one, built.
+/// The parts are kept without the gate link, which each attempt gets as it
+/// is built: one extension map fewer to copy on a call that succeeds.
 pub(super) struct Template<B> {
     parts: request::Parts,
     body: ReplayBody<B>,
+    link: GateLink,
     next: Option<Request<ReplayBody<B>>>,
 }
 
@@ -39,7 +43,9 @@ impl<B> Resend<B> for Template<B> {
             let cap = self.body.cap();
             return Err(StopReason::BodyNotReplayable { cap });
         };
-        self.next = Some(Request::from_parts(self.parts.clone(), body));
+        let mut parts = self.parts.clone();
+        parts.extensions.insert(self.link.clone());
+        self.next = Some(Request::from_parts(parts, body));
         Ok(())
     }
 
@@ -62,12 +68,13 @@ impl<B> AttemptCtx<B> {
         policy: RetryPolicy,
     ) -> (AttemptCtx<B>, Request<ReplayBody<B>>) {
         let account = Account::open(policy, &parts.method, &parts.uri);
-        parts.extensions.insert(account.link.clone());
         let template = Template {
             parts: parts.clone(),
             body: body.replica(),
+            link: account.link.clone(),
             next: None,
         };
+        parts.extensions.insert(account.link.clone());
         let first = Request::from_parts(parts, body);
         (AttemptCtx { account, template }, first)
     }
