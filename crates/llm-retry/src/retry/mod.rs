@@ -40,6 +40,8 @@ pub use service::Retry;
 #[cfg(test)]
 mod bounds_proptest;
 #[cfg(test)]
+mod equivalence_proptest;
+#[cfg(test)]
 pub(crate) mod tests;
 #[cfg(all(test, feature = "metrics"))]
 pub(crate) use tests as tests_support;

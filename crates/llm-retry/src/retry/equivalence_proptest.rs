@@ -1,0 +1,160 @@
+//! Property: the four ways to put the retry loop in front of an upstream —
+//! `RetryLayer`, the stack built by hand, `ClientLayer`, and tower's own
+//! `Retry` with the policy — make the same decisions for the same answers:
+//! the same sends and the same reason to stop.
+#![allow(clippy::unwrap_used)]
+
+use super::tests::{reply, request, Upstream};
+use crate::rate_limit::RateLimitLayer;
+use crate::stream_guard::StreamGuardLayer;
+use crate::{
+    BoxError, ClientLayer, ReplayBody, RetryError, RetryLayer, RetryPolicy, RetryReport, StopReason,
+};
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::Full;
+use proptest::prelude::*;
+use std::time::Duration;
+use tower::{Layer, Service, ServiceBuilder, ServiceExt};
+
+/// One scripted answer, kept cloneable so every stack gets its own copy.
+#[derive(Debug, Clone)]
+enum Answer {
+    Status {
+        code: u16,
+        retry_after: Option<&'static str>,
+        should_retry: Option<&'static str>,
+    },
+    Reset,
+}
+
+impl Answer {
+    fn reply(&self) -> Result<Response<Full<Bytes>>, BoxError> {
+        match self {
+            Answer::Status {
+                code,
+                retry_after,
+                should_retry,
+            } => {
+                let mut headers = Vec::new();
+                if let Some(v) = retry_after {
+                    headers.push(("retry-after", *v));
+                }
+                if let Some(v) = should_retry {
+                    headers.push(("x-should-retry", *v));
+                }
+                reply(*code, &headers, "")
+            }
+            Answer::Reset => Err(std::io::Error::from(std::io::ErrorKind::ConnectionReset).into()),
+        }
+    }
+}
+
+fn answer() -> impl Strategy<Value = Answer> {
+    let code = prop_oneof![
+        Just(200u16),
+        Just(400),
+        Just(408),
+        Just(429),
+        Just(500),
+        Just(503),
+        Just(529)
+    ];
+    let retry_after = prop_oneof![
+        Just(None),
+        Just(Some("0")),
+        Just(Some("1")),
+        Just(Some("3")),
+        Just(Some("999")),
+        Just(Some("junk")),
+    ];
+    let should_retry =
+        prop_oneof![4 => Just(None), 1 => Just(Some("true")), 1 => Just(Some("false"))];
+    prop_oneof![
+        8 => (code, retry_after, should_retry).prop_map(|(code, retry_after, should_retry)| {
+            Answer::Status { code, retry_after, should_retry }
+        }),
+        1 => Just(Answer::Reset),
+    ]
+}
+
+/// What a stack did: the upstream's sends and the report's stop.
+#[derive(Debug, PartialEq)]
+struct Seen {
+    sends: usize,
+    reported_sends: u32,
+    stop: StopReason,
+}
+
+fn policy() -> RetryPolicy {
+    RetryPolicy::builder()
+        .max_retries(6)
+        .max_elapsed(Duration::from_secs(60))
+        .max_server_wait(Duration::from_secs(30))
+        .no_budget()
+        .seed(3)
+        .build()
+        .unwrap()
+}
+
+fn report_of<B>(result: Result<Response<B>, BoxError>) -> RetryReport {
+    match result {
+        Ok(res) => res.extensions().get::<RetryReport>().cloned().unwrap(),
+        Err(e) => e.downcast::<RetryError>().unwrap().report().clone(),
+    }
+}
+
+async fn run<S, B, RB>(svc: S, upstream: &Upstream, request: Request<B>) -> Seen
+where
+    S: Service<Request<B>, Response = Response<RB>, Error = BoxError>,
+{
+    let report = report_of(svc.oneshot(request).await);
+    Seen {
+        sends: upstream.call_offsets(tokio::time::Instant::now()).len(),
+        reported_sends: report.attempts,
+        stop: report.stop,
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    #[test]
+    fn every_composition_decides_alike(script in proptest::collection::vec(answer(), 1..10)) {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        let replies = || Upstream::new(script.iter().map(Answer::reply).collect());
+        let seen = runtime.block_on(async {
+            let up = replies();
+            let retry = run(RetryLayer::new(policy()).layer(up.clone()), &up, request()).await;
+
+            let up = replies();
+            let by_hand = ServiceBuilder::new()
+                .layer(RetryLayer::new(policy()))
+                .layer(RateLimitLayer::learned())
+                .layer(StreamGuardLayer::new())
+                .service(up.clone());
+            let by_hand = run(by_hand, &up, request()).await;
+
+            let up = replies();
+            let client = run(ClientLayer::new(policy()).layer(up.clone()), &up, request()).await;
+
+            let up = replies();
+            let tower_retry = ServiceBuilder::new()
+                .layer(tower::retry::RetryLayer::new(policy()))
+                .service(up.clone());
+            let (parts, body) = request().into_parts();
+            let request = Request::from_parts(parts, ReplayBody::new(body, 1 << 20));
+            let tower_path = run(tower_retry, &up, request).await;
+            (retry, by_hand, client, tower_path)
+        });
+        let (retry, by_hand, client, tower_path) = seen;
+        prop_assert_eq!(retry.sends as u32, retry.reported_sends);
+        prop_assert_eq!(&by_hand, &retry, "hand-built stack");
+        prop_assert_eq!(&client, &retry, "ClientLayer");
+        prop_assert_eq!(&tower_path, &retry, "tower::retry path");
+    }
+}
