@@ -96,7 +96,10 @@ impl Stack {
                 BoxCloneSyncService::new(
                     ServiceBuilder::new()
                         .map_response(box_body)
-                        .layer(ClientLayer::default().rate_limit(RateLimitLayer::new(quotas)))
+                        .layer(
+                            ClientLayer::default()
+                                .rate_limit(RateLimitLayer::new(quotas).expect("valid quotas")),
+                        )
                         .service(client),
                 )
             }

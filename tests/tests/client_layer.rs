@@ -121,7 +121,7 @@ async fn a_stream_that_fails_before_content_is_retried_by_the_stack() {
 async fn a_known_quota_replaces_the_learning_gate() {
     // Told 10 a second with bursts of 2, the gate never lets the crowd see a 429.
     let mock = limited_upstream().await;
-    let gate = RateLimitLayer::new(Quotas::none().requests_per_minute_with_burst(600, 2));
+    let gate = RateLimitLayer::new(Quotas::none().requests_per_minute_with_burst(600, 2)).unwrap();
     let layer = ClientLayer::new(fast_policy().build().unwrap()).rate_limit(gate);
     let (ok, sends) = crowd(layer.layer(client()), &mock, 20).await;
     assert_eq!((ok, sends), (20, 20));
@@ -240,7 +240,8 @@ async fn a_rate_limit_the_gate_paces_goes_uncharged_whatever_carried_it() {
     assert_eq!(mock.request_count(), 2);
     // A gate that only holds (no quota, no learned rate) paces nothing: charged too.
     let mock = mock_429_then_ok().await;
-    let holds_only = ClientLayer::new(policy()).rate_limit(RateLimitLayer::new(Quotas::none()));
+    let holds_only =
+        ClientLayer::new(policy()).rate_limit(RateLimitLayer::new(Quotas::none()).unwrap());
     let response = holds_only
         .layer(client())
         .oneshot(messages_request(&mock.url("/v1/messages")))

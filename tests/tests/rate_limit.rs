@@ -19,7 +19,7 @@ async fn a_learned_wait_holds_requests_that_never_saw_the_429() {
         Route::sequence([Reply::rate_limited(Some(1)), Reply::anthropic_ok("ok")]),
     );
     let mock = MockServer::start(script).await.unwrap();
-    let gate = RateLimitLayer::new(Quotas::none());
+    let gate = RateLimitLayer::new(Quotas::none()).unwrap();
     // The first caller does not retry: it only teaches the gate.
     let teacher = ServiceBuilder::new()
         .layer(RetryLayer::new(
@@ -56,7 +56,7 @@ async fn a_gate_wait_past_the_retry_deadline_ends_the_request() {
         .unwrap();
     let svc = ServiceBuilder::new()
         .layer(RetryLayer::new(policy))
-        .layer(RateLimitLayer::new(Quotas::none()))
+        .layer(RateLimitLayer::new(Quotas::none()).unwrap())
         .service(client());
     let url = mock.url("/v1/messages");
     // The first answer names 30 s: the retry layer itself will not wait past

@@ -80,6 +80,7 @@ pub mod sse;
 pub mod stream_guard;
 
 mod client_layer;
+mod config_error;
 mod error;
 mod held;
 mod hooks;
@@ -91,6 +92,7 @@ mod retry;
 mod size_hint;
 
 pub use client_layer::{ClientLayer, ClientStack};
+pub use config_error::ConfigError;
 pub use error::{BoxError, ErrorKind, RetryError};
 pub use hooks::{on_retry, NoHooks, OnRetry, RecoveryEvent, RetryEvent, RetryHooks};
 pub use policy::{RetryPolicy, RetryPolicyBuilder};

@@ -1,5 +1,6 @@
 //! A retry budget's rule, validated once and evaluated in exact integers.
 
+use crate::ConfigError;
 use std::fmt;
 use std::time::Duration;
 
@@ -12,51 +13,10 @@ const MIN_WINDOW: Duration = Duration::from_millis(10);
 /// Longest accepted window. Longer, the budget answers to load long gone.
 const MAX_WINDOW: Duration = Duration::from_secs(3600);
 
-/// Why [`RetryBudget::new`](super::RetryBudget::new) refused a configuration.
-#[derive(Debug, Clone, Copy, PartialEq)]
-#[non_exhaustive]
-pub enum BudgetConfigError {
-    /// The ratio is NaN, infinite, negative or above 1000.
-    RatioOutOfRange {
-        /// The ratio given.
-        ratio: f64,
-    },
-    /// The ratio is not a whole number of parts per million (at most six
-    /// decimal places), so it could not be applied exactly.
-    RatioNotPpm {
-        /// The ratio given.
-        ratio: f64,
-    },
-    /// The window is not a whole number of milliseconds between 10 ms and
-    /// one hour.
-    Window {
-        /// The window given.
-        window: Duration,
-    },
+/// A refused [`RetryBudget::new`](super::RetryBudget::new) setting.
+fn refused(setting: &'static str, problem: String) -> ConfigError {
+    ConfigError::new("retry budget", setting, problem)
 }
-
-impl fmt::Display for BudgetConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            BudgetConfigError::RatioOutOfRange { ratio } => write!(
-                f,
-                "retry budget ratio {ratio} is out of range: it must be between 0 and 1000"
-            ),
-            BudgetConfigError::RatioNotPpm { ratio } => write!(
-                f,
-                "retry budget ratio {ratio} is not a whole number of parts per million: \
-                 use at most six decimal places"
-            ),
-            BudgetConfigError::Window { window } => write!(
-                f,
-                "retry budget window {window:?} must be a whole number of milliseconds \
-                 between 10 ms and 1 h"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for BudgetConfigError {}
 
 /// The rule: a retry is granted iff
 /// `withdrawn + 1 <= ratio × deposited + min_per_sec × window_secs`.
@@ -79,20 +39,26 @@ impl Config {
         ratio: f64,
         min_per_sec: u32,
         window: Duration,
-    ) -> Result<Config, BudgetConfigError> {
+    ) -> Result<Config, ConfigError> {
         // NaN is in no range, so it is refused here too.
         if !(0.0..=MAX_RATIO).contains(&ratio) {
-            return Err(BudgetConfigError::RatioOutOfRange { ratio });
+            return Err(refused(
+                "ratio",
+                format!("{ratio} is out of range: it must be between 0 and 1000"),
+            ));
         }
         let ppm = (ratio * 1e6).round();
         // Exactly the ratios written with at most six decimals survive the
         // round trip; 0.1 + 0.2 does not.
         if ppm / 1e6 != ratio {
-            return Err(BudgetConfigError::RatioNotPpm { ratio });
+            return Err(refused("ratio", format!("{ratio} is not a whole number of parts per million: use at most six decimal places")));
         }
         let whole_ms = window.subsec_nanos() % 1_000_000 == 0;
         if !whole_ms || !(MIN_WINDOW..=MAX_WINDOW).contains(&window) {
-            return Err(BudgetConfigError::Window { window });
+            return Err(refused(
+                "window",
+                format!("{window:?} must be a whole number of milliseconds between 10 ms and 1 h"),
+            ));
         }
         Ok(Config {
             // In 0..=1e9 and integral: the cast is exact.
@@ -190,14 +156,15 @@ mod tests {
 
     #[test]
     fn errors_say_what_to_change() {
-        let e = Config::new(0.1 + 0.2, 0, MS(1000)).err();
-        assert_eq!(e, Some(BudgetConfigError::RatioNotPpm { ratio: 0.1 + 0.2 }));
-        let text = e.unwrap().to_string();
+        let e = Config::new(0.1 + 0.2, 0, MS(1000)).unwrap_err();
+        assert_eq!(e.setting(), "ratio");
+        let text = e.to_string();
+        assert!(text.starts_with("invalid retry budget: ratio: "), "{text}");
         assert!(text.contains("six decimal places"), "{text}");
-        let e = Config::new(f64::NAN, 0, MS(1000)).err();
-        assert!(matches!(e, Some(BudgetConfigError::RatioOutOfRange { .. })));
-        let e = Config::new(0.2, 0, MS(5)).err();
-        assert_eq!(e, Some(BudgetConfigError::Window { window: MS(5) }));
+        let e = Config::new(f64::NAN, 0, MS(1000)).unwrap_err();
+        assert!(e.to_string().contains("out of range"), "{e}");
+        let e = Config::new(0.2, 0, MS(5)).unwrap_err();
+        assert_eq!(e.setting(), "window");
     }
 
     /// (ratio, min/s, window ms, deposited, withdrawn) → granted, available.

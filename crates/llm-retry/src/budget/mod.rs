@@ -44,7 +44,6 @@ mod retry_budget;
 mod window;
 
 pub use admission::{AdmissionFull, WaitPermit};
-pub use config::BudgetConfigError;
 pub(crate) use limits::Refusal;
 pub use limits::{Limits, DEFAULT_MAX_ELAPSED, DEFAULT_MAX_RETRIES, DEFAULT_MAX_SERVER_WAIT};
 pub use retry_budget::{BudgetExhausted, BudgetLevel, RetryBudget};

@@ -2,8 +2,9 @@
 //! every request of a client or route.
 
 use super::admission::Admission;
-use super::config::{write_decimal, BudgetConfigError, Config};
+use super::config::{write_decimal, Config};
 use super::window::SlotRing;
+use crate::ConfigError;
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -73,13 +74,9 @@ impl RetryBudget {
     ///
     /// let budget = RetryBudget::new(0.1, 5, Duration::from_secs(10))?;
     /// assert!(RetryBudget::new(f64::NAN, 5, Duration::from_secs(10)).is_err());
-    /// # Ok::<(), llm_retry::budget::BudgetConfigError>(())
+    /// # Ok::<(), llm_retry::ConfigError>(())
     /// ```
-    pub fn new(
-        ratio: f64,
-        min_per_sec: u32,
-        window: Duration,
-    ) -> Result<RetryBudget, BudgetConfigError> {
+    pub fn new(ratio: f64, min_per_sec: u32, window: Duration) -> Result<RetryBudget, ConfigError> {
         let config = Config::new(ratio, min_per_sec, window)?;
         Ok(RetryBudget::from_config(config, Instant::now()))
     }

@@ -10,6 +10,7 @@ use crate::budget::RetryBudget;
 use crate::classify::{recognise, Recognise, Reported};
 use crate::recover::OverflowCut;
 use crate::replay::DEFAULT_MAX_REPLAY_BODY;
+use crate::ConfigError;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use std::fmt;
@@ -219,35 +220,40 @@ impl RetryPolicyBuilder {
     /// Validates the configuration.
     pub fn build(self) -> Result<RetryPolicy, ConfigError> {
         if self.max_backoff < self.initial_backoff {
-            return Err(ConfigError::new(format!(
-                "max_backoff ({:?}) is shorter than initial_backoff ({:?})",
-                self.max_backoff, self.initial_backoff
-            )));
+            return Err(refused(
+                "max_backoff",
+                format!(
+                    "{:?} is shorter than initial_backoff ({:?})",
+                    self.max_backoff, self.initial_backoff
+                ),
+            ));
         }
         if let Jitter::Proportional { fraction } = self.jitter {
             if !(0.0..=1.0).contains(&fraction) {
-                return Err(ConfigError::new(format!(
-                    "jitter fraction {fraction} is outside [0, 1]"
-                )));
+                return Err(refused(
+                    "jitter",
+                    format!("fraction {fraction} is outside [0, 1]"),
+                ));
             }
         }
         if let Some(fallback) = &self.recovery.fallback {
             if fallback.model.trim().is_empty() {
-                return Err(ConfigError::new("fallback model name is empty".into()));
+                return Err(refused("fallback_model", "the model name is empty".into()));
             }
         }
         if let Some(cut) = self.recovery.overflow_cut {
             if cut.floor == 0 {
-                return Err(ConfigError::new(
-                    "context overflow floor must be positive".into(),
+                return Err(refused(
+                    "context_overflow_cut",
+                    "the floor must be positive".into(),
                 ));
             }
         }
         if self.limits.max_elapsed.is_zero() {
-            return Err(ConfigError::new("max_elapsed must be positive".into()));
+            return Err(refused("max_elapsed", "must be positive".into()));
         }
         if self.limits.attempt_timeout.is_some_and(|d| d.is_zero()) {
-            return Err(ConfigError::new("attempt_timeout must be positive".into()));
+            return Err(refused("attempt_timeout", "must be positive".into()));
         }
         let rng = match self.seed {
             Some(seed) => SmallRng::seed_from_u64(seed),
@@ -270,30 +276,10 @@ impl RetryPolicyBuilder {
     }
 }
 
-/// An invalid [`RetryPolicyBuilder`] setting.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError {
-    message: String,
+/// A refused [`RetryPolicyBuilder`] setting.
+fn refused(setting: &'static str, problem: String) -> ConfigError {
+    ConfigError::new("retry policy", setting, problem)
 }
-
-impl ConfigError {
-    fn new(message: String) -> ConfigError {
-        ConfigError { message }
-    }
-
-    /// An error for configuration read outside the builder (the environment).
-    pub(crate) fn invalid(message: String) -> ConfigError {
-        ConfigError::new(message)
-    }
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "invalid retry policy: {}", self.message)
-    }
-}
-
-impl std::error::Error for ConfigError {}
 
 #[cfg(test)]
 mod tests {

@@ -4,8 +4,9 @@
 //! the error message) and how a parsed value is applied through a public
 //! builder setter. Adding a variable is adding an entry.
 
-use super::{ConfigError, RetryPolicyBuilder};
+use super::RetryPolicyBuilder;
 use crate::backoff::Jitter;
+use crate::ConfigError;
 use std::time::Duration;
 
 /// Longest duration accepted in seconds: one year. Anything longer is a
@@ -154,8 +155,8 @@ impl RetryPolicyBuilder {
     /// let err = RetryPolicy::builder()
     ///     .from_env_with(|_| Some("ten".to_owned()))
     ///     .expect_err("malformed");
-    /// assert!(err.to_string().contains("LLM_RETRY_MAX_RETRIES=ten is not a whole number"));
-    /// # Ok::<(), llm_retry::policy::ConfigError>(())
+    /// assert!(err.to_string().contains("LLM_RETRY_MAX_RETRIES: ten is not a whole number"));
+    /// # Ok::<(), llm_retry::ConfigError>(())
     /// ```
     pub fn from_env_with<F: Fn(&str) -> Option<String>>(
         self,
@@ -170,12 +171,11 @@ impl RetryPolicyBuilder {
                 return Ok(builder);
             }
             (var.apply)(builder, value).ok_or_else(|| {
-                ConfigError::invalid(format!(
-                    "{}={} is not {}",
+                ConfigError::new(
+                    "retry policy",
                     var.name,
-                    value.escape_debug(),
-                    var.expects
-                ))
+                    format!("{} is not {}", value.escape_debug(), var.expects),
+                )
             })
         })
     }
@@ -259,7 +259,7 @@ mod tests {
         assert!(p.behind_gateway());
         assert!(with(&[("LLM_RETRY_BEHIND_GATEWAY", "maybe")])
             .unwrap_err()
-            .contains("LLM_RETRY_BEHIND_GATEWAY=maybe"));
+            .contains("LLM_RETRY_BEHIND_GATEWAY: maybe"));
     }
 
     #[test]
@@ -270,7 +270,7 @@ mod tests {
             (
                 "LLM_RETRY_MAX_RETRIES",
                 "ten",
-                "LLM_RETRY_MAX_RETRIES=ten is not a whole number of retries (0–4294967295)",
+                "LLM_RETRY_MAX_RETRIES: ten is not a whole number of retries (0–4294967295)",
             ),
             ("LLM_RETRY_MAX_RETRIES", "-1", "whole number of retries"),
             (
@@ -293,14 +293,14 @@ mod tests {
             (
                 "LLM_RETRY_JITTER",
                 "random",
-                "LLM_RETRY_JITTER=random is not one of proportional, equal, full or none",
+                "LLM_RETRY_JITTER: random is not one of proportional, equal, full or none",
             ),
             (
                 "LLM_RETRY_MAX_REPLAY_BODY_BYTES",
                 "16MiB",
-                "=16MiB is not a whole number of bytes",
+                ": 16MiB is not a whole number of bytes",
             ),
-            ("LLM_RETRY_MAX_RETRIES", "1\u{7}2\n", r"=1\u{7}2 is not"),
+            ("LLM_RETRY_MAX_RETRIES", "1\u{7}2\n", r": 1\u{7}2 is not"),
         ];
         for (name, value, want) in cases {
             let err = with(&[(name, value)]).expect_err(value);
@@ -314,7 +314,7 @@ mod tests {
     #[test]
     fn combinations_are_still_checked_when_built() {
         let err = with(&[("LLM_RETRY_MAX_ELAPSED_SECS", "0")]).unwrap_err();
-        assert!(err.contains("max_elapsed must be positive"), "{err}");
+        assert!(err.contains("max_elapsed: must be positive"), "{err}");
         let inverted = [
             ("LLM_RETRY_INITIAL_BACKOFF_MS", "2000"),
             ("LLM_RETRY_MAX_BACKOFF_MS", "1000"),

@@ -14,7 +14,7 @@ mod known;
 mod recovery;
 mod state;
 
-pub use builder::{ConfigError, RetryPolicyBuilder};
+pub use builder::RetryPolicyBuilder;
 pub use judge::{Decision, Judgement, Outcome, WaitScope};
 pub use recovery::{
     CredentialsFuture, Fallback, FallbackMode, Recovery, RecoveryAction, RefreshCredentials,

@@ -28,12 +28,12 @@ use tokio::time::Instant;
 
 /// Bounds of an adaptive rate, in sends per second.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct AdaptiveRate {
+pub(super) struct AdaptiveRate {
     /// The rate never falls below this (sends per second, > 0).
-    pub min_per_sec: f64,
+    pub(super) min_per_sec: f64,
     /// The rate never rises above this, and starts here. Infinite: no
     /// ceiling, unpaced until the first 429 (see [`Quotas::learned`](super::Quotas::learned)).
-    pub max_per_sec: f64,
+    pub(super) max_per_sec: f64,
 }
 
 /// Highest rate a key can learn, in sends per second.

@@ -415,11 +415,6 @@ impl Gate {
     pub(super) fn paces(&self) -> bool {
         self.requests.is_some() || self.tokens.is_some() || self.adaptive.is_some()
     }
-
-    pub(super) fn with_adaptive(mut self, adaptive: Option<AdaptiveRate>) -> Gate {
-        self.adaptive = adaptive;
-        self
-    }
 }
 
 impl fmt::Debug for Gate {

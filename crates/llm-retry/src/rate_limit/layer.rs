@@ -4,6 +4,7 @@ use super::adaptive::AdaptiveRate;
 use super::gate::Gate;
 use super::gcra::Pace;
 use super::RateLimit;
+use crate::ConfigError;
 use tower::Layer;
 
 /// Paces every send to a key at the rate its provider allows, first in,
@@ -13,43 +14,83 @@ use tower::Layer;
 /// route) and clone it. See the [module docs](crate::rate_limit).
 #[derive(Debug, Clone)]
 pub struct RateLimitLayer {
-    gate: Gate,
+    pub(super) gate: Gate,
 }
 
-/// Quotas for [`RateLimitLayer`]. All optional: without any, the gate only
-/// learns holds from 429 answers.
+/// Quotas for [`RateLimitLayer`], built with named methods. All optional:
+/// without any, the gate only holds a key for the waits its 429s name.
+///
+/// ```
+/// use llm_retry::rate_limit::{Quotas, RateLimitLayer};
+///
+/// let gate = RateLimitLayer::new(
+///     Quotas::none()
+///         .requests_per_minute(3_000)
+///         .tokens_per_minute(400_000),
+/// )?;
+/// assert!(RateLimitLayer::new(Quotas::none().requests_per_minute(0)).is_err());
+/// # let _ = gate;
+/// # Ok::<(), llm_retry::ConfigError>(())
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Quotas {
-    /// Requests per minute, and how many may go at once (default: one
-    /// second's worth, at least 1).
-    pub requests_per_minute: Option<(u32, Option<u32>)>,
-    /// Tokens per minute (cost from [`TokenCost`](super::TokenCost)), and
-    /// how many may go at once (default: a whole minute's worth, as
-    /// providers' token buckets allow).
-    pub tokens_per_minute: Option<(u32, Option<u32>)>,
-    /// Opt-in: learn each key's send rate from its 429s between these bounds.
-    pub adaptive: Option<AdaptiveRate>,
+    requests: Option<Quota>,
+    tokens: Option<Quota>,
+    adaptive: Option<AdaptiveRate>,
+}
+
+/// One per-minute quota and how many may go at once.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Quota {
+    per_minute: u32,
+    burst: Option<u32>,
 }
 
 impl Quotas {
     /// No quota: only learned holds.
     pub const fn none() -> Quotas {
         Quotas {
-            requests_per_minute: None,
-            tokens_per_minute: None,
+            requests: None,
+            tokens: None,
             adaptive: None,
         }
     }
 
-    /// Adds a requests-per-minute quota with the default burst.
+    /// Adds a requests-per-minute quota; one second's worth (at least 1)
+    /// may go at once.
     pub const fn requests_per_minute(mut self, per_minute: u32) -> Quotas {
-        self.requests_per_minute = Some((per_minute, None));
+        self.requests = Some(Quota {
+            per_minute,
+            burst: None,
+        });
         self
     }
 
-    /// Adds a requests-per-minute quota with an explicit burst.
+    /// Adds a requests-per-minute quota of which `burst` may go at once.
     pub const fn requests_per_minute_with_burst(mut self, per_minute: u32, burst: u32) -> Quotas {
-        self.requests_per_minute = Some((per_minute, Some(burst)));
+        self.requests = Some(Quota {
+            per_minute,
+            burst: Some(burst),
+        });
+        self
+    }
+
+    /// Adds a tokens-per-minute quota (cost from [`TokenCost`](super::TokenCost));
+    /// a whole minute's worth may go at once, as providers' token buckets allow.
+    pub const fn tokens_per_minute(mut self, per_minute: u32) -> Quotas {
+        self.tokens = Some(Quota {
+            per_minute,
+            burst: None,
+        });
+        self
+    }
+
+    /// Adds a tokens-per-minute quota of which `burst` tokens may go at once.
+    pub const fn tokens_per_minute_with_burst(mut self, per_minute: u32, burst: u32) -> Quotas {
+        self.tokens = Some(Quota {
+            per_minute,
+            burst: Some(burst),
+        });
         self
     }
 
@@ -77,33 +118,56 @@ impl Quotas {
     pub const fn learned(self) -> Quotas {
         self.adaptive(1.0, f64::INFINITY)
     }
+}
 
-    /// Adds a tokens-per-minute quota with the default burst.
-    pub const fn tokens_per_minute(mut self, per_minute: u32) -> Quotas {
-        self.tokens_per_minute = Some((per_minute, None));
-        self
+/// A refused gate setting.
+fn refused(setting: &'static str, problem: String) -> ConfigError {
+    ConfigError::new("rate-limit gate", setting, problem)
+}
+
+/// The pace of a quota, or why it is refused.
+fn pace(
+    quota: Option<Quota>,
+    setting: &'static str,
+    default_burst: fn(u32) -> u32,
+) -> Result<Option<Pace>, ConfigError> {
+    let Some(Quota { per_minute, burst }) = quota else {
+        return Ok(None);
+    };
+    if per_minute == 0 {
+        return Err(refused(setting, "must be positive, got 0".into()));
     }
+    if burst == Some(0) {
+        return Err(refused(setting, "the burst must be positive, got 0".into()));
+    }
+    let burst = burst.unwrap_or_else(|| default_burst(per_minute));
+    Ok(Pace::per_minute(per_minute, burst))
 }
 
 impl RateLimitLayer {
-    /// A gate enforcing `quotas` per key. Invalid adaptive bounds (zero,
-    /// inverted, a NaN, or an infinite floor) are rejected.
-    pub fn try_new(quotas: Quotas) -> Result<RateLimitLayer, crate::policy::ConfigError> {
+    /// A gate enforcing `quotas` per key. A zero rate or burst, and
+    /// adaptive bounds that are not positive and ordered with a finite
+    /// floor, are refused.
+    pub fn new(quotas: Quotas) -> Result<RateLimitLayer, ConfigError> {
+        let requests = pace(quotas.requests, "requests_per_minute", |rate| {
+            (rate / 60).max(1)
+        })?;
+        let tokens = pace(quotas.tokens, "tokens_per_minute", |rate| rate)?;
         let adaptive = match quotas.adaptive {
             Some(bounds) => Some(bounds.checked().ok_or_else(|| {
-                crate::policy::ConfigError::invalid(format!(
-                    "adaptive rate bounds {} to {} sends/s must be positive and ordered, with a finite floor",
-                    bounds.min_per_sec, bounds.max_per_sec
-                ))
+                refused(
+                    "adaptive",
+                    format!(
+                        "bounds {} to {} sends/s must be positive and ordered, with a finite floor",
+                        bounds.min_per_sec, bounds.max_per_sec
+                    ),
+                )
             })?),
             None => None,
         };
-        let mut layer = RateLimitLayer::new(Quotas {
-            adaptive: None,
-            ..quotas
-        });
-        layer.gate = layer.gate.with_adaptive(adaptive);
-        Ok(layer)
+        Ok(RateLimitLayer {
+            gate: Gate::new(requests, tokens, adaptive),
+        })
     }
 
     /// A gate with no quota that learns each key's rate from its 429s
@@ -113,20 +177,6 @@ impl RateLimitLayer {
         let quotas = Quotas::none().learned();
         RateLimitLayer {
             gate: Gate::new(None, None, quotas.adaptive),
-        }
-    }
-
-    /// A gate enforcing `quotas` per key (adaptive bounds are ignored:
-    /// use [`try_new`](Self::try_new) for them).
-    pub fn new(quotas: Quotas) -> RateLimitLayer {
-        let requests = quotas
-            .requests_per_minute
-            .and_then(|(rate, burst)| Pace::per_minute(rate, burst.unwrap_or((rate / 60).max(1))));
-        let tokens = quotas
-            .tokens_per_minute
-            .and_then(|(rate, burst)| Pace::per_minute(rate, burst.unwrap_or(rate)));
-        RateLimitLayer {
-            gate: Gate::new(requests, tokens, None),
         }
     }
 }

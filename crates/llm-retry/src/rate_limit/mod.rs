@@ -38,7 +38,8 @@
 //! use tower::ServiceBuilder;
 //!
 //! # fn wrap<C>(client: C) {
-//! let gate = RateLimitLayer::new(Quotas::none().requests_per_minute(3_000).tokens_per_minute(400_000));
+//! let quotas = Quotas::none().requests_per_minute(3_000).tokens_per_minute(400_000);
+//! let gate = RateLimitLayer::new(quotas).expect("valid quotas");
 //! let service = ServiceBuilder::new()
 //!     .layer(RetryLayer::new(RetryPolicy::default()))
 //!     .layer(gate)
@@ -62,7 +63,6 @@ pub(crate) mod link;
 mod schedule;
 mod service;
 
-pub use adaptive::AdaptiveRate;
 pub use error::GateError;
 pub use future::ResponseFuture;
 pub use key::{RateKey, TokenCost};

@@ -85,6 +85,7 @@ fn offsets(sends: &Sends, start: Instant) -> Vec<u128> {
 async fn sends_are_paced_first_in_first_out() {
     let sends = Sends::default();
     let svc = RateLimitLayer::new(Quotas::none().requests_per_minute_with_burst(600, 1))
+        .unwrap()
         .layer(upstream(sends.clone()));
     let start = Instant::now();
     let calls: Vec<_> = (0..6)
@@ -108,6 +109,7 @@ async fn sends_are_paced_first_in_first_out() {
 async fn keys_are_paced_apart() {
     let sends = Sends::default();
     let svc = RateLimitLayer::new(Quotas::none().requests_per_minute_with_burst(60, 1))
+        .unwrap()
         .layer(upstream(sends.clone()));
     let start = Instant::now();
     let a = svc.clone().oneshot(get("http://a.test/"));
@@ -121,7 +123,9 @@ async fn keys_are_paced_apart() {
 #[tokio::test(start_paused = true)]
 async fn a_named_wait_holds_the_whole_key() {
     let sends = Sends::default();
-    let gate = RateLimitLayer::new(Quotas::none()).layer(upstream::<Replayed>(sends.clone()));
+    let gate = RateLimitLayer::new(Quotas::none())
+        .unwrap()
+        .layer(upstream::<Replayed>(sends.clone()));
     let svc = judged(once(), gate);
     let start = Instant::now();
     let busy = svc
@@ -144,8 +148,9 @@ async fn a_named_wait_holds_the_whole_key() {
 #[tokio::test(start_paused = true)]
 async fn tokens_per_minute_pace_by_cost_and_refuse_what_never_fits() {
     let sends = Sends::default();
-    let svc =
-        RateLimitLayer::new(Quotas::none().tokens_per_minute(6_000)).layer(upstream(sends.clone()));
+    let svc = RateLimitLayer::new(Quotas::none().tokens_per_minute(6_000))
+        .unwrap()
+        .layer(upstream(sends.clone()));
     let start = Instant::now();
     let with_cost = |cost| {
         let mut req = get("http://a.test/");
@@ -173,7 +178,9 @@ async fn tokens_per_minute_pace_by_cost_and_refuse_what_never_fits() {
 #[tokio::test(start_paused = true)]
 async fn a_slot_past_the_deadline_is_refused_at_once() {
     let sends = Sends::default();
-    let gate = RateLimitLayer::new(Quotas::none()).layer(upstream::<Replayed>(sends.clone()));
+    let gate = RateLimitLayer::new(Quotas::none())
+        .unwrap()
+        .layer(upstream::<Replayed>(sends.clone()));
     let deadline = Duration::from_secs(1);
     let svc = judged(once().max_elapsed(deadline), gate);
     svc.clone()
@@ -206,6 +213,7 @@ async fn a_slot_past_the_deadline_is_refused_at_once() {
 async fn a_call_dropped_while_waiting_sends_nothing() {
     let sends = Sends::default();
     let svc = RateLimitLayer::new(Quotas::none().requests_per_minute_with_burst(60, 1))
+        .unwrap()
         .layer(upstream(sends.clone()));
     svc.clone()
         .oneshot(get("http://a.test/first"))
@@ -259,7 +267,7 @@ fn limited_upstream<B: Send + 'static>(
 /// `warmup_secs`.
 async fn throttled_share(quotas: Quotas, run_secs: u64, warmup_secs: u64) -> (f64, f64) {
     let sends = Sends::default();
-    let gate = RateLimitLayer::try_new(quotas)
+    let gate = RateLimitLayer::new(quotas)
         .unwrap()
         .layer(limited_upstream::<Replayed>(10, sends.clone()));
     let svc = judged(once(), gate);
@@ -306,7 +314,9 @@ async fn adaptive_pacing_settles_below_the_providers_limit() {
 #[tokio::test(start_paused = true)]
 async fn a_huge_named_wait_fails_fast_and_holds_the_key_no_longer_than_the_limit() {
     let sends = Sends::default();
-    let gate = RateLimitLayer::new(Quotas::none()).layer(upstream::<Replayed>(sends.clone()));
+    let gate = RateLimitLayer::new(Quotas::none())
+        .unwrap()
+        .layer(upstream::<Replayed>(sends.clone()));
     let limit = Duration::from_secs(30);
     let svc = judged(
         RetryPolicy::builder().max_retries(1).max_server_wait(limit),
@@ -359,8 +369,9 @@ async fn a_send_waiting_for_its_slot_holds_no_inner_readiness() {
     use futures_util::FutureExt;
     let sends = Sends::default();
     let limited = tower::limit::ConcurrencyLimitLayer::new(1).layer(upstream(sends.clone()));
-    let mut svc =
-        RateLimitLayer::new(Quotas::none().requests_per_minute_with_burst(60, 1)).layer(limited);
+    let mut svc = RateLimitLayer::new(Quotas::none().requests_per_minute_with_burst(60, 1))
+        .unwrap()
+        .layer(limited);
     svc.ready().await.unwrap();
     svc.call(get("http://a.test/first")).await.unwrap();
     // The second send waits a second for its slot...
@@ -413,7 +424,7 @@ async fn one_per_second(gate: &gate::Gate) -> Instant {
 
 #[tokio::test(start_paused = true)]
 async fn a_rising_learned_rate_paces_from_the_last_send_not_from_history() {
-    let gate = gate::Gate::new(None, None, Quotas::none().learned().adaptive);
+    let gate = RateLimitLayer::learned().gate;
     let start = one_per_second(&gate).await;
     // Five sends go at that rate, one a second from now (the last send was
     // 5 s ago), and report nothing yet.
@@ -445,7 +456,7 @@ async fn a_rising_learned_rate_paces_from_the_last_send_not_from_history() {
 
 #[tokio::test(start_paused = true)]
 async fn a_rise_wakes_the_waiting_sends_and_a_hold_moves_them_back() {
-    let gate = gate::Gate::new(None, None, Quotas::none().learned().adaptive);
+    let gate = RateLimitLayer::learned().gate;
     let start = one_per_second(&gate).await;
     // The first goes at once; the others are a second apart.
     let mut waiting = queue(&gate, 3);
@@ -559,7 +570,9 @@ async fn a_send_dropped_while_it_waits_gives_its_place_up() {
 #[tokio::test(start_paused = true)]
 async fn an_attempt_timeout_counts_from_the_send_not_from_the_queue() {
     let sends = Sends::default();
-    let gate = RateLimitLayer::new(Quotas::none()).layer(upstream::<Replayed>(sends.clone()));
+    let gate = RateLimitLayer::new(Quotas::none())
+        .unwrap()
+        .layer(upstream::<Replayed>(sends.clone()));
     let svc = judged(once().attempt_timeout(Duration::from_secs(1)), gate);
     let start = Instant::now();
     let busy = svc
@@ -591,4 +604,33 @@ async fn an_attempt_timeout_counts_from_the_send_not_from_the_queue() {
         )),
         "{err}"
     );
+}
+
+#[test]
+fn every_quota_is_validated_and_none_is_dropped() {
+    let refused = |quotas: Quotas| RateLimitLayer::new(quotas).unwrap_err();
+    let e = refused(Quotas::none().requests_per_minute(0));
+    assert_eq!(e.setting(), "requests_per_minute");
+    assert_eq!(
+        e.to_string(),
+        "invalid rate-limit gate: requests_per_minute: must be positive, got 0"
+    );
+    assert_eq!(
+        refused(Quotas::none().tokens_per_minute_with_burst(100, 0)).setting(),
+        "tokens_per_minute"
+    );
+    assert_eq!(
+        refused(Quotas::none().adaptive(5.0, 1.0)).setting(),
+        "adaptive"
+    );
+    assert!(refused(Quotas::none().adaptive(f64::NAN, 1.0))
+        .to_string()
+        .starts_with("invalid rate-limit gate: adaptive:"));
+    // An adaptive quota beside a fixed one is kept, not silently dropped.
+    let gate = RateLimitLayer::new(Quotas::none().requests_per_minute(60).adaptive(1.0, 5.0))
+        .unwrap()
+        .gate;
+    gate.reserve(1, 0, Instant::now(), gate::Bounds::default())
+        .unwrap();
+    assert!(gate.rises(1).is_some(), "the key learns a rate");
 }
