@@ -111,14 +111,14 @@ impl Backoff {
 }
 
 /// Largest share of a server-named wait added as spread.
-pub const SERVER_WAIT_JITTER_FRACTION: f64 = 0.10;
+pub(crate) const SERVER_WAIT_JITTER_FRACTION: f64 = 0.10;
 /// Largest absolute spread added to a server-named wait.
-pub const SERVER_WAIT_JITTER_CAP: Duration = Duration::from_secs(1);
+pub(crate) const SERVER_WAIT_JITTER_CAP: Duration = Duration::from_secs(1);
 
 /// A server-named wait plus a small positive spread (≤ 10 %, ≤ 1 s), so that
 /// clients that got the same hint do not all return at the same instant.
 /// Never shorter than `wait`.
-pub fn spread_server_wait<R: Rng + ?Sized>(wait: Duration, rng: &mut R) -> Duration {
+pub(crate) fn spread_server_wait<R: Rng + ?Sized>(wait: Duration, rng: &mut R) -> Duration {
     let room = wait
         .mul_f64(SERVER_WAIT_JITTER_FRACTION)
         .min(SERVER_WAIT_JITTER_CAP);

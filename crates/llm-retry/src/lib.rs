@@ -98,7 +98,12 @@ pub use hooks::{on_retry, NoHooks, OnRetry, RecoveryEvent, RetryEvent, RetryHook
 pub use policy::{RetryPolicy, RetryPolicyBuilder};
 pub use replay::ReplayBody;
 pub use report::{RetryReport, StopReason};
-pub use retry::{ResponseFuture, Retry, RetryBody, RetryLayer};
+pub use retry::{Retry, RetryBody, RetryLayer};
+
+/// The future [`Retry`] returns.
+pub mod future {
+    pub use crate::retry::future::ResponseFuture;
+}
 
 #[doc = include_str!("../../../README.md")]
 #[cfg(doctest)]

@@ -15,8 +15,10 @@ mod status;
 mod transport;
 
 pub use provider::{ContextOverflow, ProviderError};
-pub use reported::{find as find_reported, recognise, Recognise, Reported};
-pub use status::{classify_response, should_retry_header, with_should_retry};
+pub use reported::Reported;
+pub(crate) use reported::{find as find_reported, recognise, Recognise};
+pub(crate) use status::with_should_retry;
+pub use status::{classify_response, should_retry_header};
 pub use transport::classify_error;
 
 use http::StatusCode;

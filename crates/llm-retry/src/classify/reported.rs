@@ -48,15 +48,20 @@ pub trait Reported: Error + 'static {
 }
 
 /// Recognises one [`Reported`] type on a link of an error chain.
-pub type Recognise = for<'a> fn(&'a (dyn Error + 'static)) -> Option<&'a dyn Reported>;
+pub(crate) type Recognise = for<'a> fn(&'a (dyn Error + 'static)) -> Option<&'a dyn Reported>;
 
 /// The [`Recognise`] function for the type `T`.
-pub fn recognise<'a, T: Reported>(link: &'a (dyn Error + 'static)) -> Option<&'a dyn Reported> {
+pub(crate) fn recognise<'a, T: Reported>(
+    link: &'a (dyn Error + 'static),
+) -> Option<&'a dyn Reported> {
     link.downcast_ref::<T>().map(|t| t as &dyn Reported)
 }
 
 /// The outermost link of `error`'s chain that one of `known` recognises.
-pub fn find<'a>(error: &'a (dyn Error + 'static), known: &[Recognise]) -> Option<&'a dyn Reported> {
+pub(crate) fn find<'a>(
+    error: &'a (dyn Error + 'static),
+    known: &[Recognise],
+) -> Option<&'a dyn Reported> {
     if known.is_empty() {
         return None;
     }

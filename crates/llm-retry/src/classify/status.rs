@@ -55,7 +55,7 @@ pub fn classify_response(
 /// failure carried by a response with `status` (its status line, or `200`
 /// for a stream's error event): `false` makes it final, `true` makes it
 /// retryable unless it is a quota or billing error.
-pub fn with_should_retry(
+pub(crate) fn with_should_retry(
     verdict: Classification,
     should_retry: Option<bool>,
     status: StatusCode,

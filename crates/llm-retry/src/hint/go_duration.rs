@@ -12,7 +12,7 @@ use std::time::Duration;
 /// A leading `+` is accepted as in Go; negative durations, exponents,
 /// empty strings and unknown units give `None`. Surrounding spaces and tabs
 /// are ignored. Huge values saturate at [`MAX_HINT`](super::MAX_HINT).
-pub fn parse_go_duration(s: &str) -> Option<Duration> {
+pub(super) fn parse_go_duration(s: &str) -> Option<Duration> {
     let trimmed = s.trim_matches(|c| c == ' ' || c == '\t');
     let bytes = trimmed.as_bytes();
     let mut rest = bytes.strip_prefix(b"+").unwrap_or(bytes);

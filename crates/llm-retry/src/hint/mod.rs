@@ -15,9 +15,9 @@
 //! 2. `Retry-After`: seconds, fraction allowed (`1`, `0.5`), or an HTTP-date
 //!    read as the time left from `now` (a past date is a zero wait).
 //! 3. OpenAI `x-ratelimit-reset-requests` / `x-ratelimit-reset-tokens`: Go
-//!    durations ([`parse_go_duration`]).
+//!    durations (`1s`, `6m0s`, `120ms`).
 //! 4. Anthropic `anthropic-ratelimit-{requests,tokens,input-tokens,
-//!    output-tokens}-reset`: RFC 3339 timestamps ([`parse_rfc3339`]) read as
+//!    output-tokens}-reset`: RFC 3339 timestamps read as
 //!    the time left from `now`.
 //! 5. A "try again in …" phrase (`6ms`, `1.5s`, `20 seconds`) in the first
 //!    64 KiB of the body, only when no header named a wait.
@@ -64,10 +64,8 @@ mod ratelimit;
 mod retry_after;
 mod rfc3339;
 
-pub use go_duration::parse_go_duration;
-pub use number::{saturating_secs_f64, MAX_HINT};
+pub use number::MAX_HINT;
 pub use retry_after::parse_retry_after;
-pub use rfc3339::parse_rfc3339;
 
 use http::{header::RETRY_AFTER, HeaderMap};
 use std::time::{Duration, SystemTime};

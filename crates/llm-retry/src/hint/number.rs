@@ -22,21 +22,6 @@ pub(crate) const NANOS_PER_MILLI: u64 = 1_000_000;
 /// Fraction digits kept; later ones are validated and then ignored.
 const MAX_FRAC_DIGITS: u32 = 18;
 
-/// Converts seconds as `f64` to a [`Duration`] without ever panicking.
-///
-/// NaN and negative values give `None`; `+∞` and anything at or above
-/// [`MAX_HINT`] give `Some(MAX_HINT)`. Use it instead of
-/// [`Duration::from_secs_f64`], which panics on such inputs.
-pub fn saturating_secs_f64(secs: f64) -> Option<Duration> {
-    if secs.is_nan() || secs < 0.0 {
-        None
-    } else if secs >= MAX_HINT.as_secs_f64() {
-        Some(MAX_HINT)
-    } else {
-        Some(Duration::from_secs_f64(secs))
-    }
-}
-
 /// Turns a nanosecond count into a [`Duration`], capped at [`MAX_HINT`].
 pub(crate) fn saturating_nanos(nanos: u128) -> Duration {
     let cap = MAX_HINT.as_nanos();
@@ -152,24 +137,6 @@ mod tests {
         assert!(Decimal::parse_prefix(b"ms").is_none());
         assert!(Decimal::parse(b"0.000").is_some_and(Decimal::is_zero));
         assert!(!Decimal::parse(b"0.001").is_some_and(Decimal::is_zero));
-    }
-
-    #[test]
-    fn secs_f64_table() {
-        let cases: &[(f64, Option<Duration>)] = &[
-            (0.0, Some(Duration::ZERO)),
-            (-0.0, Some(Duration::ZERO)),
-            (1.5, Some(1500 * MS)),
-            (1e300, Some(MAX_HINT)),
-            (f64::INFINITY, Some(MAX_HINT)),
-            (f64::MAX, Some(MAX_HINT)),
-            (f64::NAN, None),
-            (-1.0, None),
-            (f64::NEG_INFINITY, None),
-        ];
-        for (input, want) in cases {
-            assert_eq!(saturating_secs_f64(*input), *want, "input {input}");
-        }
     }
 
     #[test]

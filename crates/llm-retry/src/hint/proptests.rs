@@ -103,6 +103,6 @@ proptest! {
     fn go_duration_seconds_round_trip(n in 0u64..1_000_000, ms in 0u64..1000) {
         let text = format!("{}m{}.{:03}s", n / 60, n % 60, ms);
         let want = Duration::from_secs(n) + Duration::from_millis(ms);
-        prop_assert_eq!(super::parse_go_duration(&text), Some(want));
+        prop_assert_eq!(super::go_duration::parse_go_duration(&text), Some(want));
     }
 }

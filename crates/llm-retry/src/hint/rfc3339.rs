@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// is range-checked (day within its month, leap years, hour ≤ 23, minute ≤ 59,
 /// second ≤ 60 for a leap second). Anything else gives `None`, as does a time
 /// [`SystemTime`] cannot represent on this platform.
-pub fn parse_rfc3339(s: &str) -> Option<SystemTime> {
+pub(super) fn parse_rfc3339(s: &str) -> Option<SystemTime> {
     let b = s.as_bytes();
     if b.len() < 20 {
         return None;

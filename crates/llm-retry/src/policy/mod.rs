@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 /// A source of wall-clock time, for `Retry-After` HTTP-dates and RFC 3339 resets.
-pub type WallClock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
+pub(crate) type WallClock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
 
 /// Default cap on the error body read to classify a failed response.
 pub const DEFAULT_ERROR_BODY_PEEK: usize = 64 * 1024;

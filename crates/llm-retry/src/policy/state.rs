@@ -76,12 +76,12 @@ impl RetryState {
     }
 
     /// Counts a send.
-    pub fn record_send(&mut self) {
+    pub(crate) fn record_send(&mut self) {
         self.attempts = self.attempts.saturating_add(1);
     }
 
     /// Whether the last send passed a rate-limit gate that paces its key.
-    pub fn gate_paced(&self) -> bool {
+    pub(crate) fn gate_paced(&self) -> bool {
         self.gate_paced
     }
 
@@ -91,7 +91,7 @@ impl RetryState {
     }
 
     /// Records the judged outcome of the last send.
-    pub fn record_outcome(&mut self, status: Option<StatusCode>, judgement: &Judgement) {
+    pub(crate) fn record_outcome(&mut self, status: Option<StatusCode>, judgement: &Judgement) {
         if !judgement.reached_upstream {
             // Refused before it left: not a send, and not news about the upstream.
             self.attempts = self.attempts.saturating_sub(1);
@@ -113,7 +113,7 @@ impl RetryState {
     }
 
     /// Records a recovery about to be applied.
-    pub fn record_recovery(&mut self, recovery: &Recovery) {
+    pub(crate) fn record_recovery(&mut self, recovery: &Recovery) {
         if matches!(recovery, Recovery::FallbackModel { .. }) {
             // A new model starts a new streak.
             self.consecutive_overloads = 0;
@@ -127,7 +127,7 @@ impl RetryState {
     }
 
     /// Records a wait about to be slept.
-    pub fn record_wait(&mut self, delay: Duration, server_named: bool) {
+    pub(crate) fn record_wait(&mut self, delay: Duration, server_named: bool) {
         self.total_wait = self.total_wait.saturating_add(delay);
         if server_named {
             self.server_waits_honoured = self.server_waits_honoured.saturating_add(1);

@@ -54,7 +54,7 @@
 
 mod adaptive;
 mod error;
-mod future;
+pub mod future;
 mod gate;
 mod gcra;
 mod key;
@@ -64,7 +64,6 @@ mod schedule;
 mod service;
 
 pub use error::GateError;
-pub use future::ResponseFuture;
 pub use key::{RateKey, TokenCost};
 pub use layer::{Quotas, RateLimitLayer};
 pub use link::KeyNews;

@@ -26,14 +26,13 @@
 pub(crate) mod account;
 mod attempt;
 mod body;
-mod future;
+pub(crate) mod future;
 mod layer;
 mod peek;
 mod service;
 mod tower_path;
 
 pub use body::RetryBody;
-pub use future::ResponseFuture;
 pub use layer::RetryLayer;
 pub use service::Retry;
 

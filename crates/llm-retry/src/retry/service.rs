@@ -1,6 +1,7 @@
 //! [`Retry`]: the service.
 
-use super::{ResponseFuture, RetryBody};
+use super::future::ResponseFuture;
+use super::RetryBody;
 use crate::error::BoxError;
 use crate::policy::RetryPolicy;
 use crate::replay::ReplayBody;

@@ -39,7 +39,7 @@
 mod body;
 mod commit;
 mod error;
-mod future;
+pub mod future;
 mod hold;
 mod layer;
 mod service;
@@ -47,7 +47,6 @@ mod service;
 pub use body::GuardedBody;
 pub use commit::{may_replay, StreamCommit, StreamEnd};
 pub use error::{PreContentError, PreContentReason, StreamInterrupted};
-pub use future::ResponseFuture;
 pub use layer::{StreamGuardLayer, DEFAULT_FIRST_EVENT_TIMEOUT, DEFAULT_PREFIX_LIMIT};
 pub use service::StreamGuard;
 

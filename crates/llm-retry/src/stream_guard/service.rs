@@ -1,7 +1,8 @@
 //! [`StreamGuard`]: the service.
 
+use super::future::ResponseFuture;
 use super::layer::GuardConfig;
-use super::{GuardedBody, ResponseFuture};
+use super::GuardedBody;
 use crate::error::BoxError;
 use bytes::Bytes;
 use http::{Request, Response};
