@@ -36,8 +36,13 @@ impl Default for RetryState {
 impl RetryState {
     /// A fresh account starting now (tokio's clock, so paused-clock tests see virtual time).
     pub fn new() -> RetryState {
+        RetryState::started_at(Instant::now())
+    }
+
+    /// A fresh account started at `started`.
+    pub(crate) fn started_at(started: Instant) -> RetryState {
         RetryState {
-            started: Instant::now(),
+            started,
             attempts: 0,
             total_wait: Duration::ZERO,
             server_waits_honoured: 0,

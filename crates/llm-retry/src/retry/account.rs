@@ -85,10 +85,11 @@ impl Account {
         if let Some(budget) = policy.budget() {
             budget.deposit();
         }
-        let mut state = RetryState::new();
+        let now = Instant::now();
+        let mut state = RetryState::started_at(now);
         state.record_send();
         let limits = policy.limits();
-        let deadline = Instant::now().checked_add(limits.max_elapsed);
+        let deadline = now.checked_add(limits.max_elapsed);
         let link = GateLink::new(limits, deadline);
         Account {
             policy,

@@ -12,14 +12,15 @@ use http::{request, HeaderMap, Request, StatusCode};
 use std::time::Duration;
 use tracing::Span;
 
-/// The request every later attempt is built from, and the next one, built.
-/// The parts are kept without the gate link, which each attempt gets as it
-/// is built: one extension map fewer to copy on a call that succeeds.
+/// The request every later attempt is built from, and the next one's
+/// body, once it is known to be replayable. The parts are kept without the
+/// gate link, which each attempt gets as it is built: one extension map
+/// fewer to copy on a call that succeeds.
 pub(super) struct Template<B> {
     parts: request::Parts,
     body: ReplayBody<B>,
     link: GateLink,
-    next: Option<Request<ReplayBody<B>>>,
+    next: Option<ReplayBody<B>>,
 }
 
 impl<B> Resend<B> for Template<B> {
@@ -43,9 +44,7 @@ impl<B> Resend<B> for Template<B> {
             let cap = self.body.cap();
             return Err(StopReason::BodyNotReplayable { cap });
         };
-        let mut parts = self.parts.clone();
-        parts.extensions.insert(self.link.clone());
-        self.next = Some(Request::from_parts(parts, body));
+        self.next = Some(body);
         Ok(())
     }
 
@@ -138,9 +137,11 @@ impl<B> AttemptCtx<B> {
 
     /// The prepared next request, counted as a send.
     pub(super) fn next_request(&mut self) -> Option<Request<ReplayBody<B>>> {
-        let next = self.template.next.take()?;
+        let body = self.template.next.take()?;
+        let mut parts = self.template.parts.clone();
+        parts.extensions.insert(self.template.link.clone());
         self.account.record_resend();
-        Some(next)
+        Some(Request::from_parts(parts, body))
     }
 
     /// Gives up because the inner service failed instead of becoming ready,

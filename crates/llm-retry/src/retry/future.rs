@@ -38,14 +38,13 @@ pin_project! {
         #[pin]
         state: State<S::Future, ResBody>,
         // Fires at the request's deadline: no attempt, refresh or wait for
-        // readiness outlives it. Made the first time something is pending,
-        // so a call answered at once pays for no timer.
-        #[pin]
-        deadline: Option<Sleep>,
+        // readiness outlives it. Made (and boxed, to keep the future small)
+        // the first time something is pending, so a call answered at once
+        // pays for no timer.
+        deadline: Timer,
         // Fires when the attempt in flight took its whole attempt timeout;
         // `attempt_until` is when, for the attempt in flight.
-        #[pin]
-        attempt_timer: Option<Sleep>,
+        attempt_timer: Timer,
         attempt_until: Option<Instant>,
         service: S,
         ctx: AttemptCtx<B>,
@@ -56,15 +55,12 @@ pin_project! {
     #[project = StateProj]
     enum State<F, Res> {
         Calling { #[pin] future: F },
-        Peeking {
-            head: Option<response::Parts>,
-            body: Option<Pin<Box<Res>>>,
-            peeked: Peeked,
-            timer: Pin<Box<Sleep>>,
-        },
+        // Boxed: only failed responses are peeked, and the future stays
+        // small for the calls that succeed.
+        Peeking { peek: Box<Peek<Res>> },
         // The permit holds a place among the budget's waiting retries
         // until the wait ends or the future is dropped.
-        Waiting { #[pin] sleep: Sleep, permit: Option<WaitPermit> },
+        Waiting { sleep: Pin<Box<Sleep>>, permit: Option<WaitPermit> },
         Refreshing { credentials: CredentialsFuture },
         Readying,
         Done,
@@ -110,6 +106,17 @@ where
 
 type Res<ResBody> = Response<RetryBody<ResBody>>;
 
+/// A bound's timer, made the first time it is needed.
+type Timer = Option<Pin<Box<Sleep>>>;
+
+/// A failed response whose body is being read before it is judged.
+struct Peek<Res> {
+    head: Option<response::Parts>,
+    body: Option<Pin<Box<Res>>>,
+    peeked: Peeked,
+    timer: Pin<Box<Sleep>>,
+}
+
 /// Moves the state machine on after a judged outcome; `Some` is the answer.
 fn advance<F, ResBody, T>(
     step: Step,
@@ -120,7 +127,7 @@ fn advance<F, ResBody, T>(
         Step::Wait(delay, _) if delay.is_zero() => state.set(State::Readying),
         Step::Wait(delay, permit) => state.set(State::Waiting {
             permit,
-            sleep: tokio::time::sleep(delay),
+            sleep: Box::pin(tokio::time::sleep(delay)),
         }),
         Step::Refresh(credentials) => state.set(State::Refreshing { credentials }),
         Step::Finish(report) => {
@@ -149,8 +156,8 @@ where
                 StateProj::Calling { future } => match poll_bounded(
                     future.poll(cx).map_err(Into::into),
                     [
-                        (this.deadline.as_mut(), ctx.deadline()),
-                        (this.attempt_timer.as_mut(), *this.attempt_until),
+                        (&mut *this.deadline, ctx.deadline()),
+                        (&mut *this.attempt_timer, *this.attempt_until),
                     ],
                     cx,
                     || Box::new(crate::rate_limit::link::attempt_cut()) as BoxError,
@@ -173,10 +180,12 @@ where
                         let timer =
                             Box::pin(tokio::time::sleep(ctx.remaining().min(MAX_PEEK_TIME)));
                         let peeking = State::Peeking {
-                            head: Some(head),
-                            body: Some(Box::pin(body)),
-                            peeked: Peeked::default(),
-                            timer,
+                            peek: Box::new(Peek {
+                                head: Some(head),
+                                body: Some(Box::pin(body)),
+                                peeked: Peeked::default(),
+                                timer,
+                            }),
                         };
                         this.state.set(peeking);
                         None
@@ -188,12 +197,13 @@ where
                         })
                     }
                 },
-                StateProj::Peeking {
-                    head,
-                    body,
-                    peeked,
-                    timer,
-                } => {
+                StateProj::Peeking { peek } => {
+                    let Peek {
+                        head,
+                        body,
+                        peeked,
+                        timer,
+                    } = &mut **peek;
                     let limit = ctx.peek_limit();
                     let end = match body.as_mut() {
                         Some(b) => match peeked.poll_fill(b.as_mut(), limit, cx) {
@@ -245,14 +255,14 @@ where
                     }
                 }
                 StateProj::Waiting { sleep, .. } => {
-                    ready!(sleep.poll(cx));
+                    ready!(sleep.as_mut().poll(cx));
                     this.state.set(State::Readying);
                     None
                 }
                 StateProj::Refreshing { credentials } => {
                     let fresh = ready!(poll_bounded(
                         credentials.as_mut().poll(cx),
-                        [(this.deadline.as_mut(), ctx.deadline())],
+                        [(&mut *this.deadline, ctx.deadline())],
                         cx,
                         || "no credentials before the request's deadline".into(),
                     ));
@@ -278,7 +288,7 @@ where
                 StateProj::Readying => {
                     let readiness = ready!(poll_bounded(
                         this.service.poll_ready(cx).map_err(Into::into),
-                        [(this.deadline.as_mut(), ctx.deadline())],
+                        [(&mut *this.deadline, ctx.deadline())],
                         cx,
                         || "the service was not ready for a resend before the request's deadline"
                             .into(),
@@ -295,7 +305,7 @@ where
                     };
                     let future = this.service.call(request);
                     *this.attempt_until = ctx.attempt_bound();
-                    this.attempt_timer.set(None);
+                    *this.attempt_timer = None;
                     this.state.set(State::Calling { future });
                     None
                 }
@@ -313,22 +323,18 @@ where
 /// makes.
 fn poll_bounded<T, const N: usize>(
     polled: Poll<Result<T, BoxError>>,
-    bounds: [(Pin<&mut Option<Sleep>>, Option<Instant>); N],
+    bounds: [(&mut Timer, Option<Instant>); N],
     cx: &mut Context<'_>,
     cut: impl FnOnce() -> BoxError,
 ) -> Poll<Result<T, BoxError>> {
     if polled.is_ready() {
         return polled;
     }
-    for (mut timer, at) in bounds {
+    for (timer, at) in bounds {
         let Some(at) = at else { continue };
-        if timer.is_none() {
-            timer.set(Some(tokio::time::sleep_until(at)));
-        }
-        if let Some(sleep) = timer.as_pin_mut() {
-            if sleep.poll(cx).is_ready() {
-                return Poll::Ready(Err(cut()));
-            }
+        let sleep = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
+        if sleep.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Err(cut()));
         }
     }
     Poll::Pending
