@@ -48,6 +48,13 @@ pub struct RecoveryEvent {
 }
 
 /// Callbacks on the retry loop. Every method defaults to doing nothing.
+///
+/// Hooks run inline on the request's task: keep them quick (record a
+/// metric, send to a channel). They never see request headers, so no
+/// secret can reach them. Set them with
+/// [`RetryLayer::with_hooks`](crate::RetryLayer::with_hooks) or
+/// [`RetryPolicy::with_hooks`](crate::RetryPolicy::with_hooks); both retry
+/// paths call the same ones.
 pub trait RetryHooks: Send + Sync + 'static {
     /// Before each wait (`api_retry_start`).
     fn on_retry(&self, _event: &RetryEvent) {}
