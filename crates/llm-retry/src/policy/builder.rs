@@ -86,8 +86,10 @@ impl RetryPolicyBuilder {
 
     /// Longest time one attempt may take to its response head (default: no
     /// bound but the deadline). An attempt cut by it counts as a timeout
-    /// and is retried as one. It is timed from the retry layer, so under a
-    /// rate-limit gate it includes the time the send queued in the gate.
+    /// and is retried as one. Under a rate-limit gate it is timed from the
+    /// send, not from the time the send queued in the gate. On the
+    /// `tower::retry` path it applies only through a gate, from the second
+    /// attempt on.
     pub fn attempt_timeout(mut self, d: Duration) -> Self {
         self.limits.attempt_timeout = Some(d);
         self

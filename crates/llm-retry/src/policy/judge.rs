@@ -295,8 +295,10 @@ impl RetryPolicy {
         let limits = self.limits();
         // A send refused before it left is not one: the retry it asks for
         // is the same resend again.
+        // The judged attempt is counted in `state`: a fresh state (as a
+        // caller outside the layers passes) is the first send.
         let sent = match reached_upstream {
-            true => state.attempts(),
+            true => state.attempts().max(1),
             false => state.attempts().saturating_sub(1),
         };
         limits.admit_retry(sent)?;

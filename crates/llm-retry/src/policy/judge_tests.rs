@@ -370,3 +370,20 @@ fn a_429_that_may_not_be_retried_still_tells_the_key_its_wait() {
         }
     );
 }
+
+#[test]
+fn a_fresh_state_judges_the_first_send_against_the_retry_cap() {
+    // A caller outside the layers passes RetryState::new(): the attempt it
+    // judges is the first send, so no retry is left under max_retries(0).
+    let p = RetryPolicy::builder().max_retries(0).build().unwrap();
+    let outcome = Outcome::Response {
+        status: StatusCode::SERVICE_UNAVAILABLE,
+        headers: &HeaderMap::new(),
+        body: None,
+    };
+    assert_eq!(
+        p.judge(&RetryState::new(), outcome, Duration::ZERO)
+            .decision,
+        Decision::Stop(StopReason::RetriesExhausted { max_retries: 0 })
+    );
+}

@@ -68,10 +68,16 @@ impl GateLink {
         self.0.gated.store(true, Ordering::Relaxed);
     }
 
-    /// Whether a gate took the attempt just called (and times it from its
-    /// send); clears the mark for the next attempt.
-    pub(crate) fn take_gated(&self) -> bool {
-        self.0.gated.swap(false, Ordering::Relaxed)
+    /// Clears the mark before an attempt is called.
+    pub(crate) fn reset_gated(&self) {
+        self.0.gated.store(false, Ordering::Relaxed);
+    }
+
+    /// Whether a gate took the attempt in flight (and times it from its
+    /// send). A layer between may call the gate later than the retry layer
+    /// called it, so this is asked when the attempt's own time is up.
+    pub(crate) fn gated(&self) -> bool {
+        self.0.gated.load(Ordering::Relaxed)
     }
 
     /// No send after this instant.

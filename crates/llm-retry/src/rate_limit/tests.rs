@@ -634,3 +634,65 @@ fn every_quota_is_validated_and_none_is_dropped() {
         .unwrap();
     assert!(gate.rises(1).is_some(), "the key learns a rate");
 }
+
+/// A layer that calls its inner service only when first polled, as a
+/// buffer's worker does: the gate below sees the attempt later than the
+/// retry layer above sent it.
+#[derive(Clone)]
+struct Deferred<S>(S);
+
+impl<S, R> Service<R> for Deferred<S>
+where
+    S: Service<R> + Clone + 'static,
+    R: 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future =
+        std::pin::Pin<Box<dyn std::future::Future<Output = Result<S::Response, S::Error>>>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), S::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: R) -> Self::Future {
+        let mut inner = self.0.clone();
+        Box::pin(async move {
+            tokio::task::yield_now().await;
+            inner.ready().await?.call(request).await
+        })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_attempt_timeout_counts_from_the_send_when_the_gate_is_reached_late() {
+    let sends = Sends::default();
+    let gate = RateLimitLayer::new(Quotas::none())
+        .unwrap()
+        .layer(upstream::<Replayed>(sends.clone()));
+    let svc = judged(
+        once().attempt_timeout(Duration::from_secs(1)),
+        Deferred(gate),
+    );
+    let start = Instant::now();
+    let busy = svc
+        .clone()
+        .oneshot(post("http://a.test/busy"))
+        .await
+        .unwrap();
+    assert_eq!(busy.status(), http::StatusCode::TOO_MANY_REQUESTS);
+    let next = svc
+        .clone()
+        .oneshot(post("http://a.test/next"))
+        .await
+        .unwrap();
+    assert_eq!(
+        next.status(),
+        http::StatusCode::OK,
+        "held 2 s in the gate, not cut at 1 s"
+    );
+    assert_eq!(start.elapsed(), Duration::from_secs(2));
+}

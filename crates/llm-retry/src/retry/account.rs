@@ -205,6 +205,11 @@ impl Account {
                     return self
                         .recovery_failed(RecoveryAction::RefreshCredentials, "no hook".into());
                 };
+                // A resend that cannot happen asks for no credentials and
+                // spends no budget.
+                if let Err(stop) = resend.prepare() {
+                    return Step::Finish(self.finish(stop));
+                }
                 self.announce(RecoveryEvent {
                     action: RecoveryAction::RefreshCredentials,
                     reason,

@@ -101,15 +101,23 @@ impl<B> AttemptCtx<B> {
         self.account.deadline
     }
 
+    /// Called before each attempt: no gate has taken it yet.
+    pub(super) fn begin_attempt(&self) {
+        self.account.link.reset_gated();
+    }
+
     /// When the attempt just called must have its response head, if an
-    /// attempt timeout is set and no gate under this layer took the
-    /// attempt (a gate times it from its send, not from its queue).
+    /// attempt timeout is set.
     pub(super) fn attempt_bound(&self) -> Option<tokio::time::Instant> {
         let timeout = self.account.policy.limits().attempt_timeout?;
-        if self.account.link.take_gated() {
-            return None;
-        }
         tokio::time::Instant::now().checked_add(timeout)
+    }
+
+    /// Whether a gate under this layer took the attempt in flight: then the
+    /// gate times it from its send, not from its queue, and this layer's
+    /// own attempt timer stands down.
+    pub(super) fn attempt_gated(&self) -> bool {
+        self.account.link.gated()
     }
 
     /// Time left before the request's deadline.

@@ -154,7 +154,18 @@ where
         loop {
             let answer = match this.state.as_mut().project() {
                 StateProj::Calling { future } => match poll_bounded(
-                    future.poll(cx).map_err(Into::into),
+                    {
+                        let polled = future.poll(cx).map_err(Into::into);
+                        if polled.is_pending()
+                            && this.attempt_until.is_some()
+                            && ctx.attempt_gated()
+                        {
+                            // A gate below took the attempt: it times it from its send.
+                            *this.attempt_until = None;
+                            *this.attempt_timer = None;
+                        }
+                        polled
+                    },
                     [
                         (&mut *this.deadline, ctx.deadline()),
                         (&mut *this.attempt_timer, *this.attempt_until),
@@ -303,6 +314,7 @@ where
                         this.state.set(State::Done);
                         return Poll::Ready(Err(ctx.error(report, "no request prepared".into())));
                     };
+                    ctx.begin_attempt();
                     let future = this.service.call(request);
                     *this.attempt_until = ctx.attempt_bound();
                     *this.attempt_timer = None;

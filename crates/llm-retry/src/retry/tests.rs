@@ -293,3 +293,56 @@ async fn a_request_body_that_fails_mid_stream_is_reported_as_such() {
     assert!(error.is_request_body_failed());
     assert!(!error.to_string().contains("replay buffer"), "{error}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_401_on_a_body_that_cannot_be_resent_asks_for_no_credentials() {
+    use crate::policy::{CredentialsFuture, RefreshCredentials};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    #[derive(Clone, Default)]
+    struct Counting(Arc<AtomicUsize>);
+    impl RefreshCredentials for Counting {
+        fn clear_token_cache(&self) {}
+        fn refresh(&self) -> CredentialsFuture {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async { Ok(http::HeaderMap::new()) })
+        }
+    }
+    let hook = Counting::default();
+    let policy = RetryPolicy::builder()
+        .max_replay_body(4)
+        .refresh_credentials(hook.clone())
+        .build()
+        .unwrap();
+    // The upstream reads the streamed body (past the 4-byte cap) before
+    // answering 401.
+    use http_body::Frame;
+    use http_body_util::StreamBody;
+    type Frames = futures_util::stream::Iter<std::vec::IntoIter<Result<Frame<Bytes>, BoxError>>>;
+    let upstream = tower::service_fn(
+        |req: Request<crate::ReplayBody<StreamBody<Frames>>>| async {
+            req.into_body().collect().await?;
+            reply(
+                401,
+                &[],
+                r#"{"type":"error","error":{"type":"authentication_error","message":"bad key"}}"#,
+            )
+        },
+    );
+    let frames: Vec<Result<Frame<Bytes>, BoxError>> = vec![
+        Ok(Frame::data(Bytes::from_static(b"{\"a\""))),
+        Ok(Frame::data(Bytes::from_static(b":1}"))),
+    ];
+    let body = StreamBody::new(futures_util::stream::iter(frames));
+    let response = RetryLayer::new(policy)
+        .layer(upstream)
+        .oneshot(Request::new(body))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    let report = response.extensions().get::<RetryReport>().unwrap();
+    assert!(
+        matches!(report.stop, StopReason::BodyNotReplayable { cap: 4 }),
+        "{report}"
+    );
+    assert_eq!(hook.0.load(Ordering::SeqCst), 0, "the hook was not asked");
+}

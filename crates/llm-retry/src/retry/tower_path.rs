@@ -15,10 +15,13 @@
 //!   before a hook's future could finish, so a hook that does not answer at
 //!   once ends the request with [`StopReason::RecoveryFailed`];
 //! - bound the attempt in flight by the deadline (put a timeout layer
-//!   under it);
+//!   under it); `attempt_timeout` applies only through a gate below;
 //! - tag the first attempt: tower sends the caller's request itself, so a
 //!   rate-limit gate below hears from the second attempt on, and a body
-//!   that cannot be cloned is sent once without a report.
+//!   that cannot be cloned is sent once without a report;
+//! - report a failure of the service to become ready for a resend: tower
+//!   returns that error as it is, without a report or `on_give_up`, and
+//!   the resend it was readying is already counted.
 
 use super::account::{fails_even_with_response, Account, Resend, Step};
 use crate::budget::WaitPermit;
