@@ -10,6 +10,7 @@
 use super::adaptive::{AdaptiveRate, Learned};
 use super::error::GateError;
 use super::gcra::{Pace, Tat};
+use super::refund::Refunds;
 use super::schedule::Schedule;
 use std::collections::HashMap;
 use std::fmt;
@@ -51,6 +52,8 @@ struct KeyState {
     shift: Duration,
     /// The learned rate and its schedule, in adaptive mode.
     learned: Option<LearnedKey>,
+    /// Quota bookings that may still be given back.
+    refunds: Refunds,
 }
 
 #[derive(Debug)]
@@ -73,6 +76,7 @@ impl KeyState {
             held_until: None,
             asked: None,
             shift: Duration::ZERO,
+            refunds: Refunds::default(),
             learned: adaptive.map(|bounds| {
                 let rate = bounds.start();
                 LearnedKey {
@@ -144,6 +148,8 @@ pub(super) struct Booking {
     shift: Duration,
     /// Its ticket in the learned schedule.
     ticket: Option<u64>,
+    /// Its number among the key's quota bookings.
+    seq: u64,
     /// Whether the send may go already: its ticket was released (or it
     /// has none) when it was queued.
     released: bool,
@@ -239,8 +245,10 @@ impl Gate {
             }
             return Err(GateError::PastDeadline { wait: slot - now });
         }
+        let before = [state.requests, state.tokens];
         state.book_quotas(self, cost, quota_slot);
         let released = slot <= now;
+        let seq = state.refunds.book(before, released);
         if let Some(l) = &mut state.learned {
             l.rate.on_send(now);
             if let (Some(ticket), true) = (ticket, released) {
@@ -252,6 +260,7 @@ impl Gate {
             quota_slot,
             shift: state.shift,
             ticket,
+            seq,
             released,
             key_id: state.id,
             cost,
@@ -301,21 +310,29 @@ impl Gate {
         if let (Some(l), Some(ticket)) = (&mut state.learned, booking.ticket) {
             l.schedule.release(ticket, now);
         }
+        state.refunds.sent(booking.seq);
         booking.released = true;
         Ok(Check::Go)
     }
 
-    /// A queued send will never go: its place in the schedule is given up.
+    /// A queued send will never go: its place in the schedule and its
+    /// quota slot are given up.
     pub(super) fn abandon(&self, key: u64, booking: &Booking) {
-        let Some(ticket) = booking.ticket.filter(|_| !booking.released) else {
+        if booking.released {
             return;
-        };
+        }
         let mut keys = self.lock();
-        if let Some(l) = keys
+        let Some(state) = keys
             .get_mut(&key)
             .filter(|state| state.id == booking.key_id)
-            .and_then(|state| state.learned.as_mut())
-        {
+        else {
+            return;
+        };
+        if let Some([requests, tokens]) = state.refunds.give_up(booking.seq) {
+            state.requests = requests;
+            state.tokens = tokens;
+        }
+        if let (Some(l), Some(ticket)) = (&mut state.learned, booking.ticket) {
             l.schedule.abandon(ticket);
         }
     }
@@ -358,6 +375,8 @@ impl Gate {
         if let Some(pace) = &self.tokens {
             state.tokens.push_back(pace, now, pushed, until);
         }
+        let paces = [self.requests.as_ref(), self.tokens.as_ref()];
+        state.refunds.push_back(paces, now, pushed, until);
         if let Some(l) = &mut state.learned {
             l.schedule.rebase(l.rate.interval(), until);
         }

@@ -60,6 +60,7 @@ mod gcra;
 mod key;
 mod layer;
 pub(crate) mod link;
+mod refund;
 mod schedule;
 mod service;
 

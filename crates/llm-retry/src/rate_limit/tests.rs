@@ -696,3 +696,55 @@ async fn an_attempt_timeout_counts_from_the_send_when_the_gate_is_reached_late()
     );
     assert_eq!(start.elapsed(), Duration::from_secs(2));
 }
+
+#[tokio::test(start_paused = true)]
+async fn sends_that_never_go_give_their_quota_slots_back() {
+    use futures_util::FutureExt;
+    let sends = Sends::default();
+    let mut svc = RateLimitLayer::new(Quotas::none().requests_per_minute_with_burst(60, 1))
+        .unwrap()
+        .layer(upstream(sends.clone()));
+    let start = Instant::now();
+    svc.ready().await.unwrap();
+    svc.call(get("http://a.test/first")).await.unwrap();
+    // 50 queue up behind it: half are polled (waiting), half never are;
+    // all are dropped, in arrival order.
+    let mut queued: Vec<_> = (0..50)
+        .map(|i| Box::pin(svc.call(get(&format!("http://a.test/{i}")))))
+        .collect();
+    for waiting in queued.iter_mut().take(25) {
+        assert!(waiting.as_mut().now_or_never().is_none());
+    }
+    drop(queued);
+    // The next send waits for one period after the first, not for 50 more.
+    svc.ready().await.unwrap();
+    svc.call(get("http://a.test/next")).await.unwrap();
+    assert_eq!(offsets(&sends, start), [0, 1_000]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slot_given_up_in_the_middle_keeps_the_queue_in_order_and_returns_with_its_tail() {
+    let sends = Sends::default();
+    let mut svc = RateLimitLayer::new(Quotas::none().requests_per_minute_with_burst(60, 1))
+        .unwrap()
+        .layer(upstream(sends.clone()));
+    let start = Instant::now();
+    svc.call(get("http://a.test/first")).await.unwrap();
+    let q1 = svc.call(get("http://a.test/q1"));
+    let q2 = svc.call(get("http://a.test/q2"));
+    let q3 = svc.call(get("http://a.test/q3"));
+    drop(q2);
+    // q3 keeps its slot: the queue never sends faster than the quota.
+    let (r1, r3) = tokio::join!(q1, q3);
+    r1.unwrap();
+    r3.unwrap();
+    assert_eq!(offsets(&sends, start), [0, 1_000, 3_000]);
+    // Now the tail went: a late send after q1 and a given-up q2 and q3...
+    let q4 = svc.call(get("http://a.test/q4"));
+    let q5 = svc.call(get("http://a.test/q5"));
+    drop(q5);
+    drop(q4);
+    // ...gives both back: the next send goes one period after q3.
+    svc.call(get("http://a.test/next")).await.unwrap();
+    assert_eq!(offsets(&sends, start), [0, 1_000, 3_000, 4_000]);
+}
