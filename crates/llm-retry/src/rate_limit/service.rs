@@ -43,8 +43,12 @@ where
     type Error = BoxError;
     type Future = ResponseFuture<S, Request<ReqBody>>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
+    /// Always ready: the gate takes every send into its queue. The inner
+    /// service is readied by the send's future when its slot comes, so no
+    /// readiness is reserved here only to be thrown away (or held through
+    /// a wait).
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
@@ -60,11 +64,7 @@ where
             max_server_wait: Some(link.max_server_wait()),
         });
         let request = Request::from_parts(parts, body);
-        // The send happens after the gate's wait: give back what the caller's
-        // `poll_ready` reserved (a concurrency permit, a buffer slot) and let
-        // the future make an unreserved clone ready when its slot comes.
-        let clone = self.inner.clone();
-        drop(std::mem::replace(&mut self.inner, clone));
+        // The send's own clone, readied by its future when the slot comes.
         let ready = self.inner.clone();
         let now = Instant::now();
         match self.gate.reserve(key, cost, now, bounds) {

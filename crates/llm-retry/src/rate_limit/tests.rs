@@ -748,3 +748,61 @@ async fn a_slot_given_up_in_the_middle_keeps_the_queue_in_order_and_returns_with
     svc.call(get("http://a.test/next")).await.unwrap();
     assert_eq!(offsets(&sends, start), [0, 1_000, 3_000, 4_000]);
 }
+
+/// A service that counts readiness it granted but that no call used.
+#[derive(Clone, Default)]
+struct Reservations {
+    wasted: Arc<std::sync::atomic::AtomicUsize>,
+    calls: Arc<std::sync::atomic::AtomicUsize>,
+    ready: bool,
+}
+
+impl Drop for Reservations {
+    fn drop(&mut self) {
+        if self.ready {
+            self.wasted
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+}
+
+impl Service<Request<()>> for Reservations {
+    type Response = Response<Full<Bytes>>;
+    type Error = crate::BoxError;
+    type Future = std::future::Ready<Result<Response<Full<Bytes>>, crate::BoxError>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), crate::BoxError>> {
+        self.ready = true;
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: Request<()>) -> Self::Future {
+        assert!(self.ready, "called without readiness");
+        self.ready = false;
+        self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        std::future::ready(Ok(Response::new(Full::default())))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_gate_throws_no_readiness_away() {
+    let inner = Reservations::default();
+    let (wasted, calls) = (Arc::clone(&inner.wasted), Arc::clone(&inner.calls));
+    let mut svc = RateLimitLayer::new(Quotas::none().requests_per_minute_with_burst(60, 1))
+        .unwrap()
+        .layer(inner);
+    for _ in 0..3 {
+        svc.ready().await.unwrap();
+        svc.call(get("http://a.test/")).await.unwrap();
+    }
+    drop(svc);
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 3);
+    assert_eq!(
+        wasted.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "every readiness the inner service granted was used by a call"
+    );
+}
