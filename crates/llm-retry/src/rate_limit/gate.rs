@@ -10,9 +10,9 @@
 use super::adaptive::{AdaptiveRate, Learned};
 use super::error::GateError;
 use super::gcra::{Pace, Tat};
+use super::keys::{Keys, Sweepable};
 use super::refund::Refunds;
 use super::schedule::Schedule;
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -22,8 +22,6 @@ use tokio::time::Instant;
 
 /// Rise of a learned rate that wakes the sends waiting on it.
 const WAKE_ON_RISE: f64 = 1.1;
-/// Keys kept before idle ones are dropped.
-const MAX_KEYS: usize = 4096;
 
 /// Per-key pacing state shared by every clone of one [`RateLimitLayer`](super::RateLimitLayer).
 #[derive(Clone)]
@@ -31,7 +29,7 @@ pub(super) struct Gate {
     requests: Option<Pace>,
     tokens: Option<Pace>,
     adaptive: Option<AdaptiveRate>,
-    keys: Arc<Mutex<HashMap<u64, KeyState>>>,
+    keys: Arc<Mutex<Keys<KeyState>>>,
 }
 
 #[derive(Debug)]
@@ -54,6 +52,8 @@ struct KeyState {
     learned: Option<LearnedKey>,
     /// Quota bookings that may still be given back.
     refunds: Refunds,
+    /// When a send last used the key (the sweep drops the oldest first).
+    last_used: Instant,
 }
 
 #[derive(Debug)]
@@ -77,6 +77,7 @@ impl KeyState {
             asked: None,
             shift: Duration::ZERO,
             refunds: Refunds::default(),
+            last_used: now,
             learned: adaptive.map(|bounds| {
                 let rate = bounds.start();
                 LearnedKey {
@@ -87,16 +88,6 @@ impl KeyState {
                 }
             }),
         }
-    }
-
-    fn idle(&self, now: Instant) -> bool {
-        self.requests.idle(now)
-            && self.tokens.idle(now)
-            && self.held_until.is_none_or(|t| t <= now)
-            && self
-                .learned
-                .as_ref()
-                .is_none_or(|l| l.schedule.end(l.rate.interval()) <= now)
     }
 
     /// What is left of the wait the provider named, when the key is held
@@ -135,6 +126,22 @@ impl KeyState {
         if let Some(pace) = &gate.tokens {
             self.tokens.book(pace, slot, cost);
         }
+    }
+}
+
+impl Sweepable for KeyState {
+    fn idle(&self, now: Instant) -> bool {
+        self.requests.idle(now)
+            && self.tokens.idle(now)
+            && self.held_until.is_none_or(|t| t <= now)
+            && self
+                .learned
+                .as_ref()
+                .is_none_or(|l| l.schedule.end(l.rate.interval()) <= now)
+    }
+
+    fn last_used(&self) -> Instant {
+        self.last_used
     }
 }
 
@@ -197,7 +204,7 @@ impl Gate {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<u64, KeyState>> {
+    fn lock(&self) -> MutexGuard<'_, Keys<KeyState>> {
         self.keys
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -220,12 +227,13 @@ impl Gate {
             }
         }
         let mut keys = self.lock();
-        if keys.len() >= MAX_KEYS {
-            keys.retain(|_, state| !state.idle(now));
+        if !keys.contains_key(&key) {
+            keys.make_room(now);
         }
         let state = keys
             .entry(key)
             .or_insert_with(|| KeyState::new(self.adaptive.as_ref(), now));
+        state.last_used = now;
         if let Some(refused) = state.held_too_long(now, bounds.max_server_wait) {
             return Err(refused);
         }
@@ -355,6 +363,9 @@ impl Gate {
             return;
         };
         let mut keys = self.lock();
+        if !keys.contains_key(&key) {
+            keys.make_room(now);
+        }
         let state = keys
             .entry(key)
             .or_insert_with(|| KeyState::new(self.adaptive.as_ref(), now));
@@ -428,6 +439,13 @@ impl Gate {
             l.woken_at_rate = after;
             l.rose.notify_waiters();
         }
+    }
+
+    /// Keys held and sweeps made so far.
+    #[cfg(test)]
+    pub(super) fn key_stats(&self) -> (usize, u64) {
+        let keys = self.lock();
+        (keys.len(), keys.sweeps())
     }
 
     /// Whether sends are paced: a quota or a learned rate.

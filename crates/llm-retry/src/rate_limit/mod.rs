@@ -58,6 +58,7 @@ pub mod future;
 mod gate;
 mod gcra;
 mod key;
+mod keys;
 mod layer;
 pub(crate) mod link;
 mod refund;

@@ -806,3 +806,30 @@ async fn the_gate_throws_no_readiness_away() {
         "every readiness the inner service granted was used by a call"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn many_held_keys_cost_a_send_no_scan_and_the_map_stays_bounded() {
+    let gate = RateLimitLayer::new(Quotas::none()).unwrap().gate;
+    let now = Instant::now();
+    let limit = Duration::from_secs(120);
+    // 20,000 keys, every one held: nothing is idle, nothing can be swept.
+    for key in 0..20_000 {
+        gate.hold(key, now, Duration::from_secs(60), limit);
+    }
+    let (held, sweeps) = gate.key_stats();
+    assert_eq!(held, 20_000);
+    // Sweeps only when the map doubled: a handful, not one per send.
+    assert!(sweeps <= 4, "{sweeps} sweeps for 20,000 keys");
+    for key in 20_000..21_000 {
+        gate.reserve(key, 0, now, gate::Bounds::default()).unwrap();
+    }
+    let (_, after) = gate.key_stats();
+    assert!(after <= sweeps + 1, "{after} sweeps after 1,000 more sends");
+    // Past the hard cap the least recently used keys go: memory is bounded.
+    for key in 21_000..200_000 {
+        gate.hold(key, now, Duration::from_secs(60), limit);
+    }
+    let (kept, total_sweeps) = gate.key_stats();
+    assert!(kept <= super::keys::HARD_CAP, "{kept} keys kept");
+    assert!(total_sweeps <= 20, "{total_sweeps} sweeps for 200,000 keys");
+}

@@ -1,0 +1,87 @@
+//! The gate's map of keys, bounded, with O(1) amortized upkeep.
+//!
+//! Idle keys (nothing booked, held or scheduled ahead) are dropped in a
+//! sweep that runs only when the map has doubled since the last one, so a
+//! send never scans the map on its own. Past [`HARD_CAP`] live keys the
+//! least recently used half is dropped as well: their pacing starts over,
+//! which at such cardinalities is the lesser harm than unbounded memory.
+
+use std::collections::HashMap;
+use std::ops::{Deref, DerefMut};
+use tokio::time::Instant;
+
+/// Keys kept before the first sweep.
+pub(super) const SWEEP_FROM: usize = 4096;
+/// Keys kept at most.
+pub(super) const HARD_CAP: usize = 65_536;
+
+/// What the sweep needs to know of a key's state.
+pub(super) trait Sweepable {
+    /// Nothing of the key reaches past `now`: dropping it changes nothing.
+    fn idle(&self, now: Instant) -> bool;
+    /// When a send last used the key.
+    fn last_used(&self) -> Instant;
+}
+
+/// The per-key states of one gate.
+#[derive(Debug)]
+pub(super) struct Keys<S> {
+    map: HashMap<u64, S>,
+    sweep_at: usize,
+    sweeps: u64,
+}
+
+impl<S> Default for Keys<S> {
+    fn default() -> Self {
+        Keys {
+            map: HashMap::new(),
+            sweep_at: SWEEP_FROM,
+            sweeps: 0,
+        }
+    }
+}
+
+impl<S: Sweepable> Keys<S> {
+    /// Makes room for one more key: sweeps when the map has grown to the
+    /// next threshold.
+    pub(super) fn make_room(&mut self, now: Instant) {
+        if self.map.len() < self.sweep_at {
+            return;
+        }
+        self.sweeps += 1;
+        self.map.retain(|_, state| !state.idle(now));
+        if self.map.len() >= HARD_CAP / 2 {
+            let mut by_use: Vec<(Instant, u64)> = self
+                .map
+                .iter()
+                .map(|(key, state)| (state.last_used(), *key))
+                .collect();
+            let drop_count = self.map.len() - HARD_CAP / 4;
+            by_use.select_nth_unstable(drop_count - 1);
+            for (_, key) in &by_use[..drop_count] {
+                self.map.remove(key);
+            }
+        }
+        self.sweep_at = (self.map.len() * 2).clamp(SWEEP_FROM, HARD_CAP);
+    }
+
+    /// Sweeps so far.
+    #[cfg(test)]
+    pub(super) fn sweeps(&self) -> u64 {
+        self.sweeps
+    }
+}
+
+impl<S> Deref for Keys<S> {
+    type Target = HashMap<u64, S>;
+
+    fn deref(&self) -> &HashMap<u64, S> {
+        &self.map
+    }
+}
+
+impl<S> DerefMut for Keys<S> {
+    fn deref_mut(&mut self) -> &mut HashMap<u64, S> {
+        &mut self.map
+    }
+}
