@@ -833,3 +833,53 @@ async fn many_held_keys_cost_a_send_no_scan_and_the_map_stays_bounded() {
     assert!(kept <= super::keys::HARD_CAP, "{kept} keys kept");
     assert!(total_sweeps <= 20, "{total_sweeps} sweeps for 200,000 keys");
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_request_whose_429_held_the_key_keeps_its_place() {
+    // The first request is answered 429 `retry-after: 2`; 20 more arrive
+    // during the hold. The first goes first when the hold ends, not after
+    // the 20.
+    let sends = Sends::default();
+    let answered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let upstream = {
+        let sends = sends.clone();
+        tower::service_fn(move |req: Request<Replayed>| {
+            let (sends, answered) = (Arc::clone(&sends), Arc::clone(&answered));
+            async move {
+                sends
+                    .lock()
+                    .unwrap()
+                    .push((Instant::now(), req.uri().path().to_owned()));
+                let mut res = Response::new(Full::new(Bytes::new()));
+                if answered.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+                    *res.status_mut() = http::StatusCode::TOO_MANY_REQUESTS;
+                    res.headers_mut()
+                        .insert("retry-after", http::HeaderValue::from_static("2"));
+                }
+                Ok::<_, crate::BoxError>(res)
+            }
+        })
+    };
+    let gate = RateLimitLayer::new(Quotas::none().requests_per_minute_with_burst(600, 1))
+        .unwrap()
+        .layer(upstream);
+    let svc = judged(RetryPolicy::builder().max_retries(3), gate);
+    let start = Instant::now();
+    let first = tokio::spawn(svc.clone().oneshot(post("http://a.test/first")));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let crowd: Vec<_> = (0..20)
+        .map(|i| tokio::spawn(svc.clone().oneshot(post(&format!("http://a.test/n{i}")))))
+        .collect();
+    assert_eq!(first.await.unwrap().unwrap().status(), http::StatusCode::OK);
+    for call in crowd {
+        assert_eq!(call.await.unwrap().unwrap().status(), http::StatusCode::OK);
+    }
+    let sent = sends.lock().unwrap().clone();
+    let after_hold: Vec<&str> = sent
+        .iter()
+        .filter(|(t, _)| *t - start >= Duration::from_secs(2))
+        .map(|(_, path)| path.as_str())
+        .collect();
+    assert_eq!(after_hold.first(), Some(&"/first"), "{sent:?}");
+    assert_eq!(after_hold.len(), 21);
+}

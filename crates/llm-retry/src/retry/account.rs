@@ -12,7 +12,7 @@ use crate::budget::WaitPermit;
 use crate::classify::Classification;
 use crate::error::{BoxError, RetryError};
 use crate::hooks::{RecoveryEvent, RetryEvent};
-use crate::policy::{CredentialsFuture, Decision, Outcome, Recovery, RecoveryAction};
+use crate::policy::{CredentialsFuture, Decision, Outcome, Recovery, RecoveryAction, WaitScope};
 use crate::policy::{RetryPolicy, RetryState};
 use crate::rate_limit::link::GateLink;
 use crate::recover::{rewrite_body, BodyEdit};
@@ -113,6 +113,7 @@ impl Account {
             Outcome::Error(e) => (None, Some(e)),
         };
         let sent = self.link.take_sent();
+        let gated = sent.is_some();
         self.state
             .set_gate_paced(sent.as_ref().is_some_and(|sent| sent.paced()));
         let judgement = self
@@ -125,7 +126,7 @@ impl Account {
             sent.report(judgement.key, Instant::now(), limit);
         }
         self.state.record_outcome(status, &judgement);
-        let (delay, server_wait, charged) = match judgement.decision {
+        let (delay, server_wait, charged, scope) = match judgement.decision {
             Decision::Accept => return Step::Finish(self.finish(StopReason::Succeeded)),
             Decision::Stop(reason) => return Step::Finish(self.finish(reason)),
             Decision::Recover(recovery) => {
@@ -135,15 +136,23 @@ impl Account {
                 delay,
                 server_wait,
                 charged,
-                ..
-            } => (delay, server_wait, charged),
+                scope,
+            } => (delay, server_wait, charged, scope),
+        };
+        // The key's wait, with a gate below that now holds the key for it:
+        // the resend waits in the gate's queue, where it keeps its place
+        // ahead of the sends that arrive during the hold, instead of
+        // sleeping here and joining the queue behind them.
+        let sleep = match scope {
+            WaitScope::Key if gated => Duration::ZERO,
+            _ => delay,
         };
         // Prepare first: a resend that cannot happen spends no budget.
         if let Err(stop) = resend.prepare() {
             return Step::Finish(self.finish(stop));
         }
         let spent = if charged {
-            self.policy.spend_budget(delay)
+            self.policy.spend_budget(sleep)
         } else {
             Ok(None)
         };
@@ -177,7 +186,7 @@ impl Account {
         );
         crate::observe::retry(&event.class);
         self.policy.hooks().on_retry(&event);
-        Step::Wait(delay, permit)
+        Step::Wait(sleep, permit)
     }
 
     /// Starts a recovery decided by the policy.
