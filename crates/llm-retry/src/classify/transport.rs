@@ -1,7 +1,7 @@
 //! Errors raised before a response: connect failures, resets, timeouts.
 //!
 //! Two passes over the error's `source()` chain (at most [`MAX_LINKS`] links):
-//! first by type (`std::io::Error` kinds, timer `Elapsed` errors), then, only
+//! first by type (`std::io::Error` kinds), then, only
 //! when no link was recognised, by phrase markers in each link's `Display`
 //! (an error event carried as text: `overloaded_error`, `rate limit`, …).
 //! Bare numbers such as `429` are never read as a status.
@@ -74,12 +74,6 @@ fn by_type(link: &(dyn Error + 'static)) -> Option<RetryableKind> {
     if let Some(io) = link.downcast_ref::<io::Error>() {
         return io_kind(io.kind());
     }
-    if link.is::<tokio::time::error::Elapsed>() {
-        return Some(RetryableKind::Timeout);
-    }
-    if link.is::<tower::timeout::error::Elapsed>() {
-        return Some(RetryableKind::Timeout);
-    }
     None
 }
 
@@ -119,7 +113,6 @@ mod tests {
     use super::*;
     use crate::classify::phrase::MAX_TEXT;
     use std::fmt;
-    use std::time::Duration;
 
     /// A test error: a message and an optional source.
     #[derive(Debug)]
@@ -204,12 +197,8 @@ mod tests {
             ),
             (io(K::PermissionDenied), Transport),
             (io(K::Other), Transport),
-            // tower's Elapsed, by type; its text alone means nothing
-            (Box::new(tower::timeout::error::Elapsed::new()), Timeout),
-            (
-                wrap("layer", Box::new(tower::timeout::error::Elapsed::new())),
-                Timeout,
-            ),
+            // a timeout's text alone means nothing (timer errors are read
+            // by type where the policy knows them: policy/known.rs)
             (text("request timed out"), Transport),
             // a recognised type beats any phrase
             (wrap("overloaded_error", io(K::TimedOut)), Timeout),
@@ -257,26 +246,6 @@ mod tests {
         for code in [113, 101, 100] {
             let error: Boxed = Box::new(io::Error::from_raw_os_error(code));
             assert_eq!(classify(&error), RetryableKind::Connect, "{error}");
-        }
-    }
-
-    async fn elapsed() -> tokio::time::error::Elapsed {
-        let pending = std::future::pending::<()>();
-        match tokio::time::timeout(Duration::ZERO, pending).await {
-            Err(elapsed) => elapsed,
-            Ok(()) => unreachable!("a pending future cannot finish"),
-        }
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn tokio_elapsed_is_timeout() {
-        let cases: Vec<Boxed> = vec![
-            Box::new(elapsed().await),
-            wrap("layer", Box::new(elapsed().await)),
-            Box::new(io::Error::other(elapsed().await)),
-        ];
-        for error in cases {
-            assert_eq!(classify(&error), RetryableKind::Timeout, "{error}");
         }
     }
 }
