@@ -39,6 +39,9 @@
 // `criterion_group!` expands to an undocumented `pub fn`.
 #![allow(missing_docs)]
 
+#[path = "support/in_process.rs"]
+mod in_process;
+
 use bytes::Bytes;
 use criterion::{criterion_group, Criterion};
 use http::{Request, Response};
@@ -48,7 +51,6 @@ use llm_retry::stream_guard::StreamGuardLayer;
 use llm_retry::{ClientLayer, ReplayBody, RetryLayer, RetryPolicy};
 use stats_alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
 use std::alloc::System;
-use std::convert::Infallible;
 use std::fmt::Debug;
 use std::future::Future;
 use std::hint::black_box;
@@ -70,45 +72,7 @@ const STACKS: [&str; 5] = [
 /// Index of the baseline in `STACKS`.
 const BASELINE: usize = 1;
 
-const RESPONSE: &[u8] = br#"{"id":"msg_bench","type":"message","role":"assistant","model":"claude-mock-1","content":[{"type":"text","text":"Hi!"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":12,"output_tokens":2}}"#;
-
 type Req = Request<Full<Bytes>>;
-
-/// The upstream: drains the request body frame by frame, then answers with
-/// a fixed JSON body.
-async fn upstream<B>(request: Request<B>) -> Result<Response<Full<Bytes>>, Infallible>
-where
-    B: Body<Data = Bytes> + Unpin,
-    B::Error: Debug,
-{
-    let mut body = request.into_body();
-    let mut sent = 0;
-    while let Some(frame) = body.frame().await {
-        if let Some(data) = frame.expect("request body frame").data_ref() {
-            sent += data.len();
-        }
-    }
-    black_box(sent);
-    let mut response = Response::new(Full::new(Bytes::from_static(RESPONSE)));
-    response.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("application/json"),
-    );
-    Ok(response)
-}
-
-/// A JSON Messages API request body of about `size` bytes.
-fn json_body(size: usize) -> Bytes {
-    let head =
-        r#"{"model":"claude-sonnet-4-5","max_tokens":64,"messages":[{"role":"user","content":""#;
-    let tail = r#""}]}"#;
-    let fill = size.saturating_sub(head.len() + tail.len());
-    let mut json = String::with_capacity(size);
-    json.push_str(head);
-    json.extend(std::iter::repeat_n('a', fill));
-    json.push_str(tail);
-    Bytes::from(json)
-}
 
 fn requests(payload: &Bytes, n: usize) -> Vec<Req> {
     (0..n)
@@ -194,21 +158,21 @@ struct Stacks<A, B, C, D, E> {
 fn stacks() -> Stacks<impl Stack, impl Stack, impl Stack, impl Stack, impl Stack> {
     let cap = RetryPolicy::default().max_replay_body();
     Stacks {
-        bare: tower::service_fn(upstream::<Full<Bytes>>),
+        bare: tower::service_fn(in_process::upstream::<Full<Bytes>>),
         tower_retry: ServiceBuilder::new()
             .map_request(move |request: Req| request.map(|body| ReplayBody::new(body, cap)))
             .layer(tower::retry::RetryLayer::new(NeverRetry))
-            .service_fn(upstream::<ReplayBody<Full<Bytes>>>),
+            .service_fn(in_process::upstream::<ReplayBody<Full<Bytes>>>),
         retry: ServiceBuilder::new()
             .layer(RetryLayer::new(RetryPolicy::default()))
-            .service_fn(upstream),
+            .service_fn(in_process::upstream),
         retry_guard: ServiceBuilder::new()
             .layer(RetryLayer::new(RetryPolicy::default()))
             .layer(StreamGuardLayer::new())
-            .service_fn(upstream),
+            .service_fn(in_process::upstream),
         client_layer: ServiceBuilder::new()
             .layer(ClientLayer::default())
-            .service_fn(upstream),
+            .service_fn(in_process::upstream),
     }
 }
 
@@ -279,7 +243,7 @@ fn print_allocs<A: Stack, B: Stack, C: Stack, D: Stack, E: Stack>(
 /// Blocks of calls alternating between all stacks; median ns/call each.
 fn interleaved() {
     let rt = runtime();
-    let payload = json_body(1024);
+    let payload = in_process::json_body(1024);
     let mut stacks = stacks();
     let block = env_usize("OVERHEAD_BLOCK", 2_000);
     let rounds = env_usize("OVERHEAD_ROUNDS", 30);
@@ -345,7 +309,7 @@ fn single_stack(name: &str) {
         .unwrap_or_else(|| panic!("OVERHEAD_STACK={name}: not one of {STACKS:?}"));
     let calls = env_usize("OVERHEAD_CALLS", 1_000);
     let rt = runtime();
-    let payload = json_body(1024);
+    let payload = in_process::json_body(1024);
     let mut stacks = stacks();
     stacks.time(&rt, which, requests(&payload, 200)); // warm-up
     let mut batch = Some(requests(&payload, calls));
@@ -358,7 +322,7 @@ fn single_stack(name: &str) {
 
 fn overhead(c: &mut Criterion) {
     let rt = runtime();
-    let payload = json_body(1024);
+    let payload = in_process::json_body(1024);
     let mut stacks = stacks();
     print_allocs(&mut stacks, &rt, &payload);
 

@@ -18,6 +18,9 @@
 // `criterion_group!` expands to an undocumented `pub fn`.
 #![allow(missing_docs)]
 
+#[path = "support/in_process.rs"]
+mod in_process;
+
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion};
 use http::{Request, Response};
@@ -25,48 +28,9 @@ use http_body::Body;
 use http_body_util::{BodyExt, Full};
 use llm_retry::stream_guard::StreamGuardLayer;
 use llm_retry::{ClientLayer, RetryLayer, RetryPolicy};
-use std::convert::Infallible;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 use tower::{Service, ServiceBuilder, ServiceExt};
-
-const RESPONSE: &[u8] = br#"{"id":"msg_bench","type":"message","role":"assistant","model":"claude-mock-1","content":[{"type":"text","text":"Hi!"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":12,"output_tokens":2}}"#;
-
-/// The upstream: drains the request body frame by frame (as a client
-/// sending it would), then answers with a fixed JSON body.
-async fn upstream<B>(request: Request<B>) -> Result<Response<Full<Bytes>>, Infallible>
-where
-    B: Body<Data = Bytes> + Unpin,
-    B::Error: std::fmt::Debug,
-{
-    let mut body = request.into_body();
-    let mut sent = 0;
-    while let Some(frame) = body.frame().await {
-        if let Some(data) = frame.expect("request body frame").data_ref() {
-            sent += data.len();
-        }
-    }
-    black_box(sent);
-    let mut response = Response::new(Full::new(Bytes::from_static(RESPONSE)));
-    response.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("application/json"),
-    );
-    Ok(response)
-}
-
-/// A JSON Messages API request of about `size` bytes.
-fn json_body(size: usize) -> Bytes {
-    let head =
-        r#"{"model":"claude-sonnet-4-5","max_tokens":64,"messages":[{"role":"user","content":""#;
-    let tail = r#""}]}"#;
-    let fill = size.saturating_sub(head.len() + tail.len());
-    let mut json = String::with_capacity(size);
-    json.push_str(head);
-    json.extend(std::iter::repeat_n('a', fill));
-    json.push_str(tail);
-    Bytes::from(json)
-}
 
 fn request(body: &Bytes) -> Request<Full<Bytes>> {
     Request::post("http://127.0.0.1:1/v1/messages")
@@ -116,14 +80,14 @@ fn success_path(c: &mut Criterion) {
         .expect("tokio runtime");
 
     for (name, size) in [("1KiB", 1024), ("1MiB", 1024 * 1024)] {
-        let payload = json_body(size);
+        let payload = in_process::json_body(size);
         let mut group = c.benchmark_group(format!("success_path/{name}"));
         group
             .warm_up_time(Duration::from_secs(1))
             .measurement_time(Duration::from_secs(3))
             .sample_size(50);
 
-        let bare = tower::service_fn(upstream::<Full<Bytes>>);
+        let bare = tower::service_fn(in_process::upstream::<Full<Bytes>>);
         group.bench_function("bare", |b| {
             b.to_async(&rt)
                 .iter_custom(|iters| time_calls(bare, &payload, iters));
@@ -131,7 +95,7 @@ fn success_path(c: &mut Criterion) {
 
         let retry = ServiceBuilder::new()
             .layer(RetryLayer::new(RetryPolicy::default()))
-            .service_fn(upstream);
+            .service_fn(in_process::upstream);
         group.bench_function("retry", |b| {
             b.to_async(&rt)
                 .iter_custom(|iters| time_calls(retry.clone(), &payload, iters));
@@ -140,7 +104,7 @@ fn success_path(c: &mut Criterion) {
         let retry_guard = ServiceBuilder::new()
             .layer(RetryLayer::new(RetryPolicy::default()))
             .layer(StreamGuardLayer::new())
-            .service_fn(upstream);
+            .service_fn(in_process::upstream);
         group.bench_function("retry+guard", |b| {
             b.to_async(&rt)
                 .iter_custom(|iters| time_calls(retry_guard.clone(), &payload, iters));
@@ -148,7 +112,7 @@ fn success_path(c: &mut Criterion) {
 
         let client_layer = ServiceBuilder::new()
             .layer(ClientLayer::default())
-            .service_fn(upstream);
+            .service_fn(in_process::upstream);
         group.bench_function("client_layer", |b| {
             b.to_async(&rt)
                 .iter_custom(|iters| time_calls(client_layer.clone(), &payload, iters));

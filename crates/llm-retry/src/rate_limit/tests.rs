@@ -567,13 +567,13 @@ async fn a_send_dropped_while_it_waits_gives_its_place_up() {
     );
 }
 
-#[tokio::test(start_paused = true)]
-async fn an_attempt_timeout_counts_from_the_send_not_from_the_queue() {
-    let sends = Sends::default();
-    let gate = RateLimitLayer::new(Quotas::none())
-        .unwrap()
-        .layer(upstream::<Replayed>(sends.clone()));
-    let svc = judged(once().attempt_timeout(Duration::from_secs(1)), gate);
+/// A 429 holds the key 2 s; the next send waits that out in the gate
+/// under a 1 s attempt timeout and is not cut: the timeout counts from the
+/// send, not from the queue. Returns when the test started.
+async fn a_held_send_outlasts_the_attempt_timeout<S, B>(svc: &S) -> Instant
+where
+    S: Service<Request<Full<Bytes>>, Response = Response<B>, Error = crate::BoxError> + Clone,
+{
     let start = Instant::now();
     let busy = svc
         .clone()
@@ -581,14 +581,28 @@ async fn an_attempt_timeout_counts_from_the_send_not_from_the_queue() {
         .await
         .unwrap();
     assert_eq!(busy.status(), http::StatusCode::TOO_MANY_REQUESTS);
-    // Held 2 s in the gate, longer than the 1 s attempt timeout: not cut.
     let next = svc
         .clone()
         .oneshot(post("http://a.test/next"))
         .await
         .unwrap();
-    assert_eq!(next.status(), http::StatusCode::OK);
+    assert_eq!(
+        next.status(),
+        http::StatusCode::OK,
+        "held 2 s in the gate, not cut at 1 s"
+    );
     assert_eq!(start.elapsed(), Duration::from_secs(2));
+    start
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_attempt_timeout_counts_from_the_send_not_from_the_queue() {
+    let sends = Sends::default();
+    let gate = RateLimitLayer::new(Quotas::none())
+        .unwrap()
+        .layer(upstream::<Replayed>(sends.clone()));
+    let svc = judged(once().attempt_timeout(Duration::from_secs(1)), gate);
+    let start = a_held_send_outlasts_the_attempt_timeout(&svc).await;
     // Once sent, a slow answer is cut at 1 s and counts as a timeout.
     let err = svc
         .clone()
@@ -677,24 +691,7 @@ async fn an_attempt_timeout_counts_from_the_send_when_the_gate_is_reached_late()
         once().attempt_timeout(Duration::from_secs(1)),
         Deferred(gate),
     );
-    let start = Instant::now();
-    let busy = svc
-        .clone()
-        .oneshot(post("http://a.test/busy"))
-        .await
-        .unwrap();
-    assert_eq!(busy.status(), http::StatusCode::TOO_MANY_REQUESTS);
-    let next = svc
-        .clone()
-        .oneshot(post("http://a.test/next"))
-        .await
-        .unwrap();
-    assert_eq!(
-        next.status(),
-        http::StatusCode::OK,
-        "held 2 s in the gate, not cut at 1 s"
-    );
-    assert_eq!(start.elapsed(), Duration::from_secs(2));
+    a_held_send_outlasts_the_attempt_timeout(&svc).await;
 }
 
 #[tokio::test(start_paused = true)]
