@@ -90,6 +90,26 @@ pub struct ServerWait {
     pub source: WaitSource,
 }
 
+/// A provider's request window as its rate-limit headers state it on an
+/// answer: `remaining` more requests are admitted before the window resets
+/// `reset_in` from now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RequestWindow {
+    /// Requests the window still admits.
+    pub remaining: u64,
+    /// Time until the window resets.
+    pub reset_in: Duration,
+}
+
+/// The request window named by `headers` (OpenAI's
+/// `x-ratelimit-{remaining,reset}-requests`, Anthropic's
+/// `anthropic-ratelimit-requests-{remaining,reset}`), the tighter when both
+/// are present. Malformed values name no window.
+pub fn request_window(headers: &HeaderMap, now: SystemTime) -> Option<RequestWindow> {
+    ratelimit::request_window(headers, now)
+}
+
 /// The signal a [`ServerWait`] was read from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]

@@ -10,7 +10,7 @@ use super::go_duration::parse_go_duration;
 use super::headers::{first_valid, known_zero, text};
 use super::retry_after::until;
 use super::rfc3339::parse_rfc3339;
-use super::{ServerWait, WaitSource};
+use super::{RequestWindow, ServerWait, WaitSource};
 use http::HeaderMap;
 use std::time::{Duration, SystemTime};
 
@@ -67,6 +67,35 @@ pub(crate) fn anthropic_reset(headers: &HeaderMap, now: SystemTime) -> Option<Se
         duration,
         source: WaitSource::AnthropicRateLimitReset,
     })
+}
+
+/// The provider's request window, as OpenAI's `x-ratelimit-*-requests`
+/// and Anthropic's `anthropic-ratelimit-requests-*` headers state it on
+/// every answer: the tighter of the two when both are present.
+pub(crate) fn request_window(headers: &HeaderMap, now: SystemTime) -> Option<RequestWindow> {
+    let remaining = |name| first_valid(headers, name, |v| text(v)?.parse::<u64>().ok());
+    let openai = remaining("x-ratelimit-remaining-requests").and_then(|remaining| {
+        let reset = first_valid(headers, "x-ratelimit-reset-requests", |v| {
+            parse_go_duration(text(v)?)
+        })?;
+        Some(RequestWindow {
+            remaining,
+            reset_in: reset,
+        })
+    });
+    let anthropic = remaining("anthropic-ratelimit-requests-remaining").and_then(|remaining| {
+        let at = first_valid(headers, "anthropic-ratelimit-requests-reset", |v| {
+            parse_rfc3339(text(v)?)
+        })?;
+        Some(RequestWindow {
+            remaining,
+            reset_in: until(at, now),
+        })
+    });
+    match (openai, anthropic) {
+        (Some(a), Some(b)) => Some(if b.remaining < a.remaining { b } else { a }),
+        (one, other) => one.or(other),
+    }
 }
 
 /// Longest reset among exhausted limits, else longest among all.
@@ -185,5 +214,57 @@ mod tests {
         assert_eq!(openai, Some(WaitSource::RateLimitReset));
         let anthropic = anthropic_reset(&map, UNIX_EPOCH).map(|w| w.source);
         assert_eq!(anthropic, Some(WaitSource::AnthropicRateLimitReset));
+    }
+}
+
+#[cfg(test)]
+mod window_tests {
+    use super::*;
+    use http::HeaderValue;
+    use std::time::UNIX_EPOCH;
+
+    fn window(pairs: &[(&'static str, &str)]) -> Option<(u64, Duration)> {
+        let mut headers = HeaderMap::new();
+        for (name, value) in pairs {
+            headers.append(*name, HeaderValue::from_str(value).expect("valid"));
+        }
+        // 2026-11-29T21:40:00Z
+        let now = UNIX_EPOCH + Duration::from_secs(1_795_988_400);
+        request_window(&headers, now).map(|w| (w.remaining, w.reset_in))
+    }
+
+    #[test]
+    fn request_windows_from_either_provider_the_tighter_wins() {
+        let oai_left = "x-ratelimit-remaining-requests";
+        let oai_reset = "x-ratelimit-reset-requests";
+        let ant_left = "anthropic-ratelimit-requests-remaining";
+        let ant_reset = "anthropic-ratelimit-requests-reset";
+        let s = Duration::from_secs;
+        let cases: &[(&[(&'static str, &str)], Option<(u64, Duration)>)] = &[
+            (&[(oai_left, "59"), (oai_reset, "1s")], Some((59, s(1)))),
+            (&[(oai_left, "0"), (oai_reset, "6m0s")], Some((0, s(360)))),
+            (
+                &[(ant_left, "12"), (ant_reset, "2026-11-29T21:40:30Z")],
+                Some((12, s(30))),
+            ),
+            (
+                &[
+                    (oai_left, "50"),
+                    (oai_reset, "1s"),
+                    (ant_left, "3"),
+                    (ant_reset, "2026-11-29T21:40:09Z"),
+                ],
+                Some((3, s(9))),
+            ),
+            // A count without a reset, or malformed values, name no window.
+            (&[(oai_left, "5")], None),
+            (&[(oai_left, "-1"), (oai_reset, "1s")], None),
+            (&[(oai_left, "five"), (oai_reset, "1s")], None),
+            (&[(oai_left, "5"), (oai_reset, "soon")], None),
+            (&[], None),
+        ];
+        for (pairs, want) in cases {
+            assert_eq!(window(pairs), *want, "{pairs:?}");
+        }
     }
 }

@@ -7,7 +7,7 @@ use crate::classify::{
     classify_error, classify_response, find_reported, should_retry_header, with_should_retry,
     Classification, FatalKind, ProviderError, RetryableKind,
 };
-use crate::hint::{named_wait, ServerHint, ServerWait, Signals, WaitSource};
+use crate::hint::{named_wait, request_window, ServerHint, ServerWait, Signals, WaitSource};
 use crate::rate_limit::KeyNews;
 use crate::report::StopReason;
 use http::{HeaderMap, StatusCode};
@@ -155,7 +155,13 @@ impl RetryPolicy {
         };
         let key = match &evidence.class {
             _ if !evidence.reached_upstream => KeyNews::None,
-            Classification::Success => KeyNews::Served,
+            // Only a send a gate took needs its window read.
+            Classification::Success => KeyNews::Served {
+                window: evidence
+                    .headers
+                    .filter(|_| state.gated())
+                    .and_then(|headers| request_window(headers, self.now())),
+            },
             Classification::Retryable(RetryableKind::RateLimited) => KeyNews::Throttled {
                 wait: wait.map(|w| w.duration),
             },

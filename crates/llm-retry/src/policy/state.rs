@@ -25,6 +25,8 @@ pub struct RetryState {
     recoveries: Vec<RecoveryAction>,
     /// The last send passed a rate-limit gate that paces its key.
     gate_paced: bool,
+    /// The last send passed a rate-limit gate.
+    gated: bool,
 }
 
 impl Default for RetryState {
@@ -54,6 +56,7 @@ impl RetryState {
             last_server_wait: None,
             recoveries: Vec::new(),
             gate_paced: false,
+            gated: false,
         }
     }
 
@@ -90,8 +93,14 @@ impl RetryState {
         self.gate_paced
     }
 
-    /// Records whether the last send passed a gate that paces its key.
-    pub(crate) fn set_gate_paced(&mut self, paced: bool) {
+    /// Whether the last send passed a rate-limit gate.
+    pub(crate) fn gated(&self) -> bool {
+        self.gated
+    }
+
+    /// Records whether the last send passed a gate, and whether it paces its key.
+    pub(crate) fn set_gate(&mut self, gated: bool, paced: bool) {
+        self.gated = gated;
         self.gate_paced = paced;
     }
 

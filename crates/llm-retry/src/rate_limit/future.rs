@@ -179,7 +179,8 @@ where
                     // key what it meant (a 429's named wait holds the key).
                     let link = this.gate.as_ref().and_then(|ticket| {
                         let link = ticket.link.as_ref()?;
-                        link.sent(&ticket.gate, ticket.key, ticket.booking.slot);
+                        let booking = &ticket.booking;
+                        link.sent(&ticket.gate, ticket.key, booking.slot, booking.order);
                         Some(link)
                     });
                     let timeout = link

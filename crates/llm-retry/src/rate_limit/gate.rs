@@ -54,6 +54,18 @@ struct KeyState {
     refunds: Refunds,
     /// When a send last used the key (the sweep drops the oldest first).
     last_used: Instant,
+    /// Sends booked so far: a booking's order among them.
+    booked: u64,
+    /// The provider's request window, as its last answer stated it.
+    window: Option<Window>,
+}
+
+/// What the provider's headers said is left of its request window.
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    resets_at: Instant,
+    /// Sends the window still admits, less those booked since.
+    allowance: u64,
 }
 
 #[derive(Debug)]
@@ -78,6 +90,8 @@ impl KeyState {
             shift: Duration::ZERO,
             refunds: Refunds::default(),
             last_used: now,
+            booked: 0,
+            window: None,
             learned: adaptive.map(|bounds| {
                 let rate = bounds.start();
                 LearnedKey {
@@ -157,6 +171,10 @@ pub(super) struct Booking {
     ticket: Option<u64>,
     /// Its number among the key's quota bookings.
     seq: u64,
+    /// Its order among all the key's bookings.
+    pub(super) order: u64,
+    /// No earlier than the reset of a provider window it found exhausted.
+    window_floor: Option<Instant>,
     /// Whether the send may go already: its ticket was released (or it
     /// has none) when it was queued.
     released: bool,
@@ -237,10 +255,14 @@ impl Gate {
         if let Some(refused) = state.held_too_long(now, bounds.max_server_wait) {
             return Err(refused);
         }
+        // The provider said how many more its window admits: past that, a
+        // send waits for the window's reset.
+        let window = state.window.filter(|w| w.resets_at > now);
+        let window_floor = window.filter(|w| w.allowance == 0).map(|w| w.resets_at);
         // Quotas are booked from the end of a hold: sends queued during one
         // leave paced, not together.
         let quota_slot = state.floor(now).max(state.quota_slot(self, cost, now));
-        let mut slot = quota_slot;
+        let mut slot = quota_slot.max(window_floor.unwrap_or(now));
         let ticket = state.learned.as_mut().map(|l| {
             let interval = l.rate.interval();
             let ticket = l.schedule.take(now, interval);
@@ -257,6 +279,11 @@ impl Gate {
         state.book_quotas(self, cost, quota_slot);
         let released = slot <= now;
         let seq = state.refunds.book(before, released);
+        let order = state.booked;
+        state.booked = state.booked.saturating_add(1);
+        if let (Some(w), None) = (&mut state.window, window_floor) {
+            w.allowance = w.allowance.saturating_sub(1);
+        }
         if let Some(l) = &mut state.learned {
             l.rate.on_send(now);
             if let (Some(ticket), true) = (ticket, released) {
@@ -269,6 +296,8 @@ impl Gate {
             shift: state.shift,
             ticket,
             seq,
+            order,
+            window_floor,
             released,
             key_id: state.id,
             cost,
@@ -298,6 +327,9 @@ impl Gate {
             .checked_add(pushed)
             .unwrap_or(booking.quota_slot);
         let mut slot = state.floor(now).max(quota_slot);
+        if let Some(floor) = booking.window_floor {
+            slot = slot.max(floor);
+        }
         if let (Some(l), Some(ticket)) = (&state.learned, booking.ticket) {
             slot = slot.max(l.schedule.time_of(ticket, l.rate.interval()));
         }
@@ -407,6 +439,34 @@ impl Gate {
     ) {
         self.learn(key, now, |rate, bounds| {
             rate.on_throttle(bounds, sent, now, named_wait);
+        });
+    }
+
+    /// An answer to the send booked `order`-th stated the provider's request
+    /// window: at most `remaining` more sends before it resets, less those
+    /// booked after that send (the provider had not counted them yet).
+    pub(super) fn observed_window(
+        &self,
+        key: u64,
+        order: u64,
+        now: Instant,
+        window: crate::hint::RequestWindow,
+    ) {
+        let mut keys = self.lock();
+        let Some(state) = keys.get_mut(&key) else {
+            return;
+        };
+        let Some(resets_at) = now
+            .checked_add(window.reset_in)
+            .filter(|_| !window.reset_in.is_zero())
+        else {
+            state.window = None;
+            return;
+        };
+        let since = state.booked.saturating_sub(order).saturating_sub(1);
+        state.window = Some(Window {
+            resets_at,
+            allowance: window.remaining.saturating_sub(since),
         });
     }
 

@@ -6,6 +6,7 @@
 //! gate the policy's [`KeyNews`]: the gate never reads a response itself.
 
 use super::gate::Gate;
+use crate::hint::RequestWindow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -17,8 +18,12 @@ use tokio::time::Instant;
 pub enum KeyNews {
     /// Nothing: the outcome says nothing about the key's rate.
     None,
-    /// The key served the send.
-    Served,
+    /// The key served the send, and its answer stated the provider's
+    /// request window: the gate sends no more than that before it resets.
+    Served {
+        /// The window the answer's rate-limit headers stated, if any.
+        window: Option<RequestWindow>,
+    },
     /// The key refused the send for its rate.
     Throttled {
         /// The wait the provider named for the key, if any; the gate holds
@@ -45,6 +50,8 @@ pub(crate) struct Sent {
     gate: Gate,
     key: u64,
     at: Instant,
+    /// The send's place among the key's bookings.
+    order: u64,
 }
 
 impl GateLink {
@@ -91,11 +98,12 @@ impl GateLink {
     }
 
     /// The gate let a send of `key` through at `at`.
-    pub(super) fn sent(&self, gate: &Gate, key: u64, at: Instant) {
+    pub(super) fn sent(&self, gate: &Gate, key: u64, at: Instant, order: u64) {
         let sent = Sent {
             gate: gate.clone(),
             key,
             at,
+            order,
         };
         *self.lock() = Some(sent);
     }
@@ -122,10 +130,20 @@ impl Sent {
     /// Hands the key what the policy made of the send's outcome; a named
     /// wait holds the key, up to `max_server_wait`.
     pub(crate) fn report(self, news: KeyNews, now: Instant, max_server_wait: Duration) {
-        let Sent { gate, key, at } = self;
+        let Sent {
+            gate,
+            key,
+            at,
+            order,
+        } = self;
         match news {
             KeyNews::None => {}
-            KeyNews::Served => gate.succeeded(key, now),
+            KeyNews::Served { window } => {
+                gate.succeeded(key, now);
+                if let Some(window) = window {
+                    gate.observed_window(key, order, now, window);
+                }
+            }
             KeyNews::Throttled { wait } => {
                 gate.throttled(key, at, now, wait);
                 if let Some(wait) = wait {

@@ -880,3 +880,77 @@ async fn the_request_whose_429_held_the_key_keeps_its_place() {
     assert_eq!(after_hold.first(), Some(&"/first"), "{sent:?}");
     assert_eq!(after_hold.len(), 21);
 }
+
+/// An upstream admitting 3 requests per 5 s window, saying so on every
+/// answer as OpenAI does (`x-ratelimit-remaining-requests`,
+/// `x-ratelimit-reset-requests`), and answering 429 past it.
+fn windowed_upstream(
+    sends: Sends,
+) -> impl Service<Request<Replayed>, Response = Response<Full<Bytes>>, Error = crate::BoxError> + Clone
+{
+    let start = Instant::now();
+    let window = Duration::from_secs(5);
+    let counts = Arc::new(Mutex::new((0u64, 0u64)));
+    tower::service_fn(move |req: Request<Replayed>| {
+        let (sends, counts) = (Arc::clone(&sends), Arc::clone(&counts));
+        async move {
+            let now = Instant::now();
+            let index = ((now - start).as_nanos() / window.as_nanos()) as u64;
+            let used = {
+                let mut counts = counts.lock().unwrap();
+                if counts.0 != index {
+                    *counts = (index, 0);
+                }
+                counts.1 += 1;
+                counts.1
+            };
+            let admitted = used <= 3;
+            sends.lock().unwrap().push((
+                now,
+                format!(
+                    "{} {}",
+                    req.uri().path(),
+                    if admitted { "ok" } else { "429" }
+                ),
+            ));
+            let resets_in = window
+                - Duration::from_nanos(((now - start).as_nanos() % window.as_nanos()) as u64);
+            let mut res = Response::new(Full::new(Bytes::new()));
+            let headers = res.headers_mut();
+            headers.insert(
+                "x-ratelimit-remaining-requests",
+                http::HeaderValue::from_str(&3u64.saturating_sub(used).to_string()).unwrap(),
+            );
+            headers.insert(
+                "x-ratelimit-reset-requests",
+                http::HeaderValue::from_str(&format!("{}ms", resets_in.as_millis())).unwrap(),
+            );
+            if !admitted {
+                *res.status_mut() = http::StatusCode::TOO_MANY_REQUESTS;
+            }
+            Ok::<_, crate::BoxError>(res)
+        }
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_window_the_provider_states_paces_the_key_before_its_first_429() {
+    let sends = Sends::default();
+    let gate = RateLimitLayer::new(Quotas::none())
+        .unwrap()
+        .layer(windowed_upstream(sends.clone()));
+    let svc = judged(once(), gate);
+    let start = Instant::now();
+    for i in 0..6 {
+        let res = svc
+            .clone()
+            .oneshot(post(&format!("http://a.test/{i}")))
+            .await
+            .unwrap();
+        assert_eq!(res.status(), http::StatusCode::OK, "request {i}");
+    }
+    let sent = sends.lock().unwrap().clone();
+    assert!(sent.iter().all(|(_, s)| s.ends_with("ok")), "{sent:?}");
+    // Three in the first window, the fourth at its reset.
+    assert_eq!(sent[3].0 - start, Duration::from_secs(5), "{sent:?}");
+}

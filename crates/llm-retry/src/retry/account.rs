@@ -115,7 +115,7 @@ impl Account {
         let sent = self.link.take_sent();
         let gated = sent.is_some();
         self.state
-            .set_gate_paced(sent.as_ref().is_some_and(|sent| sent.paced()));
+            .set_gate(gated, sent.as_ref().is_some_and(|sent| sent.paced()));
         let judgement = self
             .policy
             .judge(&self.state, outcome, self.state.elapsed());
