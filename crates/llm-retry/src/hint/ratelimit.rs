@@ -220,6 +220,9 @@ mod tests {
 #[cfg(test)]
 mod window_tests {
     use super::*;
+
+    /// Header name/value pairs of one case.
+    type Headers<'a> = &'a [(&'static str, &'a str)];
     use http::HeaderValue;
     use std::time::UNIX_EPOCH;
 
@@ -240,7 +243,7 @@ mod window_tests {
         let ant_left = "anthropic-ratelimit-requests-remaining";
         let ant_reset = "anthropic-ratelimit-requests-reset";
         let s = Duration::from_secs;
-        let cases: &[(&[(&'static str, &str)], Option<(u64, Duration)>)] = &[
+        let cases: &[(Headers<'_>, Option<(u64, Duration)>)] = &[
             (&[(oai_left, "59"), (oai_reset, "1s")], Some((59, s(1)))),
             (&[(oai_left, "0"), (oai_reset, "6m0s")], Some((0, s(360)))),
             (
