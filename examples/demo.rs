@@ -14,6 +14,9 @@
 //! real providers send: 529 overloads, 5xx, resets before headers and
 //! `x-should-retry: false`. Each column gets a fresh upstream.
 
+#[path = "support/progress.rs"]
+mod progress;
+
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
@@ -21,7 +24,6 @@ use hyper_util::rt::TokioExecutor;
 use llm_retry::backoff::Jitter;
 use llm_retry::{BoxError, ClientLayer, RetryLayer, RetryPolicy, RetryReport};
 use llm_retry_mock::{MockServer, Reply, Route, Script};
-use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -146,17 +148,18 @@ where
         let finished = Arc::clone(&finished);
         let label = label.to_owned();
         tokio::spawn(async move {
+            let mut shown = progress::Progress::new();
             loop {
                 let n = finished.load(Ordering::Relaxed);
-                eprint!(
-                    "\r  {label:<16} {n:>4}/{REQUESTS} done, {:>5.1} s",
+                let line = format!(
+                    "  {label:<16} {n:>4}/{REQUESTS} done, {:>5.1} s",
                     started.elapsed().as_secs_f64()
                 );
-                let _ = std::io::stderr().flush();
                 if n == REQUESTS {
-                    eprintln!();
+                    shown.finish(&line);
                     break;
                 }
+                shown.update(&line);
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         })

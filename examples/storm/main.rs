@@ -50,6 +50,8 @@ mod findings_outage;
 mod markdown;
 mod models;
 mod policies;
+#[path = "../support/progress.rs"]
+mod progress;
 mod run;
 mod scenario;
 mod stacks;

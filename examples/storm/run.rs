@@ -12,7 +12,6 @@ use llm_retry::BoxError;
 use llm_retry_mock::MockServer;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
-use std::io::Write as _;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -102,13 +101,13 @@ pub(crate) async fn run(
             .total(config)
             .map_or_else(|| "?".to_owned(), |n| n.to_string());
         tokio::spawn(async move {
+            let mut shown = crate::progress::Progress::new();
             loop {
-                eprint!(
-                    "\r  {label:<46} {:>6}/{total} requests ended, {:>6.1} s",
+                shown.update(&format!(
+                    "  {label:<46} {:>6}/{total} requests ended, {:>6.1} s",
                     finished.load(Ordering::Relaxed),
                     t0.elapsed().as_secs_f64()
-                );
-                let _ = std::io::stderr().flush();
+                ));
                 tokio::time::sleep(Duration::from_millis(250)).await;
             }
         })
@@ -121,12 +120,11 @@ pub(crate) async fn run(
     let duration = t0.elapsed();
     progress.abort();
     let _ = progress.await;
-    eprintln!(
-        "\r  {label:<46} {:>6} requests ended in {:.1} s{}",
+    crate::progress::Progress::new().finish(&format!(
+        "  {label:<46} {:>6} requests ended in {:.1} s",
         all.len(),
         duration.as_secs_f64(),
-        " ".repeat(12)
-    );
+    ));
 
     let records = mock.requests();
     mock.shutdown().await;
