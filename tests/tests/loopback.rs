@@ -224,3 +224,31 @@ async fn x_should_retry_false_holds_even_when_the_body_breaks() {
     assert!(send(fast_policy().build().unwrap(), &mock).await.is_err());
     assert_eq!(mock.request_count(), 1);
 }
+
+#[tokio::test]
+async fn each_attempt_can_name_its_retry_count_in_a_header() {
+    let upstream = mock(Route::sequence([
+        Reply::status(503),
+        Reply::overloaded(),
+        Reply::anthropic_ok("ok"),
+    ]))
+    .await;
+    let policy = fast_policy()
+        .attempt_header(http::HeaderName::from_static("x-stainless-retry-count"))
+        .build()
+        .unwrap();
+    let res = send(policy, &upstream).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let counts: Vec<String> = upstream
+        .requests()
+        .iter()
+        .map(|r| r.header_str("x-stainless-retry-count").unwrap().to_owned())
+        .collect();
+    assert_eq!(counts, ["0", "1", "2"]);
+    // Off by default: no header at all.
+    let plain = mock(Route::always(Reply::anthropic_ok("ok"))).await;
+    send(fast_policy().build().unwrap(), &plain).await.unwrap();
+    assert!(plain.requests()[0]
+        .header_str("x-stainless-retry-count")
+        .is_none());
+}

@@ -31,6 +31,7 @@ pub struct RetryPolicyBuilder {
     recovery: RecoveryConfig,
     budget: Option<RetryBudget>,
     known_errors: Vec<Recognise>,
+    attempt_header: Option<http::HeaderName>,
 }
 
 impl Default for RetryPolicyBuilder {
@@ -48,6 +49,7 @@ impl Default for RetryPolicyBuilder {
             recovery: RecoveryConfig::default(),
             budget: Some(RetryBudget::default()),
             known_errors: super::known::LAYER_ERRORS.to_vec(),
+            attempt_header: None,
         }
     }
 }
@@ -178,6 +180,24 @@ impl RetryPolicyBuilder {
         self
     }
 
+    /// Names each attempt's retry count in the header `name`: `0` on the
+    /// first send, `1` on the first resend, and so on (off by default). The
+    /// official SDKs send `x-stainless-retry-count` this way; a gateway can
+    /// read it to leave a request that is already being retried alone.
+    ///
+    /// ```
+    /// use http::HeaderName;
+    /// let policy = llm_retry::RetryPolicy::builder()
+    ///     .attempt_header(HeaderName::from_static("x-stainless-retry-count"))
+    ///     .build()?;
+    /// # let _ = policy;
+    /// # Ok::<(), llm_retry::ConfigError>(())
+    /// ```
+    pub fn attempt_header(mut self, name: http::HeaderName) -> Self {
+        self.attempt_header = Some(name);
+        self
+    }
+
     /// Leaves 429, 529 and 5xx (as statuses or as a stream's first event)
     /// to a gateway that manages backpressure: they are retried only when
     /// the answer says `x-should-retry: true` (default off). 408, 409 and
@@ -273,6 +293,7 @@ impl RetryPolicyBuilder {
                 recovery: self.recovery,
                 budget: self.budget,
                 known_errors: self.known_errors,
+                attempt_header: self.attempt_header,
             }),
         })
     }

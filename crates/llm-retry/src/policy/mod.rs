@@ -64,6 +64,8 @@ struct Config {
     budget: Option<crate::budget::RetryBudget>,
     /// Error types read by their own classification.
     known_errors: Vec<crate::classify::Recognise>,
+    /// The header naming each attempt's number of retries before it.
+    attempt_header: Option<http::HeaderName>,
 }
 
 /// What the policy may change about a request instead of repeating it.
@@ -133,6 +135,11 @@ impl RetryPolicy {
     /// The credential hook, if one is configured.
     pub fn credentials(&self) -> Option<&Arc<dyn RefreshCredentials>> {
         self.config.recovery.credentials.as_ref()
+    }
+
+    /// The header naming each attempt's retry count, if one is configured.
+    pub fn attempt_header(&self) -> Option<&http::HeaderName> {
+        self.config.attempt_header.as_ref()
     }
 
     /// The shared retry budget, if one is configured.

@@ -313,6 +313,15 @@ impl Account {
         report
     }
 
+    /// Names the attempt about to go in the configured attempt header: the
+    /// retries before it.
+    pub(crate) fn stamp_attempt(&self, headers: &mut HeaderMap) {
+        if let Some(name) = self.policy.attempt_header() {
+            let retries = self.state.attempts().saturating_sub(1);
+            headers.insert(name.clone(), http::HeaderValue::from(retries));
+        }
+    }
+
     /// Counts a resend about to go.
     pub(crate) fn record_resend(&mut self) {
         self.state.record_send();

@@ -67,6 +67,7 @@ impl<B> AttemptCtx<B> {
         policy: RetryPolicy,
     ) -> (AttemptCtx<B>, Request<ReplayBody<B>>) {
         let account = Account::open(policy, &parts.method, &parts.uri);
+        account.stamp_attempt(&mut parts.headers);
         let template = Template {
             parts: parts.clone(),
             body: body.replica(),
@@ -149,6 +150,7 @@ impl<B> AttemptCtx<B> {
         let mut parts = self.template.parts.clone();
         parts.extensions.insert(self.template.link.clone());
         self.account.record_resend();
+        self.account.stamp_attempt(&mut parts.headers);
         Some(Request::from_parts(parts, body))
     }
 

@@ -17,8 +17,10 @@
 //! - bound the attempt in flight by the deadline (put a timeout layer
 //!   under it); `attempt_timeout` applies only through a gate below;
 //! - tag the first attempt: tower sends the caller's request itself, so a
-//!   rate-limit gate below hears from the second attempt on, and a body
-//!   that cannot be cloned is sent once without a report;
+//!   rate-limit gate below hears from the second attempt on, the
+//!   [attempt header](crate::RetryPolicyBuilder::attempt_header) starts at
+//!   the first resend, and a body that cannot be cloned is sent once
+//!   without a report;
 //! - report a failure of the service to become ready for a resend: tower
 //!   returns that error as it is, without a report or `on_give_up`, and
 //!   the resend it was readying is already counted.
@@ -104,6 +106,7 @@ impl<B, ResBody> tower::retry::Policy<Request<ReplayBody<B>>, Response<ResBody>,
         let sleep = match step {
             Step::Wait(delay, permit) => {
                 account.record_resend();
+                account.stamp_attempt(req.headers_mut());
                 Some(PolicySleep {
                     sleep: Box::pin(tokio::time::sleep(delay)),
                     _permit: permit,
