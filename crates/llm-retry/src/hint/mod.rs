@@ -110,6 +110,14 @@ pub fn request_window(headers: &HeaderMap, now: SystemTime) -> Option<RequestWin
     ratelimit::request_window(headers, now)
 }
 
+/// Whether `headers` say a token quota is exhausted while the request
+/// quota is not (OpenAI's `x-ratelimit-remaining-tokens`, Anthropic's
+/// `anthropic-ratelimit-*tokens-remaining` at zero, the request counts not):
+/// a 429 about what requests carry, not how often they come.
+pub fn token_quota_only(headers: &HeaderMap) -> bool {
+    ratelimit::token_quota_only(headers)
+}
+
 /// The signal a [`ServerWait`] was read from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]

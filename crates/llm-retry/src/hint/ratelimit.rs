@@ -98,6 +98,24 @@ pub(crate) fn request_window(headers: &HeaderMap, now: SystemTime) -> Option<Req
     }
 }
 
+/// Whether the headers say a token quota is exhausted while the request
+/// quota is not: the 429 is about what the requests carry, not how often
+/// they come.
+pub(crate) fn token_quota_only(headers: &HeaderMap) -> bool {
+    let tokens = [
+        "x-ratelimit-remaining-tokens",
+        "anthropic-ratelimit-tokens-remaining",
+        "anthropic-ratelimit-input-tokens-remaining",
+        "anthropic-ratelimit-output-tokens-remaining",
+    ];
+    let requests = [
+        "x-ratelimit-remaining-requests",
+        "anthropic-ratelimit-requests-remaining",
+    ];
+    tokens.iter().any(|name| known_zero(headers, name))
+        && !requests.iter().any(|name| known_zero(headers, name))
+}
+
 /// Longest reset among exhausted limits, else longest among all.
 fn pick(limits: impl Iterator<Item = (Option<Duration>, bool)>) -> Option<Duration> {
     let (mut exhausted, mut any) = (None, None);
@@ -268,6 +286,47 @@ mod window_tests {
         ];
         for (pairs, want) in cases {
             assert_eq!(window(pairs), *want, "{pairs:?}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod token_quota_tests {
+    use super::*;
+    use http::HeaderValue;
+
+    #[test]
+    fn only_an_exhausted_token_quota_beside_a_live_request_quota_counts() {
+        let cases: &[(&[(&'static str, &'static str)], bool)] = &[
+            (&[("x-ratelimit-remaining-tokens", "0")], true),
+            (
+                &[
+                    ("x-ratelimit-remaining-tokens", "0"),
+                    ("x-ratelimit-remaining-requests", "10"),
+                ],
+                true,
+            ),
+            (
+                &[
+                    ("x-ratelimit-remaining-tokens", "0"),
+                    ("x-ratelimit-remaining-requests", "0"),
+                ],
+                false,
+            ),
+            (
+                &[("anthropic-ratelimit-output-tokens-remaining", "0")],
+                true,
+            ),
+            (&[("x-ratelimit-remaining-tokens", "12")], false),
+            (&[("x-ratelimit-remaining-requests", "0")], false),
+            (&[], false),
+        ];
+        for (pairs, want) in cases {
+            let mut headers = HeaderMap::new();
+            for (name, value) in *pairs {
+                headers.insert(*name, HeaderValue::from_static(value));
+            }
+            assert_eq!(token_quota_only(&headers), *want, "{pairs:?}");
         }
     }
 }

@@ -7,7 +7,9 @@ use crate::classify::{
     classify_error, classify_response, find_reported, should_retry_header, with_should_retry,
     Classification, FatalKind, ProviderError, RetryableKind,
 };
-use crate::hint::{named_wait, request_window, ServerHint, ServerWait, Signals, WaitSource};
+use crate::hint::{
+    named_wait, request_window, token_quota_only, ServerHint, ServerWait, Signals, WaitSource,
+};
 use crate::rate_limit::KeyNews;
 use crate::report::StopReason;
 use http::{HeaderMap, StatusCode};
@@ -164,6 +166,7 @@ impl RetryPolicy {
             },
             Classification::Retryable(RetryableKind::RateLimited) => KeyNews::Throttled {
                 wait: wait.map(|w| w.duration),
+                rate: !evidence.headers.is_some_and(token_quota_only),
             },
             // A 429 the server forbids retrying still tells the key's rate
             // and its named wait to every other request.
@@ -174,6 +177,7 @@ impl RetryPolicy {
                     wait: self
                         .named_wait(RetryableKind::RateLimited, &evidence)
                         .map(|w| w.duration),
+                    rate: !evidence.headers.is_some_and(token_quota_only),
                 }
             }
             _ => KeyNews::None,

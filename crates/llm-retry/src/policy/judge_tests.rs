@@ -366,7 +366,8 @@ fn a_429_that_may_not_be_retried_still_tells_the_key_its_wait() {
     assert_eq!(
         j.key,
         crate::rate_limit::KeyNews::Throttled {
-            wait: Some(Duration::from_secs(30))
+            wait: Some(Duration::from_secs(30)),
+            rate: true,
         }
     );
 }

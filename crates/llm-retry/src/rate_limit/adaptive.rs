@@ -19,9 +19,10 @@
 //! (calls still running, whole-second waits). From there it adapts as
 //! above, probing by a hundredth of the rate that last drew a 429.
 //!
-//! Every 429 is taken as news about the key's rate: 429s that come whatever
-//! the rate (a quota on something other than requests) drive the learned
-//! rate down to its floor. Such upstreams want a gate without a learned rate.
+//! A 429 is taken as news about the key's rate unless its headers say only
+//! a token quota is exhausted (the policy's `KeyNews::Throttled { rate }`).
+//! 429s that come whatever the rate and say nothing drive the learned rate
+//! down to its floor; such upstreams want a gate without a learned rate.
 
 use std::time::Duration;
 use tokio::time::Instant;

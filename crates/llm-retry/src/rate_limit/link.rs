@@ -24,11 +24,15 @@ pub enum KeyNews {
         /// The window the answer's rate-limit headers stated, if any.
         window: Option<RequestWindow>,
     },
-    /// The key refused the send for its rate.
+    /// The key refused the send.
     Throttled {
         /// The wait the provider named for the key, if any; the gate holds
         /// the key for it, up to the request's longest honoured wait.
         wait: Option<Duration>,
+        /// Whether the refusal is news about the request rate. A 429 whose
+        /// headers say only a token quota is exhausted is not: the gate
+        /// holds the key but keeps its learned rate.
+        rate: bool,
     },
 }
 
@@ -144,8 +148,10 @@ impl Sent {
                     gate.observed_window(key, order, now, window);
                 }
             }
-            KeyNews::Throttled { wait } => {
-                gate.throttled(key, at, now, wait);
+            KeyNews::Throttled { wait, rate } => {
+                if rate {
+                    gate.throttled(key, at, now, wait);
+                }
                 if let Some(wait) = wait {
                     gate.hold(key, now, wait, max_server_wait);
                 }

@@ -954,3 +954,60 @@ async fn a_window_the_provider_states_paces_the_key_before_its_first_429() {
     // Three in the first window, the fourth at its reset.
     assert_eq!(sent[3].0 - start, Duration::from_secs(5), "{sent:?}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_token_quota_429_does_not_cut_the_learned_request_rate() {
+    // Large requests exhaust a tokens-per-minute quota and get 429s whose
+    // headers say so; small ones are fine. The 429s say nothing about the
+    // request rate: small requests keep flowing unpaced.
+    let sends = Sends::default();
+    let upstream = {
+        let sends = sends.clone();
+        tower::service_fn(move |req: Request<Replayed>| {
+            let sends = Arc::clone(&sends);
+            async move {
+                sends
+                    .lock()
+                    .unwrap()
+                    .push((Instant::now(), req.uri().path().to_owned()));
+                let mut res = Response::new(Full::new(Bytes::new()));
+                if req.uri().path().starts_with("/big") {
+                    *res.status_mut() = http::StatusCode::TOO_MANY_REQUESTS;
+                    let headers = res.headers_mut();
+                    for (name, value) in [
+                        ("x-ratelimit-remaining-tokens", "0"),
+                        ("x-ratelimit-remaining-requests", "450"),
+                        ("x-ratelimit-reset-tokens", "20ms"),
+                    ] {
+                        headers.insert(name, http::HeaderValue::from_static(value));
+                    }
+                }
+                Ok::<_, crate::BoxError>(res)
+            }
+        })
+    };
+    let gate = RateLimitLayer::learned().layer(upstream);
+    let svc = judged(once(), gate);
+    for i in 0..10 {
+        svc.clone()
+            .oneshot(post(&format!("http://a.test/big{i}")))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let start = Instant::now();
+    let small: Vec<_> = (0..20)
+        .map(|i| {
+            svc.clone()
+                .oneshot(post(&format!("http://a.test/small{i}")))
+        })
+        .collect();
+    for res in futures_util::future::join_all(small).await {
+        assert_eq!(res.unwrap().status(), http::StatusCode::OK);
+    }
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "20 small requests took {:?}: the token 429s cut the request rate",
+        start.elapsed()
+    );
+}
