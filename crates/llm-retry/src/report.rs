@@ -201,7 +201,8 @@ impl fmt::Display for Secs {
 pub struct RetryReport {
     /// Sends made, the first included.
     pub attempts: u32,
-    /// Time spent sleeping between attempts.
+    /// Time spent waiting between attempts: asleep, or (for a rate limit's
+    /// named wait under a pacing gate) queued in the gate for the key's hold.
     pub total_wait: Duration,
     /// Time from the first send to the final answer.
     pub elapsed: Duration,

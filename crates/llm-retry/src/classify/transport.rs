@@ -39,9 +39,12 @@ const PHRASES: &[(&str, RetryableKind)] = &[
 /// [`RateLimited`]: RetryableKind::RateLimited
 /// [`Transport`]: RetryableKind::Transport
 ///
-/// Errors of the library's own layers (the stream guard's, the gate's) say
-/// what they are through [`Reported`](super::Reported); this function does not
-/// know them. [`RetryPolicy::judge`](crate::RetryPolicy::judge) reads both.
+/// Errors of the library's own layers (the stream guard's, the gate's) and
+/// the timers' `Elapsed` errors (tokio's, tower's timeout layer's) say what
+/// they are through [`Reported`](super::Reported); this function does not
+/// know them, and reads an `Elapsed` by its text alone as
+/// [`Transport`](RetryableKind::Transport).
+/// [`RetryPolicy::judge`](crate::RetryPolicy::judge) reads them all.
 pub fn classify_error(error: &(dyn Error + 'static)) -> Classification {
     let kind = chain(error)
         .find_map(by_type)

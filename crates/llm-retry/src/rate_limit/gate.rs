@@ -148,6 +148,7 @@ impl Sweepable for KeyState {
         self.requests.idle(now)
             && self.tokens.idle(now)
             && self.held_until.is_none_or(|t| t <= now)
+            && self.window.is_none_or(|w| w.resets_at <= now)
             && self
                 .learned
                 .as_ref()
@@ -175,6 +176,8 @@ pub(super) struct Booking {
     pub(super) order: u64,
     /// No earlier than the reset of a provider window it found exhausted.
     window_floor: Option<Instant>,
+    /// The reset of the window whose allowance it took, to give it back.
+    window_taken: Option<Instant>,
     /// Whether the send may go already: its ticket was released (or it
     /// has none) when it was queued.
     released: bool,
@@ -259,10 +262,11 @@ impl Gate {
         // send waits for the window's reset.
         let window = state.window.filter(|w| w.resets_at > now);
         let window_floor = window.filter(|w| w.allowance == 0).map(|w| w.resets_at);
-        // Quotas are booked from the end of a hold: sends queued during one
-        // leave paced, not together.
-        let quota_slot = state.floor(now).max(state.quota_slot(self, cost, now));
-        let mut slot = quota_slot.max(window_floor.unwrap_or(now));
+        // Quotas are booked from the end of a hold or an exhausted window:
+        // sends queued during one leave paced, not together.
+        let base = state.floor(now).max(window_floor.unwrap_or(now));
+        let quota_slot = base.max(state.quota_slot(self, cost, base));
+        let mut slot = quota_slot;
         let ticket = state.learned.as_mut().map(|l| {
             let interval = l.rate.interval();
             let ticket = l.schedule.take(now, interval);
@@ -281,9 +285,13 @@ impl Gate {
         let seq = state.refunds.book(before, released);
         let order = state.booked;
         state.booked = state.booked.saturating_add(1);
-        if let (Some(w), None) = (&mut state.window, window_floor) {
-            w.allowance = w.allowance.saturating_sub(1);
-        }
+        let window_taken = match (&mut state.window, window, window_floor) {
+            (Some(w), Some(_), None) => {
+                w.allowance -= 1;
+                Some(w.resets_at)
+            }
+            _ => None,
+        };
         if let Some(l) = &mut state.learned {
             l.rate.on_send(now);
             if let (Some(ticket), true) = (ticket, released) {
@@ -298,6 +306,7 @@ impl Gate {
             seq,
             order,
             window_floor,
+            window_taken,
             released,
             key_id: state.id,
             cost,
@@ -371,6 +380,12 @@ impl Gate {
         if let Some([requests, tokens]) = state.refunds.give_up(booking.seq) {
             state.requests = requests;
             state.tokens = tokens;
+        }
+        // The window's allowance it took goes back, if the window still stands.
+        if let (Some(w), Some(taken)) = (&mut state.window, booking.window_taken) {
+            if w.resets_at == taken {
+                w.allowance = w.allowance.saturating_add(1);
+            }
         }
         if let (Some(l), Some(ticket)) = (&mut state.learned, booking.ticket) {
             l.schedule.abandon(ticket);

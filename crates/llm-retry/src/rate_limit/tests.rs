@@ -1011,3 +1011,48 @@ async fn a_token_quota_429_does_not_cut_the_learned_request_rate() {
         start.elapsed()
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn sends_past_an_exhausted_window_leave_paced_by_the_quota_and_give_their_share_back() {
+    let gate = RateLimitLayer::new(Quotas::none().requests_per_minute_with_burst(60, 1))
+        .unwrap()
+        .gate;
+    let now = Instant::now();
+    let window = |remaining| crate::hint::RequestWindow {
+        remaining,
+        reset_in: Duration::from_secs(10),
+    };
+    // The key's first send, then an answer: nothing more until the reset.
+    let first = gate.reserve(1, 0, now, gate::Bounds::default()).unwrap();
+    gate.observed_window(1, first.order, now, window(0));
+    let slots: Vec<u64> = (0..3)
+        .map(|_| {
+            let booking = gate.reserve(1, 0, now, gate::Bounds::default()).unwrap();
+            (booking.slot - now).as_secs()
+        })
+        .collect();
+    assert_eq!(
+        slots,
+        [10, 11, 12],
+        "one a second from the reset, not all at once"
+    );
+
+    // A share of a window taken by a queued send that never went goes back.
+    let first = gate.reserve(2, 0, now, gate::Bounds::default()).unwrap();
+    gate.observed_window(2, first.order, now, window(1));
+    let taken = gate.reserve(2, 0, now, gate::Bounds::default()).unwrap();
+    assert_eq!(
+        taken.slot - now,
+        Duration::from_secs(1),
+        "queued for the quota"
+    );
+    gate.abandon(2, &taken);
+    let next = gate.reserve(2, 0, now, gate::Bounds::default()).unwrap();
+    assert_eq!(
+        next.slot - now,
+        Duration::from_secs(1),
+        "the given-up share (and quota slot) is there for the next send"
+    );
+    let after = gate.reserve(2, 0, now, gate::Bounds::default()).unwrap();
+    assert_eq!(after.slot - now, Duration::from_secs(10));
+}

@@ -114,8 +114,8 @@ impl Account {
         };
         let sent = self.link.take_sent();
         let gated = sent.is_some();
-        self.state
-            .set_gate(gated, sent.as_ref().is_some_and(|sent| sent.paced()));
+        let paced = sent.as_ref().is_some_and(|sent| sent.paced());
+        self.state.set_gate(gated, paced);
         let judgement = self
             .policy
             .judge(&self.state, outcome, self.state.elapsed());
@@ -139,12 +139,14 @@ impl Account {
                 scope,
             } => (delay, server_wait, charged, scope),
         };
-        // The key's wait, with a gate below that now holds the key for it:
-        // the resend waits in the gate's queue, where it keeps its place
-        // ahead of the sends that arrive during the hold, instead of
-        // sleeping here and joining the queue behind them.
+        // The key's wait, with a pacing gate below that now holds the key
+        // for it: the resend waits in the gate's queue, where it keeps its
+        // place ahead of the sends that arrive during the hold and leaves
+        // paced, instead of sleeping here and joining the queue behind them.
+        // A gate that only holds does not pace the release: the request
+        // sleeps its own spread wait, as without a gate.
         let sleep = match scope {
-            WaitScope::Key if gated => Duration::ZERO,
+            WaitScope::Key if paced => Duration::ZERO,
             _ => delay,
         };
         // Prepare first: a resend that cannot happen spends no budget.
