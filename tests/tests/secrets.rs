@@ -157,3 +157,32 @@ async fn neither_the_old_nor_the_refreshed_credential_is_logged() {
         .collect();
     assert_eq!(keys, [API_KEY, FRESH_KEY, FRESH_KEY]);
 }
+
+#[tokio::test]
+async fn a_stream_error_event_prints_no_header_value_of_its_head() {
+    let captured = captured_logs();
+    let event = Reply::anthropic_stream_error("invalid_request_error", "bad request")
+        .header("set-cookie", &format!("session={API_KEY}"))
+        .header("x-should-retry", "false");
+    let mock = mock(Route::always(event)).await;
+    let svc = tower::ServiceBuilder::new()
+        .layer(RetryLayer::new(fast_policy().build().unwrap()))
+        .layer(llm_retry::stream_guard::StreamGuardLayer::new())
+        .service(client());
+    let error = svc
+        .oneshot(messages_request(&mock.url("/v1/messages")))
+        .await
+        .unwrap_err();
+    let mut chain = format!("{error:?} {error}");
+    let mut source = std::error::Error::source(&*error);
+    while let Some(link) = source {
+        chain.push_str(&format!(" {link:?} {link}"));
+        source = link.source();
+    }
+    assert!(chain.contains("set-cookie"), "names are kept: {chain}");
+    assert_no_secret([
+        ("logs", captured.text()),
+        ("error chain", chain),
+        ("nothing", String::new()),
+    ]);
+}

@@ -74,7 +74,8 @@ impl ClientLayer {
         }
     }
 
-    /// Calls `hooks` on every retry, recovery and give-up.
+    /// Calls `hooks` on every retry, recovery and give-up, replacing any
+    /// set on the policy before ([`RetryPolicy::with_hooks`]).
     pub fn with_hooks<H: RetryHooks>(mut self, hooks: H) -> ClientLayer {
         self.retry = self.retry.with_hooks(hooks);
         self

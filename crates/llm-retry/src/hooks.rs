@@ -21,7 +21,8 @@ pub struct RetryEvent {
     pub retry: u32,
     /// The configured maximum number of retries.
     pub max_retries: u32,
-    /// How long the loop will sleep first.
+    /// How long the request will wait first: asleep, or, for a rate
+    /// limit's named wait under a pacing gate, queued in the gate.
     pub delay: Duration,
     /// The server-named wait behind `delay`, if any.
     pub server_wait: Option<ServerWait>,

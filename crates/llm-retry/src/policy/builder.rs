@@ -88,7 +88,11 @@ impl RetryPolicyBuilder {
 
     /// Longest time one attempt may take to its response head (default: no
     /// bound but the deadline). An attempt cut by it counts as a timeout
-    /// and is retried as one. Under a rate-limit gate it is timed from the
+    /// and is retried as one. Under a
+    /// [`StreamGuardLayer`](crate::stream_guard::StreamGuardLayer) a
+    /// streamed answer's head is handed over with its first content, so
+    /// there the bound is a time to first token: give slow-starting models
+    /// room. Under a rate-limit gate it is timed from the
     /// send, not from the time the send queued in the gate. On the
     /// `tower::retry` path it applies only through a gate, from the second
     /// attempt on.

@@ -102,7 +102,9 @@ impl RetryPolicy {
 
     /// The same policy calling `hooks` on every retry, recovery and
     /// give-up, on whichever path drives it ([`RetryLayer`](crate::RetryLayer)
-    /// or `tower::retry`).
+    /// or `tower::retry`). A policy has one set of hooks: this replaces any
+    /// set before (combine several in one [`RetryHooks`](crate::RetryHooks)
+    /// type).
     pub fn with_hooks<H: crate::hooks::RetryHooks>(mut self, hooks: H) -> RetryPolicy {
         self.hooks = crate::hooks::SharedHooks(Arc::new(hooks));
         self

@@ -460,19 +460,24 @@ impl Gate {
     /// An answer to the send booked `order`-th stated the provider's request
     /// window: at most `remaining` more sends before it resets, less those
     /// booked after that send (the provider had not counted them yet).
+    ///
+    /// Like a hold, the wait for the reset is capped at `limit`, the
+    /// longest wait the request that read it honours: a bogus reset must
+    /// not block the key for hours.
     pub(super) fn observed_window(
         &self,
         key: u64,
         order: u64,
         now: Instant,
         window: crate::hint::RequestWindow,
+        limit: Duration,
     ) {
         let mut keys = self.lock();
         let Some(state) = keys.get_mut(&key) else {
             return;
         };
         let Some(resets_at) = now
-            .checked_add(window.reset_in)
+            .checked_add(window.reset_in.min(limit))
             .filter(|_| !window.reset_in.is_zero())
         else {
             state.window = None;

@@ -26,8 +26,12 @@ impl TokenCost {
     }
 }
 
-/// Headers whose value identifies the caller's credentials.
-const KEY_HEADERS: [&str; 3] = ["x-api-key", "authorization", "api-key"];
+/// Headers whose value identifies the caller's credentials (Anthropic,
+/// OpenAI and gateways, Azure OpenAI, Gemini).
+const KEY_HEADERS: [&str; 4] = ["x-api-key", "authorization", "api-key", "x-goog-api-key"];
+
+/// Query parameters that carry a credential (Gemini's `?key=`).
+const KEY_PARAMS: [&str; 1] = ["key"];
 
 /// The default key: authority and a hash of the credential headers. The
 /// credential itself is only hashed, never stored or logged.
@@ -41,6 +45,15 @@ pub(super) fn default_key(parts: &http::request::Parts) -> u64 {
         if let Some(value) = parts.headers.get(name) {
             name.hash(&mut hasher);
             value.as_bytes().hash(&mut hasher);
+        }
+    }
+    let params = parts.uri.query().into_iter().flat_map(|q| q.split('&'));
+    for param in params {
+        if let Some((name, value)) = param.split_once('=') {
+            if KEY_PARAMS.contains(&name) {
+                name.hash(&mut hasher);
+                value.hash(&mut hasher);
+            }
         }
     }
     hasher.finish()
@@ -91,6 +104,24 @@ mod tests {
         );
         assert_ne!(a, default_key(&parts("http://b.test/v1/messages", "k1")));
         assert_ne!(a, default_key(&parts("http://a.test/v1/messages", "k2")));
+        // Gemini's credentials: a header, or the `key` query parameter.
+        let gemini = |uri: &str, key: &str| {
+            let (parts, ()) = http::Request::post(uri)
+                .header("x-goog-api-key", key)
+                .body(())
+                .unwrap_or_default()
+                .into_parts();
+            default_key(&parts)
+        };
+        let g = "http://g.test/v1beta/models/m:generateContent";
+        assert_ne!(gemini(g, "t1"), gemini(g, "t2"));
+        let by_query = |key: &str| {
+            let uri = format!("{g}?alt=sse&key={key}");
+            let (parts, ()) = http::Request::post(uri).body(()).unwrap().into_parts();
+            default_key(&parts)
+        };
+        assert_ne!(by_query("t1"), by_query("t2"));
+        assert_eq!(by_query("t1"), by_query("t1"));
         let mut custom = parts("http://a.test/", "k1");
         custom.extensions.insert(RateKey(7));
         assert_eq!(default_key(&custom), 7);

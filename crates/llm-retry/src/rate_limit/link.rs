@@ -145,7 +145,7 @@ impl Sent {
             KeyNews::Served { window } => {
                 gate.succeeded(key, now);
                 if let Some(window) = window {
-                    gate.observed_window(key, order, now, window);
+                    gate.observed_window(key, order, now, window, max_server_wait);
                 }
             }
             KeyNews::Throttled { wait, rate } => {

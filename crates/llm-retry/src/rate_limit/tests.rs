@@ -1024,7 +1024,7 @@ async fn sends_past_an_exhausted_window_leave_paced_by_the_quota_and_give_their_
     };
     // The key's first send, then an answer: nothing more until the reset.
     let first = gate.reserve(1, 0, now, gate::Bounds::default()).unwrap();
-    gate.observed_window(1, first.order, now, window(0));
+    gate.observed_window(1, first.order, now, window(0), Duration::from_secs(120));
     let slots: Vec<u64> = (0..3)
         .map(|_| {
             let booking = gate.reserve(1, 0, now, gate::Bounds::default()).unwrap();
@@ -1039,7 +1039,7 @@ async fn sends_past_an_exhausted_window_leave_paced_by_the_quota_and_give_their_
 
     // A share of a window taken by a queued send that never went goes back.
     let first = gate.reserve(2, 0, now, gate::Bounds::default()).unwrap();
-    gate.observed_window(2, first.order, now, window(1));
+    gate.observed_window(2, first.order, now, window(1), Duration::from_secs(120));
     let taken = gate.reserve(2, 0, now, gate::Bounds::default()).unwrap();
     assert_eq!(
         taken.slot - now,
@@ -1055,4 +1055,18 @@ async fn sends_past_an_exhausted_window_leave_paced_by_the_quota_and_give_their_
     );
     let after = gate.reserve(2, 0, now, gate::Bounds::default()).unwrap();
     assert_eq!(after.slot - now, Duration::from_secs(10));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_bogus_window_reset_blocks_the_key_no_longer_than_the_longest_wait() {
+    let gate = RateLimitLayer::new(Quotas::none()).unwrap().gate;
+    let now = Instant::now();
+    let first = gate.reserve(1, 0, now, gate::Bounds::default()).unwrap();
+    let window = crate::hint::RequestWindow {
+        remaining: 0,
+        reset_in: Duration::from_secs(9_999 * 3_600),
+    };
+    gate.observed_window(1, first.order, now, window, Duration::from_secs(120));
+    let next = gate.reserve(1, 0, now, gate::Bounds::default()).unwrap();
+    assert_eq!(next.slot - now, Duration::from_secs(120));
 }

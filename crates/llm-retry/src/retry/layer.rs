@@ -40,7 +40,9 @@ impl RetryLayer {
         RetryLayer { policy }
     }
 
-    /// Calls `hooks` on every retry, recovery and give-up.
+    /// Calls `hooks` on every retry, recovery and give-up: the same as
+    /// setting them on this layer's policy with
+    /// [`RetryPolicy::with_hooks`], replacing any set there before.
     pub fn with_hooks<H: RetryHooks>(mut self, hooks: H) -> RetryLayer {
         self.policy = self.policy.with_hooks(hooks);
         self

@@ -14,7 +14,6 @@ use std::fmt;
 /// first event counts as an overload, a `rate_limit_error` as a rate limit;
 /// and the response head it arrived with, whose headers (`x-should-retry`,
 /// `retry-after`) count as on any failed response.
-#[derive(Debug)]
 pub struct PreContentError {
     class: Classification,
     provider: Option<ProviderError>,
@@ -33,6 +32,24 @@ pub enum PreContentReason {
     EndedBeforeContent,
     /// The connection failed before any content.
     BodyFailed,
+}
+
+/// The head's header values are never printed: they may carry cookies,
+/// organisation ids and the like. Only their names are.
+impl fmt::Debug for PreContentError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let head = self.head.as_deref().map(|(status, headers)| {
+            let names: Vec<&str> = headers.keys().map(|name| name.as_str()).collect();
+            (*status, names)
+        });
+        f.debug_struct("PreContentError")
+            .field("class", &self.class)
+            .field("provider", &self.provider)
+            .field("reason", &self.reason)
+            .field("head", &head)
+            .field("source", &self.source)
+            .finish()
+    }
 }
 
 impl PreContentError {
