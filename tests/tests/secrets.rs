@@ -186,3 +186,42 @@ async fn a_stream_error_event_prints_no_header_value_of_its_head() {
         ("nothing", String::new()),
     ]);
 }
+
+#[tokio::test]
+async fn a_key_in_a_client_error_url_reaches_no_hook_or_log() {
+    let captured = captured_logs();
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let upstream = tower::service_fn(
+        move |_: http::Request<llm_retry::ReplayBody<http_body_util::Full<bytes::Bytes>>>| {
+            let first = calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0;
+            async move {
+                if first {
+                    let message = format!(
+                        "error sending request for url (https://api.test/v1?key={API_KEY})"
+                    );
+                    return Err::<
+                        http::Response<http_body_util::Full<bytes::Bytes>>,
+                        llm_retry::BoxError,
+                    >(message.into());
+                }
+                Ok(http::Response::new(http_body_util::Full::default()))
+            }
+        },
+    );
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let svc = RetryLayer::new(fast_policy().build().unwrap())
+        .with_hooks(Recorder(tx))
+        .layer(upstream);
+    let res = svc
+        .oneshot(messages_request("https://api.test/v1"))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let hooks: String = drain(&mut rx).join("\n");
+    assert!(hooks.contains("api.test/v1?…"), "{hooks}");
+    assert_no_secret([
+        ("logs", captured.text()),
+        ("hooks", hooks),
+        ("nothing", String::new()),
+    ]);
+}

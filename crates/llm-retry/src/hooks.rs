@@ -28,7 +28,8 @@ pub struct RetryEvent {
     pub server_wait: Option<ServerWait>,
     /// The failed attempt's status, if a response arrived.
     pub status: Option<StatusCode>,
-    /// The failed attempt's error text, if no response arrived.
+    /// The failed attempt's error text, if no response arrived, with any
+    /// URL's query string and userinfo (where clients put keys) cut out.
     pub error: Option<String>,
     /// How the failure was classified.
     pub class: Classification,

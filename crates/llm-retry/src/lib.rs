@@ -87,6 +87,7 @@ mod hooks;
 mod observe;
 #[cfg(all(test, feature = "metrics"))]
 mod observe_tests;
+mod redact;
 mod report;
 mod retry;
 mod size_hint;

@@ -172,7 +172,7 @@ impl Account {
             delay,
             server_wait,
             status,
-            error: error.map(|e| e.to_string()),
+            error: error.map(|e| crate::redact::error_text(&e.to_string())),
             class: judgement.class,
         };
         tracing::warn!(
