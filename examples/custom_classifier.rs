@@ -93,7 +93,10 @@ async fn main() -> Result<(), BoxError> {
         "its 100 ms waits were honoured"
     );
 
-    let error = service.oneshot(request()?).await.unwrap_err();
+    let error = match service.oneshot(request()?).await {
+        Ok(_) => return Err("the tripped breaker must stop the request".into()),
+        Err(error) => error,
+    };
     let error = error
         .downcast::<RetryError>()
         .map_err(|_| "one RetryError")?;
