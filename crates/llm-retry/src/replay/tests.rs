@@ -192,3 +192,80 @@ async fn a_buffered_body_over_the_cap_is_still_replayed_without_a_copy() {
         "the same bytes, not a copy"
     );
 }
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+    use std::task::{Context, Poll, Waker};
+
+    fn owned_chunks(chunks: &[Vec<u8>]) -> impl Body<Data = Bytes, Error = BoxError> {
+        let frames: Vec<Result<Frame<Bytes>, BoxError>> = chunks
+            .iter()
+            .map(|c| Ok(Frame::data(Bytes::from(c.clone()))))
+            .collect();
+        StreamBody::new(futures_util::stream::iter(frames))
+    }
+
+    /// Polls `body` to its end without ever waiting; every poll must be
+    /// ready (the source always is), so the first send is never held back
+    /// to buffer.
+    fn read_at_once<B: Body<Data = Bytes> + Unpin>(mut body: B) -> (Vec<Bytes>, bool) {
+        struct Noop;
+        impl std::task::Wake for Noop {
+            fn wake(self: std::sync::Arc<Self>) {}
+        }
+        let waker = Waker::from(std::sync::Arc::new(Noop));
+        let mut cx = Context::from_waker(&waker);
+        let mut got = Vec::new();
+        loop {
+            match std::pin::Pin::new(&mut body).poll_frame(&mut cx) {
+                Poll::Ready(Some(Ok(frame))) => {
+                    if let Ok(data) = frame.into_data() {
+                        got.push(data);
+                    }
+                }
+                Poll::Ready(Some(Err(_))) => return (got, false),
+                Poll::Ready(None) => return (got, true),
+                Poll::Pending => panic!("a ready source must never make a send wait"),
+            }
+        }
+    }
+
+    proptest! {
+        /// For any chunking and a cap around the body's size: the first
+        /// send yields the source's chunks as they come; every replay is
+        /// byte-identical to it; past the cap no replay is offered at all.
+        #[test]
+        fn every_replay_is_the_original(
+            chunks in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..40), 0..8),
+            slack in -3i64..4,
+            replays in 1usize..4,
+        ) {
+            let total: usize = chunks.iter().map(Vec::len).sum();
+            let cap = usize::try_from((total as i64 + slack).max(0)).unwrap();
+            let first = ReplayBody::new(owned_chunks(&chunks), cap);
+            let template = first.replica();
+            let (sent, complete) = read_at_once(first);
+            prop_assert!(complete);
+            let want: Vec<Bytes> = chunks.iter().filter(|c| !c.is_empty()).map(|c| Bytes::from(c.clone())).collect();
+            let sent_nonempty: Vec<Bytes> = sent.into_iter().filter(|c| !c.is_empty()).collect();
+            prop_assert_eq!(&sent_nonempty, &want, "the first send is the source, chunk for chunk");
+            let original: Vec<u8> = chunks.concat();
+            // A streamed source never says it ended before it is polled
+            // past its last chunk, so the cap applies to all of it (a
+            // buffered `Full` body is exempt: see the unit test above).
+            if total <= cap {
+                for _ in 0..replays {
+                    let again = template.try_clone();
+                    prop_assert!(again.is_some(), "{total} bytes under a {cap}-byte cap");
+                    let (bytes, complete) = read_at_once(again.unwrap());
+                    prop_assert!(complete);
+                    prop_assert_eq!(bytes.concat(), original.clone());
+                }
+            } else {
+                prop_assert!(template.try_clone().is_none(), "{total} bytes over a {cap}-byte cap");
+                prop_assert!(template.is_capped());
+            }
+        }
+    }
+}
