@@ -1070,3 +1070,147 @@ async fn a_bogus_window_reset_blocks_the_key_no_longer_than_the_longest_wait() {
     let next = gate.reserve(1, 0, now, gate::Bounds::default()).unwrap();
     assert_eq!(next.slot - now, Duration::from_secs(120));
 }
+
+mod gate_properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// A send arrives, with a deadline this far away (or none).
+        Arrive(Option<u64>),
+        /// Time passes; every waiting send looks again.
+        Advance(u64),
+        /// A waiting send is dropped.
+        Cancel(usize),
+        /// A 429 holds the key this long.
+        Hold(u64),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => proptest::option::of(0u64..3_000).prop_map(Op::Arrive),
+            4 => (1u64..400).prop_map(Op::Advance),
+            2 => (0usize..64).prop_map(Op::Cancel),
+            1 => (1u64..2_000).prop_map(Op::Hold),
+        ]
+    }
+
+    proptest! {
+        /// Under a 600/min quota with bursts of 1: sends leave in arrival
+        /// order, never two within 100 ms, never before a hold ends, and
+        /// sends dropped or refused leave no slot behind.
+        #[test]
+        fn sends_leave_in_order_at_the_quota_and_return_their_slots(
+            ops in proptest::collection::vec(op(), 1..120),
+        ) {
+            let gate = RateLimitLayer::new(Quotas::none().requests_per_minute_with_burst(600, 1))
+                .unwrap()
+                .gate;
+            let start = Instant::now();
+            let mut now = start;
+            // (arrival index, booking, sent at, dropped)
+            let mut sends: Vec<(usize, gate::Booking, Option<Instant>, bool)> = Vec::new();
+            let mut held_until = start;
+            let mut arrivals = 0;
+            // Every waiting send looks at `now`; returns the earliest time
+            // one of them waits for.
+            let step = |now: Instant, sends: &mut Vec<(usize, gate::Booking, Option<Instant>, bool)>| -> Result<Option<Instant>, TestCaseError> {
+                let mut next: Option<Instant> = None;
+                for (_, booking, sent, dropped) in sends.iter_mut() {
+                    if sent.is_some() || *dropped {
+                        continue;
+                    }
+                    match gate.check(1, booking, now) {
+                        Ok(gate::Check::Go) => *sent = Some(now),
+                        Ok(gate::Check::WaitUntil(at)) => {
+                            prop_assert!(at > now);
+                            next = Some(next.map_or(at, |n| n.min(at)));
+                        }
+                        // Refused: its future drops its ticket.
+                        Err(_) => {
+                            gate.abandon(1, booking);
+                            *dropped = true;
+                        }
+                    }
+                }
+                Ok(next)
+            };
+            for op in ops {
+                match op {
+                    Op::Arrive(deadline) => {
+                        let bounds = gate::Bounds {
+                            deadline: deadline.map(|ms| now + Duration::from_millis(ms)),
+                            max_server_wait: None,
+                        };
+                        if let Ok(booking) = gate.reserve(1, 0, now, bounds) {
+                            let sent = booking.is_released().then_some(now);
+                            sends.push((arrivals, booking, sent, false));
+                        }
+                        arrivals += 1;
+                    }
+                    Op::Advance(ms) => {
+                        // Each waiting send wakes at its own time, as its
+                        // timer would.
+                        let target = now + Duration::from_millis(ms);
+                        while let Some(wake) = step(now, &mut sends)? {
+                            if wake > target {
+                                break;
+                            }
+                            now = wake;
+                        }
+                        now = target;
+                        step(now, &mut sends)?;
+                    }
+                    Op::Cancel(i) => {
+                        let waiting: Vec<usize> = (0..sends.len())
+                            .filter(|&k| sends[k].2.is_none() && !sends[k].3)
+                            .collect();
+                        if !waiting.is_empty() {
+                            let k = waiting[i % waiting.len()];
+                            gate.abandon(1, &sends[k].1);
+                            sends[k].3 = true;
+                        }
+                    }
+                    Op::Hold(ms) => {
+                        let wait = Duration::from_millis(ms);
+                        gate.hold(1, now, wait, Duration::from_secs(120));
+                        // A 429 also says the upstream's bucket is empty:
+                        // one period after the hold at the earliest.
+                        held_until = held_until.max(now + wait + Duration::from_millis(100));
+                    }
+                }
+            }
+            let mut sent: Vec<(usize, Instant)> = sends
+                .iter()
+                .filter_map(|(arrival, _, sent, _)| sent.map(|at| (*arrival, at)))
+                .collect();
+            sent.sort_by_key(|(arrival, _)| *arrival);
+            for pair in sent.windows(2) {
+                prop_assert!(pair[0].1 <= pair[1].1, "first in, first out: {pair:?}");
+                prop_assert!(
+                    pair[1].1 - pair[0].1 >= Duration::from_millis(100),
+                    "at most one send per 100 ms: {pair:?}"
+                );
+            }
+            // Drop every send still waiting: the next arrival then goes
+            // one period after the last send, not behind ghosts.
+            for (_, booking, sent, dropped) in &sends {
+                if sent.is_none() && !*dropped {
+                    gate.abandon(1, booking);
+                }
+            }
+            let last = sent.iter().map(|(_, at)| *at).max();
+            let next = gate.reserve(1, 0, now, gate::Bounds::default()).unwrap();
+            if let Some(last) = last {
+                let free_at = (last + Duration::from_millis(100)).max(now);
+                prop_assert!(
+                    next.slot <= free_at.max(held_until),
+                    "a dropped send left its slot behind: next at {:?}, free at {:?}",
+                    next.slot - start,
+                    free_at - start
+                );
+            }
+        }
+    }
+}
