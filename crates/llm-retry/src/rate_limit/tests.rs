@@ -1087,6 +1087,9 @@ mod gate_properties {
         Hold(u64),
     }
 
+    /// A send: its arrival index, booking, when it went, whether it was dropped.
+    type Tracked = (usize, gate::Booking, Option<Instant>, bool);
+
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
             4 => proptest::option::of(0u64..3_000).prop_map(Op::Arrive),
@@ -1110,12 +1113,12 @@ mod gate_properties {
             let start = Instant::now();
             let mut now = start;
             // (arrival index, booking, sent at, dropped)
-            let mut sends: Vec<(usize, gate::Booking, Option<Instant>, bool)> = Vec::new();
+            let mut sends: Vec<Tracked> = Vec::new();
             let mut held_until = start;
             let mut arrivals = 0;
             // Every waiting send looks at `now`; returns the earliest time
             // one of them waits for.
-            let step = |now: Instant, sends: &mut Vec<(usize, gate::Booking, Option<Instant>, bool)>| -> Result<Option<Instant>, TestCaseError> {
+            let step = |now: Instant, sends: &mut Vec<Tracked>| -> Result<Option<Instant>, TestCaseError> {
                 let mut next: Option<Instant> = None;
                 for (_, booking, sent, dropped) in sends.iter_mut() {
                     if sent.is_some() || *dropped {
