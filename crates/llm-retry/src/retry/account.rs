@@ -167,7 +167,8 @@ impl Account {
         };
         self.state.record_wait(delay, server_wait.is_some());
         let event = RetryEvent {
-            retry: self.state.attempts(),
+            // The resend about to go; a send the gate refused was none.
+            retry: self.state.attempts().max(1),
             max_retries: self.policy.limits().max_retries,
             delay,
             server_wait,
