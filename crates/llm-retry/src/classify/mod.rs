@@ -17,8 +17,8 @@ mod transport;
 pub use provider::{ContextOverflow, ProviderError};
 pub use reported::Reported;
 pub(crate) use reported::{find as find_reported, recognise, Recognise};
-pub(crate) use status::with_should_retry;
 pub use status::{classify_response, should_retry_header};
+pub(crate) use status::{classify_status, with_should_retry};
 pub use transport::classify_error;
 
 use http::StatusCode;

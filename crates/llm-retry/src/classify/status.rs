@@ -41,14 +41,22 @@ pub fn classify_response(
     headers: &HeaderMap,
     provider: Option<&ProviderError>,
 ) -> Classification {
+    match classify_status(status, provider) {
+        Classification::Success => Classification::Success,
+        verdict => with_should_retry(verdict, should_retry_header(headers), status),
+    }
+}
+
+/// The table alone: a response's classification from its status and
+/// provider error, before the server's `x-should-retry` verdict.
+pub(crate) fn classify_status(
+    status: StatusCode,
+    provider: Option<&ProviderError>,
+) -> Classification {
     if !(status.is_client_error() || status.is_server_error()) {
         return Classification::Success;
     }
-    with_should_retry(
-        table(status, provider),
-        should_retry_header(headers),
-        status,
-    )
+    table(status, provider)
 }
 
 /// Applies a server's `x-should-retry` verdict to a classification of a

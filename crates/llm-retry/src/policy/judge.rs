@@ -4,7 +4,7 @@ use super::{Recovery, RetryPolicy, RetryState};
 use crate::backoff::spread_server_wait;
 use crate::budget::Refusal;
 use crate::classify::{
-    classify_error, classify_response, find_reported, should_retry_header, with_should_retry,
+    classify_error, classify_status, find_reported, should_retry_header, with_should_retry,
     Classification, FatalKind, ProviderError, RetryableKind,
 };
 use crate::hint::{
@@ -90,7 +90,12 @@ pub struct Judgement {
 /// What an outcome shows, whatever carried it: a response's status line, or
 /// a stream's first event with the head it came with, or a local error.
 struct Evidence<'a> {
+    /// The outcome's own class, before the server's `x-should-retry`.
+    base: Classification,
+    /// The class with that verdict applied: what the request acts on.
     class: Classification,
+    /// `x-should-retry` on the head, when a failure came with one.
+    should_retry: Option<bool>,
     provider: Option<ProviderError>,
     /// The head's headers, when a response arrived.
     headers: Option<&'a HeaderMap>,
@@ -112,11 +117,7 @@ impl RetryPolicy {
     /// [`Judgement`] it returns.
     pub fn judge(&self, state: &RetryState, outcome: Outcome<'_>, elapsed: Duration) -> Judgement {
         let evidence = self.evidence(outcome);
-        // A success is final whatever its headers say: read none of them.
-        let should_retry = match evidence.class {
-            Classification::Success => None,
-            _ => evidence.headers.and_then(should_retry_header),
-        };
+        let should_retry = evidence.should_retry;
         let wait = match &evidence.class {
             Classification::Retryable(kind) => self.named_wait(*kind, &evidence),
             _ => None,
@@ -155,7 +156,10 @@ impl RetryPolicy {
                 }
             }
         };
-        let key = match &evidence.class {
+        // What the outcome says about the key is its own class's news, not
+        // the request's: a rate limit the server forbids retrying still
+        // tells every other request the key's wait.
+        let key = match &evidence.base {
             _ if !evidence.reached_upstream => KeyNews::None,
             // Only a send a gate took needs its window read.
             Classification::Success => KeyNews::Served {
@@ -164,19 +168,13 @@ impl RetryPolicy {
                     .filter(|_| state.gated())
                     .and_then(|headers| request_window(headers, self.now())),
             },
-            Classification::Retryable(RetryableKind::RateLimited) => KeyNews::Throttled {
-                wait: wait.map(|w| w.duration),
-                rate: !evidence.headers.is_some_and(token_quota_only),
-            },
-            // A 429 the server forbids retrying still tells the key's rate
-            // and its named wait to every other request.
-            Classification::Fatal(FatalKind::ServerDeclined(status))
-                if *status == StatusCode::TOO_MANY_REQUESTS =>
-            {
+            Classification::Retryable(RetryableKind::RateLimited) => {
+                let wait = match evidence.class {
+                    Classification::Retryable(_) => wait,
+                    _ => self.named_wait(RetryableKind::RateLimited, &evidence),
+                };
                 KeyNews::Throttled {
-                    wait: self
-                        .named_wait(RetryableKind::RateLimited, &evidence)
-                        .map(|w| w.duration),
+                    wait: wait.map(|w| w.duration),
                     rate: !evidence.headers.is_some_and(token_quota_only),
                 }
             }
@@ -203,8 +201,16 @@ impl RetryPolicy {
                 body,
             } => {
                 let provider = body.and_then(ProviderError::parse);
+                let base = classify_status(status, provider.as_ref());
+                // A success is final whatever its headers say: read none.
+                let should_retry = match base {
+                    Classification::Success => None,
+                    _ => should_retry_header(headers),
+                };
                 Evidence {
-                    class: classify_response(status, headers, provider.as_ref()),
+                    class: with_should_retry(base.clone(), should_retry, status),
+                    base,
+                    should_retry,
                     provider,
                     headers: Some(headers),
                     body,
@@ -216,16 +222,16 @@ impl RetryPolicy {
             Outcome::Error(error) => match find_reported(error, &self.config.known_errors) {
                 Some(reported) => {
                     let head = reported.response_head();
+                    let base = reported.classification();
+                    let should_retry = head.and_then(|(_, headers)| should_retry_header(headers));
                     let class = match head {
-                        Some((status, headers)) => with_should_retry(
-                            reported.classification(),
-                            should_retry_header(headers),
-                            status,
-                        ),
-                        None => reported.classification(),
+                        Some((status, _)) => with_should_retry(base.clone(), should_retry, status),
+                        None => base.clone(),
                     };
                     Evidence {
+                        base,
                         class,
+                        should_retry,
                         provider: reported.provider_error().cloned(),
                         headers: head.map(|(_, headers)| headers),
                         // An error event's message is its body: a "try
@@ -239,15 +245,20 @@ impl RetryPolicy {
                         reached_upstream: reported.reached_upstream(),
                     }
                 }
-                None => Evidence {
-                    class: classify_error(error),
-                    provider: None,
-                    headers: None,
-                    body: None,
-                    answered: false,
-                    own_wait: None,
-                    reached_upstream: true,
-                },
+                None => {
+                    let class = classify_error(error);
+                    Evidence {
+                        base: class.clone(),
+                        class,
+                        should_retry: None,
+                        provider: None,
+                        headers: None,
+                        body: None,
+                        answered: false,
+                        own_wait: None,
+                        reached_upstream: true,
+                    }
+                }
             },
         }
     }
@@ -303,10 +314,9 @@ impl RetryPolicy {
         elapsed: Duration,
     ) -> Result<Decision, Refusal> {
         let limits = self.limits();
-        // A send refused before it left is not one: the retry it asks for
-        // is the same resend again.
-        // The judged attempt is counted in `state`: a fresh state (as a
-        // caller outside the layers passes) is the first send.
+        // The judged attempt is counted in `state` (a fresh state, as a
+        // caller outside the layers passes, is the first send); a send
+        // refused before it left is not one, and asks for the same resend.
         let sent = match reached_upstream {
             true => state.attempts().max(1),
             false => state.attempts().saturating_sub(1),

@@ -388,3 +388,37 @@ fn a_fresh_state_judges_the_first_send_against_the_retry_cap() {
         Decision::Stop(StopReason::RetriesExhausted { max_retries: 0 })
     );
 }
+
+#[test]
+fn a_stream_rate_limit_the_server_forbids_retrying_still_holds_the_key() {
+    // A stream's `rate_limit_error` event on a head saying
+    // `x-should-retry: false` and `retry-after: 30`: final for the request,
+    // news for the key, as the same 429 status is.
+    #[derive(Debug)]
+    struct Event(HeaderMap);
+    impl std::fmt::Display for Event {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("rate_limit_error event")
+        }
+    }
+    impl std::error::Error for Event {}
+    impl crate::classify::Reported for Event {
+        fn classification(&self) -> Classification {
+            Classification::Retryable(RetryableKind::RateLimited)
+        }
+        fn response_head(&self) -> Option<(StatusCode, &HeaderMap)> {
+            Some((StatusCode::OK, &self.0))
+        }
+    }
+    let p = RetryPolicy::builder().recognise::<Event>().build().unwrap();
+    let event = Event(headers(&[("x-should-retry", "false"), ("retry-after", "30")]));
+    let j = p.judge(&after(1), Outcome::Error(&event), Duration::ZERO);
+    assert!(matches!(j.decision, Decision::Stop(StopReason::NotRetryable(_))));
+    assert_eq!(
+        j.key,
+        crate::rate_limit::KeyNews::Throttled {
+            wait: Some(Duration::from_secs(30)),
+            rate: true,
+        }
+    );
+}
