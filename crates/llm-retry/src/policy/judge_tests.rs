@@ -411,9 +411,15 @@ fn a_stream_rate_limit_the_server_forbids_retrying_still_holds_the_key() {
         }
     }
     let p = RetryPolicy::builder().recognise::<Event>().build().unwrap();
-    let event = Event(headers(&[("x-should-retry", "false"), ("retry-after", "30")]));
+    let event = Event(headers(&[
+        ("x-should-retry", "false"),
+        ("retry-after", "30"),
+    ]));
     let j = p.judge(&after(1), Outcome::Error(&event), Duration::ZERO);
-    assert!(matches!(j.decision, Decision::Stop(StopReason::NotRetryable(_))));
+    assert!(matches!(
+        j.decision,
+        Decision::Stop(StopReason::NotRetryable(_))
+    ));
     assert_eq!(
         j.key,
         crate::rate_limit::KeyNews::Throttled {

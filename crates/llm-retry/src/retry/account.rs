@@ -44,8 +44,12 @@ pub(crate) trait Resend<B> {
     fn headers_mut(&mut self) -> &mut HeaderMap;
     /// Readies the next attempt's request, or says why it cannot be sent.
     fn prepare(&mut self) -> Result<(), StopReason> {
+        self.replica().map(drop)
+    }
+    /// A copy of the body from its first byte, or why there is none.
+    fn replica(&self) -> Result<ReplayBody<B>, StopReason> {
         match self.body().try_clone() {
-            Some(_) => Ok(()),
+            Some(body) => Ok(body),
             None if self.body().source_failed() => Err(StopReason::RequestBodyFailed),
             None => Err(StopReason::BodyNotReplayable {
                 cap: self.body().cap(),
@@ -62,10 +66,9 @@ pub(crate) trait Resend<B> {
 pub(crate) struct Account {
     pub(crate) policy: RetryPolicy,
     pub(crate) state: RetryState,
-    /// Shared with a rate-limit gate under the retry path, if there is one.
+    /// Shared with a rate-limit gate under the retry path, if there is
+    /// one; it also holds the request's deadline.
     pub(crate) link: GateLink,
-    /// Nothing of this request outlives it (`None`: beyond any clock).
-    pub(crate) deadline: Option<Instant>,
     span: Span,
 }
 
@@ -95,13 +98,17 @@ impl Account {
             policy,
             state,
             link,
-            deadline,
             span,
         }
     }
 
     pub(crate) fn span(&self) -> &Span {
         &self.span
+    }
+
+    /// Nothing of this request outlives it (`None`: beyond any clock).
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        self.link.deadline()
     }
 
     /// Judges an outcome and does what the judgement says to everything
@@ -337,7 +344,7 @@ impl Account {
     /// Gives up because the inner service failed instead of becoming ready,
     /// or the deadline came first.
     pub(crate) fn give_up_on_service_error(&self, now: Instant) -> RetryReport {
-        if self.deadline.is_some_and(|deadline| now >= deadline) {
+        if self.deadline().is_some_and(|deadline| now >= deadline) {
             return self.finish(StopReason::DeadlineReached {
                 elapsed: self.state.elapsed(),
                 wait: Duration::ZERO,

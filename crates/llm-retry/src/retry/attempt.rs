@@ -5,7 +5,6 @@
 use super::account::{Account, Resend, Step};
 use crate::error::{BoxError, RetryError};
 use crate::policy::{Outcome, RetryPolicy};
-use crate::rate_limit::link::GateLink;
 use crate::replay::ReplayBody;
 use crate::report::{RetryReport, StopReason};
 use http::{request, HeaderMap, Request, StatusCode};
@@ -19,7 +18,6 @@ use tracing::Span;
 pub(super) struct Template<B> {
     parts: request::Parts,
     body: ReplayBody<B>,
-    link: GateLink,
     next: Option<ReplayBody<B>>,
 }
 
@@ -37,14 +35,7 @@ impl<B> Resend<B> for Template<B> {
     }
 
     fn prepare(&mut self) -> Result<(), StopReason> {
-        let Some(body) = self.body.try_clone() else {
-            if self.body.source_failed() {
-                return Err(StopReason::RequestBodyFailed);
-            }
-            let cap = self.body.cap();
-            return Err(StopReason::BodyNotReplayable { cap });
-        };
-        self.next = Some(body);
+        self.next = Some(self.replica()?);
         Ok(())
     }
 
@@ -71,7 +62,6 @@ impl<B> AttemptCtx<B> {
         let template = Template {
             parts: parts.clone(),
             body: body.replica(),
-            link: account.link.clone(),
             next: None,
         };
         parts.extensions.insert(account.link.clone());
@@ -99,7 +89,7 @@ impl<B> AttemptCtx<B> {
 
     /// The instant nothing of this request may outlive.
     pub(super) fn deadline(&self) -> Option<tokio::time::Instant> {
-        self.account.deadline
+        self.account.deadline()
     }
 
     /// Called before each attempt: no gate has taken it yet.
@@ -123,11 +113,9 @@ impl<B> AttemptCtx<B> {
 
     /// Time left before the request's deadline.
     pub(super) fn remaining(&self) -> Duration {
-        self.account
-            .policy
-            .limits()
-            .max_elapsed
-            .saturating_sub(self.account.state.elapsed())
+        self.deadline().map_or(Duration::MAX, |deadline| {
+            deadline.saturating_duration_since(tokio::time::Instant::now())
+        })
     }
 
     /// Judges an outcome (see [`Account::judge`]).
@@ -148,7 +136,7 @@ impl<B> AttemptCtx<B> {
     pub(super) fn next_request(&mut self) -> Option<Request<ReplayBody<B>>> {
         let body = self.template.next.take()?;
         let mut parts = self.template.parts.clone();
-        parts.extensions.insert(self.template.link.clone());
+        parts.extensions.insert(self.account.link.clone());
         self.account.record_resend();
         self.account.stamp_attempt(&mut parts.headers);
         Some(Request::from_parts(parts, body))
