@@ -56,7 +56,8 @@ pin_project! {
         Calling {
             #[pin] future: F,
             // The attempt's time limit, counted from its send.
-            #[pin] timeout: Option<Sleep>,
+            // Boxed: only with an attempt timeout, and the future stays small.
+            timeout: Option<Pin<Box<Sleep>>>,
         },
         Refused { error: Option<GateError> },
     }
@@ -185,15 +186,15 @@ where
                     });
                     let timeout = link
                         .and_then(GateLink::attempt_timeout)
-                        .map(tokio::time::sleep);
+                        .map(|d| Box::pin(tokio::time::sleep(d)));
                     this.state.set(State::Calling { future, timeout });
                 }
                 StateProj::Calling { future, timeout } => {
                     if let Poll::Ready(response) = future.poll(cx) {
                         return Poll::Ready(response.map_err(Into::into));
                     }
-                    if let Some(timeout) = timeout.as_pin_mut() {
-                        ready!(timeout.poll(cx));
+                    if let Some(timeout) = timeout {
+                        ready!(timeout.as_mut().poll(cx));
                         return Poll::Ready(Err(Box::new(super::link::attempt_cut())));
                     }
                     return Poll::Pending;

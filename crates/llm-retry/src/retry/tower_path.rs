@@ -87,24 +87,8 @@ impl<B, ResBody> tower::retry::Policy<Request<ReplayBody<B>>, Response<ResBody>,
             },
             Err(e) => Outcome::Error(&**e),
         };
-        let mut step = account.judge(outcome, req);
-        if let Step::Refresh(credentials) = step {
-            step = match answered_at_once(credentials) {
-                Some(Ok(fresh)) => match account.apply_credentials(fresh, req) {
-                    Ok(()) => Step::Wait(std::time::Duration::ZERO, None),
-                    Err(stop) => Step::Finish(account.finish(stop)),
-                },
-                Some(Err(error)) => Step::Finish(account.finish(refresh_failed(error.to_string()))),
-                None => Step::Finish(
-                    account.finish(refresh_failed(
-                        "under tower's retry loop the hook must answer at once; use RetryLayer"
-                            .to_owned(),
-                    )),
-                ),
-            };
-        }
-        let sleep = match step {
-            Step::Wait(delay, permit) => {
+        let sleep = match settle(&mut account, outcome, req) {
+            Settled::Wait(delay, permit) => {
                 account.record_resend();
                 account.stamp_attempt(req.headers_mut());
                 Some(PolicySleep {
@@ -112,8 +96,7 @@ impl<B, ResBody> tower::retry::Policy<Request<ReplayBody<B>>, Response<ResBody>,
                     _permit: permit,
                 })
             }
-            Step::Refresh(_) => None,
-            Step::Finish(report) => {
+            Settled::Finish(report) => {
                 match result {
                     Ok(response) => match fails_even_with_response(&report) {
                         Some(error) => *result = Err(error),
@@ -149,6 +132,38 @@ impl<B, ResBody> tower::retry::Policy<Request<ReplayBody<B>>, Response<ResBody>,
         }
         Some(clone)
     }
+}
+
+/// A [`Step`] as tower's loop can carry it out: no credential future to
+/// await between attempts.
+enum Settled {
+    Wait(std::time::Duration, Option<WaitPermit>),
+    Finish(crate::RetryReport),
+}
+
+/// Judges `outcome`; a credential refresh is applied when the hook answers
+/// at once, and ends the request otherwise.
+fn settle<B>(
+    account: &mut Account,
+    outcome: Outcome<'_>,
+    req: &mut Request<ReplayBody<B>>,
+) -> Settled {
+    let credentials = match account.judge(outcome, req) {
+        Step::Wait(delay, permit) => return Settled::Wait(delay, permit),
+        Step::Finish(report) => return Settled::Finish(report),
+        Step::Refresh(credentials) => credentials,
+    };
+    let stop = match answered_at_once(credentials) {
+        Some(Ok(fresh)) => match account.apply_credentials(fresh, req) {
+            Ok(()) => return Settled::Wait(std::time::Duration::ZERO, None),
+            Err(stop) => stop,
+        },
+        Some(Err(error)) => refresh_failed(error.to_string()),
+        None => refresh_failed(
+            "under tower's retry loop the hook must answer at once; use RetryLayer".to_owned(),
+        ),
+    };
+    Settled::Finish(account.finish(stop))
 }
 
 fn refresh_failed(reason: String) -> StopReason {
