@@ -149,14 +149,7 @@ fn the_default_stack_carries_a_shared_budget() {
 #[tokio::test(start_paused = true)]
 async fn under_the_gate_a_429s_retry_spends_no_budget_and_a_5xx_retry_does() {
     // A budget that grants nothing: only retries it does not charge happen.
-    let empty = || llm_retry::budget::RetryBudget::new(0.0, 0, Duration::from_secs(10)).unwrap();
-    let policy = || {
-        fast_policy()
-            .max_retries(30)
-            .budget(empty())
-            .build()
-            .unwrap()
-    };
+    let policy = || unfunded(fast_policy().max_retries(30));
     let mock = limited_upstream().await;
     let (ok, _) = crowd(ClientLayer::new(policy()).layer(client()), &mock, 20).await;
     assert_eq!(ok, 20, "every 429 was retried, paced by the gate");
@@ -187,14 +180,7 @@ async fn a_stack_built_by_hand_behaves_as_client_layer() {
     // stream guard. No flag ties them: the gate hears the retry policy's
     // decision through the request, so the hand-built stack paces 429
     // retries without charging the budget exactly as ClientLayer does.
-    let empty = || llm_retry::budget::RetryBudget::new(0.0, 0, Duration::from_secs(10)).unwrap();
-    let policy = || {
-        fast_policy()
-            .max_retries(30)
-            .budget(empty())
-            .build()
-            .unwrap()
-    };
+    let policy = || unfunded(fast_policy().max_retries(30));
     let by_hand = tower::ServiceBuilder::new()
         .layer(RetryLayer::new(policy()))
         .layer(RateLimitLayer::learned())
@@ -210,6 +196,13 @@ async fn a_stack_built_by_hand_behaves_as_client_layer() {
     // network in retry/equivalence_proptest.rs, where arrival order is fixed.
 }
 
+/// `builder` with a shared budget that grants no retry at all: only the
+/// retries it does not charge happen.
+fn unfunded(builder: llm_retry::RetryPolicyBuilder) -> RetryPolicy {
+    let empty = llm_retry::budget::RetryBudget::new(0.0, 0, Duration::from_secs(10)).unwrap();
+    builder.budget(empty).build().unwrap()
+}
+
 async fn mock_503_then_ok() -> MockServer {
     mock(Route::sequence([
         Reply::anthropic_error(503, "api_error", "Service unavailable"),
@@ -220,8 +213,7 @@ async fn mock_503_then_ok() -> MockServer {
 
 #[tokio::test(start_paused = true)]
 async fn a_rate_limit_the_gate_paces_goes_uncharged_whatever_carried_it() {
-    let empty = || llm_retry::budget::RetryBudget::new(0.0, 0, Duration::from_secs(10)).unwrap();
-    let policy = || fast_policy().budget(empty()).build().unwrap();
+    let policy = || unfunded(fast_policy());
     let stopped_for_budget =
         |report: &RetryReport| matches!(report.stop, llm_retry::StopReason::BudgetExhausted { .. });
     // A rate limit inside a stream is judged like a 429: the gate paces

@@ -46,7 +46,7 @@ use bytes::Bytes;
 use criterion::{criterion_group, Criterion};
 use http::{Request, Response};
 use http_body::Body;
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use llm_retry::stream_guard::StreamGuardLayer;
 use llm_retry::{ClientLayer, ReplayBody, RetryLayer, RetryPolicy};
 use stats_alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
@@ -56,7 +56,7 @@ use std::future::Future;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 use tokio::runtime::Runtime;
-use tower::{Service, ServiceBuilder, ServiceExt};
+use tower::{Service, ServiceBuilder};
 
 #[global_allocator]
 static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
@@ -132,17 +132,7 @@ where
     B::Error: Debug,
 {
     async fn run(&mut self, requests: Vec<Req>) {
-        for request in requests {
-            let response = self
-                .ready()
-                .await
-                .expect("ready")
-                .call(request)
-                .await
-                .expect("a response");
-            let body = response.into_body().collect().await.expect("response body");
-            black_box(body.to_bytes());
-        }
+        in_process::send_all(self, requests).await;
     }
 }
 

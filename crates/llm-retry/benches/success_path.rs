@@ -25,12 +25,11 @@ use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion};
 use http::{Request, Response};
 use http_body::Body;
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use llm_retry::stream_guard::StreamGuardLayer;
 use llm_retry::{ClientLayer, RetryLayer, RetryPolicy};
-use std::hint::black_box;
 use std::time::{Duration, Instant};
-use tower::{Service, ServiceBuilder, ServiceExt};
+use tower::{Service, ServiceBuilder};
 
 fn request(body: &Bytes) -> Request<Full<Bytes>> {
     Request::post("http://127.0.0.1:1/v1/messages")
@@ -57,17 +56,7 @@ where
         left -= n;
         let requests: Vec<_> = (0..n).map(|_| request(payload)).collect();
         let start = Instant::now();
-        for request in requests {
-            let response = svc
-                .ready()
-                .await
-                .expect("ready")
-                .call(request)
-                .await
-                .expect("a response");
-            let body = response.into_body().collect().await.expect("response body");
-            black_box(body.to_bytes());
-        }
+        in_process::send_all(&mut svc, requests).await;
         total += start.elapsed();
     }
     total

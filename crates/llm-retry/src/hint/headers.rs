@@ -10,9 +10,9 @@ pub(crate) fn text(value: &HeaderValue) -> Option<&str> {
 }
 
 /// The first value of header `name` that `parse` accepts.
-pub(crate) fn first_valid<T>(
+pub(crate) fn first_valid<T, K: http::header::AsHeaderName>(
     headers: &HeaderMap,
-    name: &str,
+    name: K,
     parse: impl FnMut(&HeaderValue) -> Option<T>,
 ) -> Option<T> {
     headers.get_all(name).iter().find_map(parse)

@@ -11,7 +11,7 @@ use super::headers::{first_valid, known_zero, text};
 use super::retry_after::until;
 use super::rfc3339::parse_rfc3339;
 use super::{RequestWindow, ServerWait, WaitSource};
-use http::HeaderMap;
+use http::{HeaderMap, HeaderName};
 use std::time::{Duration, SystemTime};
 
 /// OpenAI limits as `(reset header, remaining header)`.
@@ -46,7 +46,7 @@ const ANTHROPIC: [(&str, &str); 4] = [
 /// The wait named by OpenAI's `x-ratelimit-reset-*` headers.
 pub(crate) fn openai_reset(headers: &HeaderMap) -> Option<ServerWait> {
     let limits = OPENAI.iter().map(|(reset, remaining)| {
-        let wait = first_valid(headers, reset, |v| parse_go_duration(text(v)?));
+        let wait = first_valid(headers, *reset, |v| parse_go_duration(text(v)?));
         (wait, known_zero(headers, remaining))
     });
     let duration = pick(limits)?;
@@ -59,7 +59,7 @@ pub(crate) fn openai_reset(headers: &HeaderMap) -> Option<ServerWait> {
 /// The wait named by Anthropic's `anthropic-ratelimit-*-reset` headers.
 pub(crate) fn anthropic_reset(headers: &HeaderMap, now: SystemTime) -> Option<ServerWait> {
     let limits = ANTHROPIC.iter().map(|(reset, remaining)| {
-        let at = first_valid(headers, reset, |v| parse_rfc3339(text(v)?));
+        let at = first_valid(headers, *reset, |v| parse_rfc3339(text(v)?));
         (at.map(|at| until(at, now)), known_zero(headers, remaining))
     });
     let duration = pick(limits)?;
@@ -73,20 +73,24 @@ pub(crate) fn anthropic_reset(headers: &HeaderMap, now: SystemTime) -> Option<Se
 /// and Anthropic's `anthropic-ratelimit-requests-*` headers state it on
 /// every answer: the tighter of the two when both are present.
 pub(crate) fn request_window(headers: &HeaderMap, now: SystemTime) -> Option<RequestWindow> {
-    let remaining = |name| first_valid(headers, name, |v| text(v)?.parse::<u64>().ok());
-    let openai = remaining("x-ratelimit-remaining-requests").and_then(|remaining| {
-        let reset = first_valid(headers, "x-ratelimit-reset-requests", |v| {
-            parse_go_duration(text(v)?)
-        })?;
+    // Read on every success under a gate: names parsed once, not per call.
+    const OPENAI_LEFT: HeaderName = HeaderName::from_static("x-ratelimit-remaining-requests");
+    const OPENAI_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset-requests");
+    const ANTHROPIC_LEFT: HeaderName =
+        HeaderName::from_static("anthropic-ratelimit-requests-remaining");
+    const ANTHROPIC_RESET: HeaderName =
+        HeaderName::from_static("anthropic-ratelimit-requests-reset");
+    let remaining =
+        |name: &HeaderName| first_valid(headers, name, |v| text(v)?.parse::<u64>().ok());
+    let openai = remaining(&OPENAI_LEFT).and_then(|remaining| {
+        let reset = first_valid(headers, &OPENAI_RESET, |v| parse_go_duration(text(v)?))?;
         Some(RequestWindow {
             remaining,
             reset_in: reset,
         })
     });
-    let anthropic = remaining("anthropic-ratelimit-requests-remaining").and_then(|remaining| {
-        let at = first_valid(headers, "anthropic-ratelimit-requests-reset", |v| {
-            parse_rfc3339(text(v)?)
-        })?;
+    let anthropic = remaining(&ANTHROPIC_LEFT).and_then(|remaining| {
+        let at = first_valid(headers, &ANTHROPIC_RESET, |v| parse_rfc3339(text(v)?))?;
         Some(RequestWindow {
             remaining,
             reset_in: until(at, now),

@@ -1,5 +1,6 @@
 //! Which quota a request belongs to, and what it costs.
 
+use http::HeaderName;
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 
@@ -27,8 +28,14 @@ impl TokenCost {
 }
 
 /// Headers whose value identifies the caller's credentials (Anthropic,
-/// OpenAI and gateways, Azure OpenAI, Gemini).
-const KEY_HEADERS: [&str; 4] = ["x-api-key", "authorization", "api-key", "x-goog-api-key"];
+/// OpenAI and gateways, Azure OpenAI, Gemini). Names built once: every send
+/// looks them up.
+const KEY_HEADERS: [HeaderName; 4] = [
+    HeaderName::from_static("x-api-key"),
+    http::header::AUTHORIZATION,
+    HeaderName::from_static("api-key"),
+    HeaderName::from_static("x-goog-api-key"),
+];
 
 /// Query parameters that carry a credential (Gemini's `?key=`).
 const KEY_PARAMS: [&str; 1] = ["key"];
@@ -41,9 +48,9 @@ pub(super) fn default_key(parts: &http::request::Parts) -> u64 {
     }
     let mut hasher = DefaultHasher::new();
     parts.uri.authority().map(|a| a.as_str()).hash(&mut hasher);
-    for name in KEY_HEADERS {
+    for name in &KEY_HEADERS {
         if let Some(value) = parts.headers.get(name) {
-            name.hash(&mut hasher);
+            name.as_str().hash(&mut hasher);
             value.as_bytes().hash(&mut hasher);
         }
     }
