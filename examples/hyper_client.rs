@@ -22,7 +22,7 @@ async fn main() -> Result<(), BoxError> {
     let upstream = MockServer::start(Script::new().route(
         "/v1/messages",
         Route::sequence([
-            Reply::anthropic_ok("too late").delay(Duration::from_secs(3)),
+            Reply::anthropic_ok("too late").delay(Duration::from_secs(10)),
             Reply::overloaded(),
             Reply::anthropic_ok("Hello from the third attempt!"),
         ]),
@@ -30,7 +30,7 @@ async fn main() -> Result<(), BoxError> {
     .await?;
 
     let policy = RetryPolicy::builder()
-        .attempt_timeout(Duration::from_millis(500)) // time to the response head
+        .attempt_timeout(Duration::from_secs(1)) // time to the response head
         .max_elapsed(Duration::from_secs(30)) // nothing outlives this
         .initial_backoff(Duration::from_millis(50))
         .build()?;
@@ -56,6 +56,6 @@ async fn main() -> Result<(), BoxError> {
     let body = response.into_body().collect().await?.to_bytes();
     println!("{status} after {} attempts: {report}", report.attempts);
     println!("{}", String::from_utf8_lossy(&body));
-    assert_eq!(report.attempts, 3, "cut at 0.5 s, then a 529, then served");
+    assert_eq!(report.attempts, 3, "cut at 1 s, then a 529, then served");
     Ok(())
 }
