@@ -105,7 +105,3 @@ pub use retry::{Retry, RetryBody, RetryLayer};
 pub mod future {
     pub use crate::retry::future::ResponseFuture;
 }
-
-#[doc = include_str!("../../../README.md")]
-#[cfg(doctest)]
-struct ReadmeDoctests;
