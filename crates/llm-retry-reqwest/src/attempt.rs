@@ -1,7 +1,7 @@
 //! [`NextAttempt`]: one attempt, as a tower service over the rest of the
 //! middleware chain.
 
-use crate::convert;
+use crate::convert::{self, Origin};
 use bytes::Bytes;
 use http::Extensions;
 use http_body::Body;
@@ -17,26 +17,39 @@ use tower::Service;
 /// The retry engine above it may clone it and call it once per attempt.
 /// Each attempt gets its own copy of the caller's middleware extensions
 /// (the chain below may write into them), and the copy of the attempt that
-/// ran last is kept in `last`, for the caller to receive at the end.
+/// ran last is kept, for the caller to receive at the end.
 #[derive(Clone)]
 pub(crate) struct NextAttempt<'a> {
     next: Next<'a>,
-    extensions: Arc<Extensions>,
-    last: Arc<Mutex<Option<Extensions>>>,
+    shared: Arc<Shared>,
+}
+
+/// What every attempt of one request shares: one allocation per request.
+struct Shared {
+    origin: Origin,
+    extensions: Extensions,
+    last: Mutex<Option<Extensions>>,
 }
 
 impl<'a> NextAttempt<'a> {
-    pub(crate) fn new(next: Next<'a>, extensions: Extensions) -> NextAttempt<'a> {
+    pub(crate) fn new(next: Next<'a>, origin: Origin, extensions: Extensions) -> NextAttempt<'a> {
         NextAttempt {
             next,
-            extensions: Arc::new(extensions),
-            last: Arc::new(Mutex::new(None)),
+            shared: Arc::new(Shared {
+                origin,
+                extensions,
+                last: Mutex::new(None),
+            }),
         }
     }
 
     /// The extensions of the attempt that ran last, if any ran.
     pub(crate) fn take_last_extensions(&self) -> Option<Extensions> {
-        self.last.lock().map(|mut last| last.take()).unwrap_or(None)
+        self.shared
+            .last
+            .lock()
+            .map(|mut last| last.take())
+            .unwrap_or(None)
     }
 }
 
@@ -57,13 +70,13 @@ where
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         let next = self.next.clone();
-        let mut extensions = Extensions::clone(&self.extensions);
-        let last = Arc::clone(&self.last);
+        let shared = Arc::clone(&self.shared);
+        let request = convert::to_reqwest(request, &shared.origin);
         Box::pin(async move {
-            let request = convert::to_reqwest(request)?;
-            let result = next.run(request, &mut extensions).await;
-            if let Ok(mut slot) = last.lock() {
-                *slot = Some(extensions);
+            let mut extensions = shared.extensions.clone();
+            let result = next.run(request?, &mut extensions).await;
+            if let Ok(mut last) = shared.last.lock() {
+                *last = Some(extensions);
             }
             result.map(convert::from_reqwest)
         })

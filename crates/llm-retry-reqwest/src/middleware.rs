@@ -123,8 +123,9 @@ impl Middleware for RetryMiddleware {
         extensions: &mut Extensions,
         next: Next<'_>,
     ) -> reqwest_middleware::Result<reqwest::Response> {
-        let request = convert::to_http(request)?;
-        let attempt = NextAttempt::new(next, extensions.clone());
+        let (request, origin) =
+            convert::to_http(request).map_err(reqwest_middleware::Error::middleware)?;
+        let attempt = NextAttempt::new(next, origin, extensions.clone());
         let result = match &self.stack {
             Stack::Client(layer) => finish(layer.layer(attempt.clone()).oneshot(request).await),
             Stack::RetryOnly {
