@@ -10,8 +10,8 @@
 //!   stay inside the configured bounds;
 //! - nothing panics.
 //!
-//! `SOAK_REQUESTS` sets the requests per composition (default 3,400: 13,600
-//! in all); the documented large run is `SOAK_REQUESTS=250000`.
+//! `SOAK_REQUESTS` sets the requests per composition (default 3,400: 17,000
+//! in all, over five compositions); the documented large run is `SOAK_REQUESTS=250000`.
 #![allow(clippy::unwrap_used)]
 
 mod support;
@@ -329,6 +329,41 @@ fn policy() -> llm_retry::RetryPolicy {
         .unwrap()
 }
 
+/// A reqwest client with `RetryMiddleware` (the `ClientLayer` stack), as a
+/// tower service of the same shape as the others: the request rebuilt as
+/// reqwest's, the answer as `http`'s, and a failure as its `RetryError`.
+fn through_reqwest() -> impl Service<
+    http::Request<Full<Bytes>>,
+    Response = http::Response<reqwest::Body>,
+    Error = BoxError,
+    Future = impl Send,
+> + Clone
+       + Send
+       + 'static {
+    let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+        .with(llm_retry_reqwest::RetryMiddleware::new(policy()))
+        .build();
+    tower::service_fn(move |request: http::Request<Full<Bytes>>| {
+        let client = client.clone();
+        async move {
+            let (parts, _) = request.into_parts();
+            let sent = client
+                .post(parts.uri.to_string())
+                .headers(parts.headers)
+                .body(PROMPT)
+                .send()
+                .await;
+            match sent {
+                Ok(response) => Ok(http::Response::from(response)),
+                Err(reqwest_middleware::Error::Middleware(error)) => {
+                    Err(Box::new(error.downcast::<RetryError>()?) as BoxError)
+                }
+                Err(error) => Err(error.into()),
+            }
+        }
+    })
+}
+
 fn requests() -> usize {
     std::env::var("SOAK_REQUESTS")
         .ok()
@@ -379,6 +414,13 @@ async fn every_request_ends_once_with_only_bytes_the_upstream_sent() {
     all.push((
         "tower::retry",
         check("tower::retry", &ended, &upstream, &known),
+    ));
+
+    let upstream = mock().await;
+    let ended = crowd(through_reqwest(), &upstream.url("/v1/messages"), n).await;
+    all.push((
+        "reqwest adapter",
+        check("reqwest adapter", &ended, &upstream, &known),
     ));
 
     for (name, totals) in &all {

@@ -58,6 +58,12 @@
 //! | `llm_retry_budget_available` | gauge | retries the shared budget would grant now |
 //! | `llm_retry_rate_limit_wait_seconds` | histogram | time a send waited for its slot |
 //! | `llm_retry_rate_limit_refusals_total` | counter | `reason` (`past_deadline`, `never_fits`) |
+//! | `llm_retry_failover_attempts_total` | counter | `round` (`1`, `2`, `3`, `4+`) |
+//! | `llm_retry_failover_rounds_admitted_total` | counter | further rounds begun |
+//! | `llm_retry_failover_round_wait_seconds` | histogram | wait before a further round |
+//! | `llm_retry_failover_round_successes_total` | counter | requests answered in a further round |
+//! | `llm_retry_failover_suppressions_total` | counter | `reason` ([`failover::Suppression::label`]) |
+//! | `llm_retry_failover_exhaustions_total` | counter | requests every round of which was exhausted |
 #![warn(
     missing_docs,
     missing_debug_implementations,
@@ -71,6 +77,7 @@ pub mod backoff;
 pub mod budget;
 pub mod classify;
 pub mod downstream;
+pub mod failover;
 pub mod hint;
 pub mod policy;
 pub mod rate_limit;

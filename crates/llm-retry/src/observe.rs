@@ -66,3 +66,51 @@ pub(crate) fn class_label(class: &Classification) -> &'static str {
         },
     }
 }
+
+/// A failover attempt starts, in round `round`.
+pub(crate) fn failover_attempt(round: u32) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("llm_retry_failover_attempts_total", "round" => round_label(round))
+        .increment(1);
+    let _ = round;
+}
+
+/// A failover request waits for a further round.
+pub(crate) fn failover_wait(wait: Duration) {
+    #[cfg(feature = "metrics")]
+    {
+        metrics::counter!("llm_retry_failover_rounds_admitted_total").increment(1);
+        metrics::histogram!("llm_retry_failover_round_wait_seconds").record(wait.as_secs_f64());
+    }
+    let _ = wait;
+}
+
+/// A request was answered in a further round.
+pub(crate) fn failover_round_served() {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("llm_retry_failover_round_successes_total").increment(1);
+}
+
+/// No further round began, for `reason`.
+pub(crate) fn failover_suppressed(reason: &'static str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("llm_retry_failover_suppressions_total", "reason" => reason).increment(1);
+    let _ = reason;
+}
+
+/// Every allowed round was exhausted.
+pub(crate) fn failover_exhausted() {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("llm_retry_failover_exhaustions_total").increment(1);
+}
+
+/// A bounded label for a round number.
+#[cfg(feature = "metrics")]
+fn round_label(round: u32) -> &'static str {
+    match round {
+        1 => "1",
+        2 => "2",
+        3 => "3",
+        _ => "4+",
+    }
+}

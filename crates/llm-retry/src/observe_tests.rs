@@ -81,3 +81,91 @@ fn retries_and_give_ups_are_counted_by_fixed_labels() {
         "{labels}"
     );
 }
+
+#[test]
+fn a_failover_counts_attempts_by_round_waits_and_its_end() {
+    use crate::failover::{ExhaustionRetry, Failover, Target};
+    use bytes::Bytes;
+    use http_body_util::Full;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::with_local_recorder(&recorder, || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            // A 429 naming 1 s, then a success.
+            let calls = Arc::new(AtomicU32::new(0));
+            let target = tower::service_fn(move |_: http::Request<Full<Bytes>>| {
+                let n = calls.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    let status = if n == 0 { 429 } else { 200 };
+                    let response = http::Response::builder()
+                        .status(status)
+                        .header("retry-after", "1")
+                        .body(Full::<Bytes>::default())?;
+                    Ok::<_, crate::BoxError>(response)
+                }
+            });
+            let failover = Failover::builder(vec![Target::new(
+                "a",
+                tower::util::BoxCloneSyncService::new(target),
+            )])
+            .exhaustion_retry(ExhaustionRetry {
+                max_rounds: 1,
+                max_wait: Duration::from_secs(2),
+            })
+            .build()
+            .unwrap();
+            let response = failover
+                .oneshot(http::Request::new(Full::<Bytes>::default()))
+                .await
+                .unwrap();
+            assert_eq!(response.status(), 200);
+        });
+    });
+    let metrics: Vec<(String, Vec<String>)> = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .map(|(key, _, _, _)| {
+            let key = key.key();
+            let labels = key
+                .labels()
+                .map(|l| format!("{}={}", l.key(), l.value()))
+                .collect();
+            (key.name().to_owned(), labels)
+        })
+        .collect();
+    let has = |name: &str, label: Option<&str>| {
+        metrics
+            .iter()
+            .any(|(n, l)| n == name && label.is_none_or(|label| l.iter().any(|x| x == label)))
+    };
+    assert!(
+        has("llm_retry_failover_attempts_total", Some("round=1")),
+        "{metrics:?}"
+    );
+    assert!(
+        has("llm_retry_failover_attempts_total", Some("round=2")),
+        "{metrics:?}"
+    );
+    assert!(
+        has("llm_retry_failover_rounds_admitted_total", None),
+        "{metrics:?}"
+    );
+    assert!(
+        has("llm_retry_failover_round_wait_seconds", None),
+        "{metrics:?}"
+    );
+    assert!(
+        has("llm_retry_failover_round_successes_total", None),
+        "{metrics:?}"
+    );
+}

@@ -1,6 +1,6 @@
 //! One attempt's outcome → accept, stop, or retry after a delay.
 
-use super::{Recovery, RetryPolicy, RetryState};
+use super::{Recovery, Rejection, RejectionKind, RetryPolicy, RetryState};
 use crate::backoff::spread_server_wait;
 use crate::budget::Refusal;
 use crate::classify::{
@@ -83,6 +83,9 @@ pub struct Judgement {
     /// Whether the attempt reached the upstream (a send the gate refused
     /// did not, and is not counted as one).
     pub reached_upstream: bool,
+    /// Whether the outcome proves the request was not executed, whatever
+    /// the server said about retrying it: what a failover may act on.
+    pub rejection: Option<Rejection>,
     /// What to do next.
     pub decision: Decision,
 }
@@ -180,14 +183,47 @@ impl RetryPolicy {
             }
             _ => KeyNews::None,
         };
+        let rejection = self.rejection(&evidence);
         Judgement {
             class: evidence.class,
             provider: evidence.provider,
             hint,
             key,
             reached_upstream: evidence.reached_upstream,
+            rejection,
             decision,
         }
+    }
+
+    /// The outcome's own class (before `x-should-retry`) as a
+    /// [`Rejection`], when it proves the request was not executed.
+    fn rejection(&self, evidence: &Evidence<'_>) -> Option<Rejection> {
+        let wait = |kind| self.named_wait(kind, evidence).map(|w| w.duration);
+        let kind = match evidence.base {
+            _ if !evidence.reached_upstream => {
+                return Some(Rejection {
+                    kind: RejectionKind::NotSent,
+                    wait: evidence.own_wait,
+                })
+            }
+            Classification::Retryable(RetryableKind::RateLimited) if evidence.answered => {
+                (RejectionKind::RateLimited, RetryableKind::RateLimited)
+            }
+            Classification::Retryable(RetryableKind::Overloaded) if evidence.answered => {
+                (RejectionKind::Overloaded, RetryableKind::Overloaded)
+            }
+            Classification::Retryable(RetryableKind::Connect) => {
+                return Some(Rejection {
+                    kind: RejectionKind::NotConnected,
+                    wait: None,
+                })
+            }
+            _ => return None,
+        };
+        Some(Rejection {
+            kind: kind.0,
+            wait: wait(kind.1),
+        })
     }
 
     /// Reads what an outcome shows. A failure reported by one of the

@@ -428,3 +428,51 @@ fn a_stream_rate_limit_the_server_forbids_retrying_still_holds_the_key() {
         }
     );
 }
+
+#[test]
+fn only_outcomes_that_prove_nothing_was_executed_are_rejections() {
+    use super::super::RejectionKind as K;
+    let p = policy();
+    let none = HeaderMap::new();
+    let wait = headers(&[("retry-after", "3")]);
+    let declined = headers(&[("retry-after", "3"), ("x-should-retry", "false")]);
+    let overloaded =
+        br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
+    type Expected = Option<(K, Option<u64>)>;
+    let cases: [(u16, &HeaderMap, &[u8], Expected); 9] = [
+        (429, &wait, b"", Some((K::RateLimited, Some(3)))),
+        // `x-should-retry: false` forbids a resend, not another upstream.
+        (429, &declined, b"", Some((K::RateLimited, Some(3)))),
+        (429, &none, b"", Some((K::RateLimited, None))),
+        (529, &none, b"", Some((K::Overloaded, None))),
+        (503, &none, overloaded, Some((K::Overloaded, None))),
+        (503, &wait, b"", None),
+        (500, &none, b"", None),
+        (401, &none, b"", None),
+        (200, &none, b"", None),
+    ];
+    for (status, h, body, expected) in cases {
+        let j = judge(&p, 1, status, h, body);
+        let got = j.rejection.map(|r| (r.kind, r.wait.map(|w| w.as_secs())));
+        assert_eq!(got, expected, "{status} {h:?}");
+    }
+    let error = |kind| std::io::Error::new(kind, "boom");
+    let refused = error(std::io::ErrorKind::ConnectionRefused);
+    let j = p.judge(&after(1), Outcome::Error(&refused), Duration::ZERO);
+    assert_eq!(j.rejection.map(|r| r.kind), Some(K::NotConnected));
+    let reset = error(std::io::ErrorKind::ConnectionReset);
+    let j = p.judge(&after(1), Outcome::Error(&reset), Duration::ZERO);
+    assert_eq!(
+        j.rejection, None,
+        "a reset may come after the request was written"
+    );
+    let held = crate::rate_limit::GateError::HeldTooLong {
+        asked: Duration::from_secs(9),
+        limit: Duration::from_secs(5),
+    };
+    let j = p.judge(&after(1), Outcome::Error(&held), Duration::ZERO);
+    assert_eq!(
+        j.rejection.map(|r| (r.kind, r.wait)),
+        Some((K::NotSent, Some(Duration::from_secs(9))))
+    );
+}

@@ -12,6 +12,7 @@ mod env;
 mod judge;
 mod known;
 mod recovery;
+mod rejection;
 mod state;
 
 pub use builder::RetryPolicyBuilder;
@@ -19,6 +20,7 @@ pub use judge::{Decision, Judgement, Outcome, WaitScope};
 pub use recovery::{
     CredentialsFuture, Fallback, FallbackMode, Recovery, RecoveryAction, RefreshCredentials,
 };
+pub use rejection::{Rejection, RejectionKind};
 pub use state::RetryState;
 
 use crate::backoff::Backoff;

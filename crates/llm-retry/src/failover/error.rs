@@ -1,0 +1,87 @@
+//! [`FailoverError`]: a request a failover could hand no answer for.
+
+use super::report::FailoverReport;
+use crate::error::BoxError;
+use std::fmt;
+
+/// A request ended without an answer to hand over. Carries the
+/// [`FailoverReport`] and, as its source, the last target's error.
+#[derive(Debug)]
+pub struct FailoverError {
+    kind: FailoverErrorKind,
+    report: FailoverReport,
+    source: Option<BoxError>,
+}
+
+/// What kind of end a [`FailoverError`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FailoverErrorKind {
+    /// Every target turned the request away without an answer to hand
+    /// over (connections refused, sends refused locally, all cooling down).
+    Exhausted,
+    /// A target failed in a way that may have executed the request: no
+    /// other target was tried.
+    Failed,
+    /// The request's deadline passed.
+    Deadline,
+    /// The request body is larger than the failover keeps.
+    BodyTooLarge {
+        /// The cap in bytes.
+        cap: usize,
+    },
+    /// The request body failed while it was read.
+    BodyFailed,
+    /// A target's rewrite of the request failed.
+    Rewrite,
+}
+
+impl FailoverError {
+    pub(super) fn new(
+        kind: FailoverErrorKind,
+        report: FailoverReport,
+        source: Option<BoxError>,
+    ) -> FailoverError {
+        FailoverError {
+            kind,
+            report,
+            source,
+        }
+    }
+
+    /// What kind of end this is.
+    pub fn kind(&self) -> FailoverErrorKind {
+        self.kind
+    }
+
+    /// What the failover did.
+    pub fn report(&self) -> &FailoverReport {
+        &self.report
+    }
+}
+
+impl fmt::Display for FailoverError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.kind {
+            FailoverErrorKind::Exhausted => write!(f, "failover exhausted: {}", self.report),
+            FailoverErrorKind::Failed => write!(f, "failover stopped: {}", self.report),
+            FailoverErrorKind::Deadline => write!(f, "failover deadline passed: {}", self.report),
+            FailoverErrorKind::BodyTooLarge { cap } => {
+                write!(
+                    f,
+                    "request body is larger than the failover's {cap}-byte buffer"
+                )
+            }
+            FailoverErrorKind::BodyFailed => f.write_str("request body failed while it was read"),
+            FailoverErrorKind::Rewrite => f.write_str("a target's request rewrite failed"),
+        }
+    }
+}
+
+impl std::error::Error for FailoverError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}

@@ -1,0 +1,85 @@
+//! Priority failover over an ordered list of upstreams, with bounded
+//! further rounds when every one of them turned a request away.
+//!
+//! [`Failover`] is a tower service over ordered [`Target`]s, each typically
+//! the library's retry stack ([`ClientLayer`](crate::ClientLayer)) over an
+//! HTTP client for one provider, deployment or API key. A request goes to
+//! the first target; it moves to the next only when the outcome proves the
+//! request was not executed (a [`Rejection`](crate::policy::Rejection), read
+//! by the same [`RetryPolicy::judge`](crate::RetryPolicy::judge) as every
+//! retry): a 429, a 529 or an `overloaded_error` (as a status, or as a
+//! stream's first event before any content), a connection never made, or
+//! a send refused locally. Anything else — a success, a timeout after
+//! sending, a reset after the request was written, a malformed answer, an
+//! auth or configuration error, partial output — ends the request with
+//! that outcome.
+//!
+//! ```no_run
+//! use llm_retry::failover::{ExhaustionRetry, Failover, Target};
+//! use std::time::Duration;
+//!
+//! # fn build<S>(primary: S, secondary: S) -> Result<(), llm_retry::ConfigError> {
+//! let failover = Failover::builder(vec![
+//!     Target::new("primary", primary).cooldown(),
+//!     Target::new("secondary", secondary),
+//! ])
+//! .max_upstream_sends(6)
+//! .exhaustion_retry(ExhaustionRetry { max_rounds: 1, max_wait: Duration::from_secs(2) })
+//! .deadline(Duration::from_secs(120))
+//! .build()?;
+//! # let _ = failover;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Bounds
+//!
+//! - One round tries each eligible target in order, at most
+//!   `max_target_attempts` of them; the request-global `max_upstream_sends`
+//!   is never exceeded (an attempt starts only while its target's
+//!   [`max_sends`](Target::max_sends) are left).
+//! - A request whose `state_bound` predicate holds (a provider-side
+//!   conversation) only ever goes to the first target.
+//! - A target with [`cooldown`](Target::cooldown) is skipped by every
+//!   request until the wait its provider named has passed.
+//! - A target with a [`first_content_timeout`](Target::first_content_timeout)
+//!   is abandoned when nothing arrived in time, and the next one is tried.
+//!
+//! # Further rounds (opt-in)
+//!
+//! With [`ExhaustionRetry`], when every attempt of a round was a certified
+//! rejection, one more round may begin — starting again at the first target
+//! with fresh requests built from the original — after the soonest wait a
+//! provider named (500 ms when none named one) plus jitter. It begins only
+//! if the request is not state-bound, no attempt of the round was
+//! ambiguous, the shutdown has not started, sends are left, the wait fits
+//! in `max_wait`, the deadline can hold the wait and one more attempt, and
+//! fewer than `max_waiting_rounds` requests of this failover are already
+//! waiting; otherwise the [`Suppression`] is reported. Dropping the request
+//! (the client went away) or starting the [`Shutdown`] ends the wait.
+//!
+//! When the last round is exhausted the last rejection is handed over with
+//! `x-should-retry: false` and the wait left until a target takes requests
+//! again as `retry-after` / `retry-after-ms`, so the caller's own SDK does
+//! not multiply the failover's work. Every answer carries a
+//! [`FailoverReport`] in its extensions.
+
+mod config;
+mod error;
+mod operation;
+mod report;
+mod service;
+mod shutdown;
+mod target;
+
+pub use config::{ExhaustionRetry, FailoverBuilder, StateBound, MAX_ROUNDS, MAX_ROUND_WAIT};
+pub use error::{FailoverError, FailoverErrorKind};
+pub use report::{
+    AttemptOutcome, FailoverReport, FailoverStop, SkipReason, Suppression, TargetAttempt,
+};
+pub use service::Failover;
+pub use shutdown::Shutdown;
+pub use target::{set_model, Rewrite, Target};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,191 @@
+//! What a failover did with one request: every target attempt, every
+//! round, why it stopped.
+
+use crate::policy::Rejection;
+use http::StatusCode;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Every attempt a [`Failover`](super::Failover) made for one request, in
+/// the extensions of the answer it returned (and in a
+/// [`FailoverError`](super::FailoverError)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FailoverReport {
+    /// Rounds begun (1 without a further round).
+    pub rounds: u32,
+    /// Upstream sends made, over every target and round (a target's retry
+    /// stack may make several per attempt).
+    pub upstream_sends: u32,
+    /// Each target the request went to or skipped, in order.
+    pub attempts: Vec<TargetAttempt>,
+    /// Time spent waiting between rounds.
+    pub waited: Duration,
+    /// Why no further round began, when a round was exhausted.
+    pub suppressed: Option<Suppression>,
+    /// Why the failover stopped.
+    pub stop: FailoverStop,
+}
+
+impl FailoverReport {
+    pub(super) fn new() -> FailoverReport {
+        FailoverReport {
+            rounds: 1,
+            upstream_sends: 0,
+            attempts: Vec::new(),
+            waited: Duration::ZERO,
+            suppressed: None,
+            stop: FailoverStop::Answered,
+        }
+    }
+
+    /// Target attempts made (skips not counted).
+    pub fn target_attempts(&self) -> usize {
+        self.attempts
+            .iter()
+            .filter(|a| !matches!(a.outcome, AttemptOutcome::Skipped(_)))
+            .count()
+    }
+}
+
+/// One target's turn in one round.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TargetAttempt {
+    /// The target's name.
+    pub target: Arc<str>,
+    /// The round, from 1.
+    pub round: u32,
+    /// What came of it.
+    pub outcome: AttemptOutcome,
+}
+
+/// What came of one target's turn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AttemptOutcome {
+    /// An answer the failover handed over (a success, or a failure that is
+    /// not a certified rejection).
+    Answered(StatusCode),
+    /// The target turned the request away before executing it.
+    Rejected(Rejection),
+    /// No answer (or first content) within the target's first-content time.
+    FirstContentTimeout,
+    /// The target failed in a way that may have executed the request.
+    Failed,
+    /// The target was not tried.
+    Skipped(SkipReason),
+}
+
+/// Why a target was not tried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SkipReason {
+    /// The request is bound to provider state held by the first target.
+    StateBound,
+    /// The round's `max_target_attempts` were spent.
+    AttemptLimit,
+    /// The target is cooling down after its provider named a wait.
+    CoolingDown,
+    /// The request's send budget has fewer sends left than the target may make.
+    SendBudget,
+    /// The request's deadline has passed.
+    Deadline,
+}
+
+impl SkipReason {
+    /// A short, fixed name for metrics and logs.
+    pub fn label(self) -> &'static str {
+        match self {
+            SkipReason::StateBound => "state_bound",
+            SkipReason::AttemptLimit => "attempt_limit",
+            SkipReason::CoolingDown => "cooling_down",
+            SkipReason::SendBudget => "send_budget",
+            SkipReason::Deadline => "deadline",
+        }
+    }
+}
+
+/// Why an exhausted round was not followed by another: a closed set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Suppression {
+    /// No `exhaustion_retry` is configured: one pass only.
+    Disabled,
+    /// Every allowed round was spent.
+    RoundsSpent,
+    /// The request is bound to provider state.
+    StateBound,
+    /// An attempt of the round may have been executed (a first-content
+    /// timeout): only certified rejections allow a further round.
+    Ambiguous,
+    /// The shutdown started.
+    Shutdown,
+    /// The request's send budget is spent.
+    SendBudget,
+    /// The soonest wait a provider named is longer than `max_wait`.
+    WaitTooLong {
+        /// The wait that was named.
+        asked: Duration,
+        /// The longest wait between rounds.
+        limit: Duration,
+    },
+    /// The deadline cannot hold the wait and one more attempt.
+    Deadline,
+    /// Too many requests of this failover are already waiting for a round.
+    AdmissionFull,
+}
+
+impl Suppression {
+    /// A short, fixed name for metrics and logs.
+    pub fn label(self) -> &'static str {
+        match self {
+            Suppression::Disabled => "disabled",
+            Suppression::RoundsSpent => "rounds_spent",
+            Suppression::StateBound => "state_bound",
+            Suppression::Ambiguous => "ambiguous",
+            Suppression::Shutdown => "shutdown",
+            Suppression::SendBudget => "send_budget",
+            Suppression::WaitTooLong { .. } => "wait_too_long",
+            Suppression::Deadline => "deadline",
+            Suppression::AdmissionFull => "admission_full",
+        }
+    }
+}
+
+/// Why a failover stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FailoverStop {
+    /// A target's answer was handed over.
+    Answered,
+    /// Every round ended with every target turning the request away; the
+    /// last rejection was handed over (or, with no answer to hand over, a
+    /// [`FailoverError`](super::FailoverError) returned).
+    Exhausted,
+    /// A target failed in a way that may have executed the request.
+    Failed,
+}
+
+impl fmt::Display for FailoverReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let stop = match self.stop {
+            FailoverStop::Answered => "answered",
+            FailoverStop::Exhausted => "every target turned the request away",
+            FailoverStop::Failed => "a target failed",
+        };
+        write!(
+            f,
+            "{stop} after {} target attempts, {} upstream sends, {} round{}",
+            self.target_attempts(),
+            self.upstream_sends,
+            self.rounds,
+            if self.rounds == 1 { "" } else { "s" }
+        )?;
+        if let Some(suppressed) = self.suppressed {
+            write!(f, " (no further round: {})", suppressed.label())?;
+        }
+        Ok(())
+    }
+}

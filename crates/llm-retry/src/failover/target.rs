@@ -1,0 +1,147 @@
+//! [`Target`]: one upstream a failover may send a request to.
+
+use crate::error::BoxError;
+use bytes::Bytes;
+use http::request::Parts;
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// Rewrites the original request for one target: its URI, credentials,
+/// model. Called with a fresh copy of the original for every attempt.
+pub type Rewrite = Arc<dyn Fn(&mut Parts, &mut Bytes) -> Result<(), BoxError> + Send + Sync>;
+
+/// One upstream of a [`Failover`](super::Failover): a service (typically
+/// the library's retry stack over an HTTP client for one provider,
+/// deployment or API key) and how a request is made for it.
+pub struct Target<S> {
+    pub(super) name: Arc<str>,
+    pub(super) service: S,
+    pub(super) rewrite: Option<Rewrite>,
+    pub(super) max_sends: u32,
+    pub(super) first_content_timeout: Option<Duration>,
+    pub(super) cooldown: Option<Arc<Cooldown>>,
+}
+
+impl<S: Clone> Clone for Target<S> {
+    fn clone(&self) -> Self {
+        Target {
+            name: Arc::clone(&self.name),
+            service: self.service.clone(),
+            rewrite: self.rewrite.clone(),
+            max_sends: self.max_sends,
+            first_content_timeout: self.first_content_timeout,
+            cooldown: self.cooldown.clone(),
+        }
+    }
+}
+
+impl<S> fmt::Debug for Target<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Target")
+            .field("name", &self.name)
+            .field("max_sends", &self.max_sends)
+            .field("first_content_timeout", &self.first_content_timeout)
+            .field("cooldown", &self.cooldown.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S> Target<S> {
+    /// A target named `name` (in reports and metrics labels: keep the set
+    /// of names small and fixed) served by `service`, which receives the
+    /// original request unchanged unless [`rewrite`](Self::rewrite) says
+    /// otherwise.
+    pub fn new(name: impl Into<Arc<str>>, service: S) -> Target<S> {
+        Target {
+            name: name.into(),
+            service,
+            rewrite: None,
+            max_sends: 1,
+            first_content_timeout: None,
+            cooldown: None,
+        }
+    }
+
+    /// The target's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Rewrites each attempt's copy of the original request for this
+    /// target (its URI, its credentials, its model). An error ends the
+    /// request with [`FailoverErrorKind::Rewrite`](super::FailoverErrorKind::Rewrite).
+    pub fn rewrite<F>(mut self, rewrite: F) -> Target<S>
+    where
+        F: Fn(&mut Parts, &mut Bytes) -> Result<(), BoxError> + Send + Sync + 'static,
+    {
+        self.rewrite = Some(Arc::new(rewrite));
+        self
+    }
+
+    /// The most upstream sends one attempt of this target can make: its
+    /// retry stack's `max_retries + 1` (1, the default, for a plain
+    /// client). An attempt starts only while the request's send budget has
+    /// this many left, so the budget is never exceeded.
+    pub fn max_sends(mut self, sends: u32) -> Target<S> {
+        self.max_sends = sends.max(1);
+        self
+    }
+
+    /// Abandons an attempt whose answer (for a stream under the stream
+    /// guard: its first content) has not arrived within `timeout`, and
+    /// moves on to the next target. Such an attempt may have been executed,
+    /// so it does not let a further round begin.
+    pub fn first_content_timeout(mut self, timeout: Duration) -> Target<S> {
+        self.first_content_timeout = Some(timeout);
+        self
+    }
+
+    /// Skips this target, for every request through the failover, until a
+    /// wait its provider named has passed: after a rate limit or overload
+    /// naming a wait, or an answer whose rate-limit headers say no request
+    /// is left before the window resets. Off by default.
+    pub fn cooldown(mut self) -> Target<S> {
+        self.cooldown = Some(Arc::new(Cooldown::default()));
+        self
+    }
+}
+
+/// Until when a target is skipped, shared by every request.
+#[derive(Debug, Default)]
+pub(super) struct Cooldown(Mutex<Option<Instant>>);
+
+impl Cooldown {
+    /// When the cooldown ends, if it has not yet.
+    pub(super) fn until(&self, now: Instant) -> Option<Instant> {
+        let until = *self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        until.filter(|until| *until > now)
+    }
+
+    /// Extends the cooldown to at least `until`.
+    pub(super) fn extend(&self, until: Instant) {
+        let mut current = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if current.is_none_or(|current| current < until) {
+            *current = Some(until);
+        }
+    }
+}
+
+/// A rewrite that sets the JSON body's `model` field to `model`: for a
+/// target that serves the same request under another model name (an Azure
+/// deployment, a gateway alias).
+pub fn set_model(
+    model: impl Into<String>,
+) -> impl Fn(&mut Parts, &mut Bytes) -> Result<(), BoxError> + Send + Sync + 'static {
+    let model = model.into();
+    move |_parts, body| {
+        let mut json: serde_json::Value = serde_json::from_slice(body)?;
+        let object = json
+            .as_object_mut()
+            .ok_or("the request body is not a JSON object")?;
+        object.insert("model".to_owned(), serde_json::Value::String(model.clone()));
+        *body = Bytes::from(serde_json::to_vec(&json)?);
+        Ok(())
+    }
+}

@@ -1,0 +1,672 @@
+//! The failover on loopback, against mock upstreams, on tokio's paused clock.
+#![allow(clippy::unwrap_used)]
+
+use super::*;
+use crate::error::BoxError;
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use llm_retry_mock::{MockServer, Reply, Route, Script};
+use std::time::Duration;
+use tokio::time::Instant;
+use tower::util::BoxCloneSyncService;
+use tower::ServiceExt;
+
+type Svc = BoxCloneSyncService<Request<Full<Bytes>>, Response<Incoming>, BoxError>;
+
+const PATH: &str = "/v1/messages";
+const PROMPT: &str = r#"{"model":"claude-sonnet-4-5","max_tokens":64,"messages":[]}"#;
+
+async fn upstream(route: Route) -> MockServer {
+    MockServer::start(Script::new().route(PATH, route))
+        .await
+        .unwrap()
+}
+
+/// A plain client (one send per attempt) aimed at `base`.
+fn target_at(name: &str, base: String) -> Target<Svc> {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let service = BoxCloneSyncService::new(client.map_err(BoxError::from));
+    Target::new(name, service).rewrite(move |parts, _| {
+        parts.uri = format!("{base}{}", parts.uri.path()).parse()?;
+        Ok(())
+    })
+}
+
+fn target(name: &str, mock: &MockServer) -> Target<Svc> {
+    target_at(name, mock.url(""))
+}
+
+fn request() -> Request<Full<Bytes>> {
+    Request::post(format!("http://failover.invalid{PATH}"))
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from_static(PROMPT.as_bytes())))
+        .unwrap()
+}
+
+fn report(response: &Response<Incoming>) -> FailoverReport {
+    response
+        .extensions()
+        .get::<FailoverReport>()
+        .cloned()
+        .unwrap()
+}
+
+fn outcomes(report: &FailoverReport) -> Vec<(&str, u32, String)> {
+    report
+        .attempts
+        .iter()
+        .map(|a| {
+            let outcome = match &a.outcome {
+                AttemptOutcome::Answered(status) => format!("answered {}", status.as_u16()),
+                AttemptOutcome::Rejected(r) => format!("rejected {}", r.kind.label()),
+                AttemptOutcome::Skipped(reason) => format!("skipped {}", reason.label()),
+                AttemptOutcome::FirstContentTimeout => "first content timeout".to_owned(),
+                AttemptOutcome::Failed => "failed".to_owned(),
+            };
+            (&*a.target, a.round, outcome)
+        })
+        .collect()
+}
+
+fn rounds(max_wait_secs: u64) -> ExhaustionRetry {
+    ExhaustionRetry {
+        max_rounds: 1,
+        max_wait: Duration::from_secs(max_wait_secs),
+    }
+}
+
+fn rate_limited(secs: &str) -> Reply {
+    Reply::anthropic_error(429, "rate_limit_error", "Rate limited").header("retry-after", secs)
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_first_target_serves_when_it_can() {
+    let (a, b) = (
+        upstream(Route::always(Reply::anthropic_ok("a"))).await,
+        upstream(Route::always(Reply::anthropic_ok("b"))).await,
+    );
+    let failover = Failover::builder(vec![target("a", &a), target("b", &b)])
+        .build()
+        .unwrap();
+    let response = failover.oneshot(request()).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let report = report(&response);
+    assert_eq!(outcomes(&report), [("a", 1, "answered 200".to_owned())]);
+    assert_eq!(
+        (report.upstream_sends, report.stop),
+        (1, FailoverStop::Answered)
+    );
+    assert_eq!((a.request_count(), b.request_count()), (1, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_certified_rejection_moves_the_request_on_and_nothing_else_does() {
+    let cases: [(Reply, bool); 7] = [
+        (rate_limited("1"), true),
+        (Reply::overloaded(), true),
+        (
+            Reply::anthropic_stream_error("overloaded_error", "Overloaded"),
+            false,
+        ),
+        (Reply::status(503), false),
+        (Reply::status(500), false),
+        (
+            Reply::anthropic_error(401, "authentication_error", "bad key"),
+            false,
+        ),
+        (Reply::reset_before_headers(), false),
+    ];
+    for (first, moves) in cases {
+        let label = format!("{first:?}");
+        let a = upstream(Route::always(first)).await;
+        let b = upstream(Route::always(Reply::anthropic_ok("b"))).await;
+        let failover = Failover::builder(vec![target("a", &a), target("b", &b)])
+            .build()
+            .unwrap();
+        let result = failover.oneshot(request()).await;
+        assert_eq!(a.request_count(), 1, "{label}");
+        assert_eq!(b.request_count(), usize::from(moves), "{label}: moved on?");
+        if moves {
+            assert_eq!(result.unwrap().status(), 200, "{label}");
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_whose_first_event_is_an_overload_moves_on_under_the_stream_guard() {
+    let a = upstream(Route::always(Reply::anthropic_stream_error(
+        "overloaded_error",
+        "Overloaded",
+    )))
+    .await;
+    let b = upstream(Route::always(Reply::anthropic_stream(&["b"]))).await;
+    let guarded = |mock: &MockServer| {
+        let base = mock.url("");
+        let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+        let service = tower::ServiceBuilder::new()
+            .layer(crate::stream_guard::StreamGuardLayer::new())
+            .service(client)
+            .map_response(|r: Response<_>| r.map(|b| b.boxed()))
+            .map_err(BoxError::from);
+        Target::new(mock.url(""), BoxCloneSyncService::new(service)).rewrite(move |parts, _| {
+            parts.uri = format!("{base}{}", parts.uri.path()).parse()?;
+            Ok(())
+        })
+    };
+    let failover = Failover::builder(vec![guarded(&a), guarded(&b)])
+        .build()
+        .unwrap();
+    let response = failover.oneshot(request()).await.unwrap();
+    let report = response
+        .extensions()
+        .get::<FailoverReport>()
+        .cloned()
+        .unwrap();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(
+        body,
+        Reply::anthropic_stream(&["b"]).expected_body().unwrap()
+    );
+    assert_eq!(report.upstream_sends, 2);
+    assert!(
+        matches!(report.attempts[0].outcome, AttemptOutcome::Rejected(r) if r.kind == crate::policy::RejectionKind::Overloaded)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_connection_moves_on() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = format!("http://{}", listener.local_addr().unwrap());
+    drop(listener);
+    let b = upstream(Route::always(Reply::anthropic_ok("b"))).await;
+    let failover = Failover::builder(vec![target_at("dead", dead), target("b", &b)])
+        .build()
+        .unwrap();
+    let response = failover.oneshot(request()).await.unwrap();
+    let report = report(&response);
+    assert_eq!(
+        outcomes(&report)[0],
+        ("dead", 1, "rejected not_connected".to_owned())
+    );
+    assert_eq!(
+        report.upstream_sends, 1,
+        "a refused connection sent nothing"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_pass_without_exhaustion_retry_hands_over_the_last_rejection_marked_final() {
+    let a = upstream(Route::always(rate_limited("7"))).await;
+    let b = upstream(Route::always(rate_limited("3"))).await;
+    let failover = Failover::builder(vec![target("a", &a), target("b", &b)])
+        .build()
+        .unwrap();
+    let response = failover.oneshot(request()).await.unwrap();
+    assert_eq!(response.status(), 429);
+    assert_eq!(response.headers()["x-should-retry"], "false");
+    assert_eq!(
+        response.headers()["retry-after"],
+        "3",
+        "the soonest target's wait"
+    );
+    assert_eq!(response.headers()["retry-after-ms"], "3000");
+    let report = report(&response);
+    assert_eq!(
+        (report.rounds, report.suppressed),
+        (1, Some(Suppression::Disabled))
+    );
+    assert_eq!(report.stop, FailoverStop::Exhausted);
+    assert_eq!((a.request_count(), b.request_count()), (1, 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_further_round_starts_at_the_first_target_after_the_named_wait() {
+    let a = upstream(Route::sequence([
+        rate_limited("1"),
+        Reply::anthropic_ok("a"),
+    ]))
+    .await;
+    let b = upstream(Route::always(rate_limited("1"))).await;
+    let failover = Failover::builder(vec![target("a", &a), target("b", &b)])
+        .exhaustion_retry(rounds(2))
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let response = failover.oneshot(request()).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let report = report(&response);
+    assert_eq!(
+        outcomes(&report),
+        [
+            ("a", 1, "rejected rate_limited".to_owned()),
+            ("b", 1, "rejected rate_limited".to_owned()),
+            ("a", 2, "answered 200".to_owned()),
+        ]
+    );
+    assert_eq!((report.rounds, report.upstream_sends), (2, 3));
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_secs(1) && waited <= Duration::from_millis(1250),
+        "{waited:?}"
+    );
+    let sent = a.requests();
+    assert!(sent[1].received_at - sent[0].received_at >= Duration::from_secs(1));
+    assert!(
+        sent.iter().all(|r| r.body == PROMPT.as_bytes()),
+        "fresh copies of the original"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn both_rounds_exhausted_hand_over_the_final_429_with_the_wait_left() {
+    let a = upstream(Route::always(rate_limited("2"))).await;
+    let b = upstream(Route::always(rate_limited("1"))).await;
+    let failover = Failover::builder(vec![target("a", &a), target("b", &b)])
+        .exhaustion_retry(rounds(2))
+        .build()
+        .unwrap();
+    let response = failover.oneshot(request()).await.unwrap();
+    assert_eq!(response.status(), 429);
+    assert_eq!(response.headers()["x-should-retry"], "false");
+    let report = report(&response);
+    // Round 2 began after b's 1 s; a was still inside its 2 s and skipped.
+    assert_eq!(
+        outcomes(&report),
+        [
+            ("a", 1, "rejected rate_limited".to_owned()),
+            ("b", 1, "rejected rate_limited".to_owned()),
+            ("a", 2, "skipped cooling_down".to_owned()),
+            ("b", 2, "rejected rate_limited".to_owned()),
+        ]
+    );
+    assert_eq!(
+        (report.rounds, report.suppressed),
+        (2, Some(Suppression::RoundsSpent))
+    );
+    assert_eq!((a.request_count(), b.request_count()), (1, 2));
+    // a's 2 s named at 0 end about 1 s from now, b's new 1 s in 1 s.
+    let left: u64 = response.headers()["retry-after-ms"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((700..=1000).contains(&left), "{left} ms left");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_missing_or_malformed_wait_is_half_a_second_and_an_excessive_one_ends_the_request() {
+    for (value, expect_round) in [
+        (None, true),
+        (Some("soon"), true),
+        (Some("-3"), true),
+        (Some("3600"), false),
+    ] {
+        let reply = match value {
+            Some(v) => Reply::anthropic_error(429, "rate_limit_error", "Rate limited")
+                .header("retry-after", v),
+            None => Reply::anthropic_error(429, "rate_limit_error", "Rate limited"),
+        };
+        let a = upstream(Route::sequence([reply, Reply::anthropic_ok("a")])).await;
+        let failover = Failover::builder(vec![target("a", &a)])
+            .exhaustion_retry(rounds(2))
+            .build()
+            .unwrap();
+        let started = Instant::now();
+        let response = failover.oneshot(request()).await.unwrap();
+        let report = report(&response);
+        if expect_round {
+            assert_eq!(response.status(), 200, "{value:?}");
+            let waited = started.elapsed();
+            assert!(
+                waited >= Duration::from_millis(500) && waited < Duration::from_secs(1),
+                "{value:?}: {waited:?}"
+            );
+        } else {
+            assert_eq!(response.status(), 429, "{value:?}");
+            assert_eq!(
+                report.suppressed,
+                Some(Suppression::WaitTooLong {
+                    asked: Duration::from_secs(3600),
+                    limit: Duration::from_secs(2)
+                })
+            );
+            assert_eq!(started.elapsed(), Duration::ZERO, "no wait at all");
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn concurrent_waiters_do_not_wake_together_and_admission_is_bounded() {
+    let a = upstream(Route::sequence_then(
+        (0..10).map(|_| rate_limited("1")),
+        Reply::anthropic_ok("a"),
+    ))
+    .await;
+    let failover = Failover::builder(vec![target("a", &a)])
+        .exhaustion_retry(rounds(2))
+        .max_waiting_rounds(6)
+        .build()
+        .unwrap();
+    let calls = (0..10).map(|_| failover.clone().oneshot(request()));
+    let results = futures_util::future::join_all(calls).await;
+    let statuses: Vec<u16> = results
+        .iter()
+        .map(|r| r.as_ref().unwrap().status().as_u16())
+        .collect();
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 200).count(),
+        6,
+        "{statuses:?}"
+    );
+    let suppressed: Vec<_> = results
+        .iter()
+        .filter_map(|r| report(r.as_ref().unwrap()).suppressed)
+        .collect();
+    assert_eq!(suppressed, vec![Suppression::AdmissionFull; 4]);
+    let mut second: Vec<_> = a.requests()[10..].iter().map(|r| r.received_at).collect();
+    assert_eq!(second.len(), 6);
+    second.dedup();
+    assert_eq!(second.len(), 6, "jitter spreads the waiters' wake-ups");
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_a_waiting_request_gives_its_place_back_and_sends_nothing_more() {
+    let a = upstream(Route::always(rate_limited("1"))).await;
+    let failover = Failover::builder(vec![target("a", &a)])
+        .exhaustion_retry(rounds(2))
+        .max_waiting_rounds(1)
+        .build()
+        .unwrap();
+    let waiting = tokio::time::timeout(
+        Duration::from_millis(500),
+        failover.clone().oneshot(request()),
+    )
+    .await;
+    assert!(waiting.is_err(), "cancelled during the wait");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(a.request_count(), 1);
+    // The place is free again: the next request may wait.
+    let _ = tokio::time::timeout(
+        Duration::from_millis(100),
+        failover.clone().oneshot(request()),
+    )
+    .await;
+    assert_eq!(
+        failover
+            .config
+            .waiting_rounds
+            .load(std::sync::atomic::Ordering::SeqCst),
+        0
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_during_the_wait_hands_over_the_last_rejection_at_once() {
+    let a = upstream(Route::always(rate_limited("1"))).await;
+    let shutdown = Shutdown::new();
+    let failover = Failover::builder(vec![target("a", &a)])
+        .exhaustion_retry(rounds(2))
+        .shutdown(shutdown.clone())
+        .build()
+        .unwrap();
+    let call = tokio::spawn(failover.oneshot(request()));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let at = Instant::now();
+    shutdown.trigger();
+    let response = call.await.unwrap().unwrap();
+    assert_eq!(at.elapsed(), Duration::ZERO);
+    assert_eq!(response.status(), 429);
+    assert_eq!(report(&response).suppressed, Some(Suppression::Shutdown));
+    assert_eq!(a.request_count(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_deadline_bounds_attempts_and_forbids_a_round_it_cannot_hold() {
+    let slow = upstream(Route::always(
+        Reply::anthropic_ok("late").delay(Duration::from_secs(10)),
+    ))
+    .await;
+    let failover = Failover::builder(vec![target("slow", &slow)])
+        .deadline(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let error = failover.oneshot(request()).await.unwrap_err();
+    assert_eq!(started.elapsed(), Duration::from_secs(2));
+    assert_eq!(
+        error.downcast_ref::<FailoverError>().unwrap().kind(),
+        FailoverErrorKind::Deadline
+    );
+
+    // Answers take 1.4 s: at 1.4 s, a 1 s wait and another 1.4 s attempt
+    // cannot fit in 2.5 s, so no round begins.
+    let a = upstream(Route::always(
+        rate_limited("1").delay(Duration::from_millis(1400)),
+    ))
+    .await;
+    let failover = Failover::builder(vec![target("a", &a)])
+        .exhaustion_retry(rounds(2))
+        .deadline(Duration::from_millis(2500))
+        .build()
+        .unwrap();
+    let response = failover.oneshot(request()).await.unwrap();
+    assert_eq!(report(&response).suppressed, Some(Suppression::Deadline));
+    assert_eq!(a.request_count(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_ambiguous_attempt_lets_the_request_move_on_but_not_begin_another_round() {
+    let slow = upstream(Route::always(
+        Reply::anthropic_ok("late").delay(Duration::from_secs(30)),
+    ))
+    .await;
+    let b = upstream(Route::always(rate_limited("1"))).await;
+    let failover = Failover::builder(vec![
+        target("slow", &slow).first_content_timeout(Duration::from_secs(1)),
+        target("b", &b),
+    ])
+    .exhaustion_retry(rounds(2))
+    .build()
+    .unwrap();
+    let response = failover.oneshot(request()).await.unwrap();
+    let report = report(&response);
+    assert_eq!(
+        outcomes(&report),
+        [
+            ("slow", 1, "first content timeout".to_owned()),
+            ("b", 1, "rejected rate_limited".to_owned()),
+        ]
+    );
+    assert_eq!(report.suppressed, Some(Suppression::Ambiguous));
+    assert_eq!(b.request_count(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_state_bound_request_never_changes_targets() {
+    let a = upstream(Route::always(rate_limited("1"))).await;
+    let b = upstream(Route::always(Reply::anthropic_ok("b"))).await;
+    let failover = Failover::builder(vec![target("a", &a), target("b", &b)])
+        .exhaustion_retry(rounds(2))
+        .state_bound(|parts, _| parts.headers.contains_key("x-conversation"))
+        .build()
+        .unwrap();
+    let mut bound = request();
+    bound
+        .headers_mut()
+        .insert("x-conversation", "c1".parse().unwrap());
+    let response = failover.clone().oneshot(bound).await.unwrap();
+    assert_eq!(response.status(), 429);
+    let report = report(&response);
+    assert_eq!(
+        outcomes(&report)[1],
+        ("b", 1, "skipped state_bound".to_owned())
+    );
+    assert_eq!(report.suppressed, Some(Suppression::StateBound));
+    assert_eq!(b.request_count(), 0);
+    // Unbound requests still move on.
+    assert_eq!(failover.oneshot(request()).await.unwrap().status(), 200);
+}
+
+#[tokio::test(start_paused = true)]
+async fn attempts_and_sends_stop_exactly_at_their_bounds() {
+    let mocks = [
+        upstream(Route::always(rate_limited("1"))).await,
+        upstream(Route::always(rate_limited("1"))).await,
+        upstream(Route::always(rate_limited("1"))).await,
+    ];
+    let targets = || {
+        vec![
+            target("a", &mocks[0]),
+            target("b", &mocks[1]),
+            target("c", &mocks[2]),
+        ]
+    };
+    let failover = Failover::builder(targets())
+        .max_target_attempts(2)
+        .build()
+        .unwrap();
+    let first = report(&failover.oneshot(request()).await.unwrap());
+    assert_eq!(first.target_attempts(), 2);
+    assert_eq!(
+        outcomes(&first)[2],
+        ("c", 1, "skipped attempt_limit".to_owned())
+    );
+    let failover = Failover::builder(targets())
+        .max_upstream_sends(4)
+        .exhaustion_retry(rounds(2))
+        .build()
+        .unwrap();
+    let second = report(&failover.oneshot(request()).await.unwrap());
+    assert_eq!(second.upstream_sends, 4, "{second}");
+    assert_eq!(
+        outcomes(&second)[4],
+        ("b", 2, "skipped send_budget".to_owned())
+    );
+    let sent: usize = mocks.iter().map(MockServer::request_count).sum();
+    assert_eq!(sent, 2 + 4);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cooling_target_is_skipped_by_later_requests_until_its_wait_passes() {
+    let a = upstream(Route::sequence([
+        rate_limited("5"),
+        Reply::anthropic_ok("a"),
+    ]))
+    .await;
+    let b = upstream(Route::always(Reply::anthropic_ok("b"))).await;
+    let failover = Failover::builder(vec![target("a", &a).cooldown(), target("b", &b)])
+        .build()
+        .unwrap();
+    for _ in 0..3 {
+        assert_eq!(
+            failover.clone().oneshot(request()).await.unwrap().status(),
+            200
+        );
+    }
+    assert_eq!((a.request_count(), b.request_count()), (1, 3));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let later = report(&failover.oneshot(request()).await.unwrap());
+    assert_eq!(outcomes(&later), [("a", 1, "answered 200".to_owned())]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rewrite_sets_the_model_of_each_target() {
+    let a = upstream(Route::always(Reply::overloaded())).await;
+    let b = upstream(Route::always(Reply::anthropic_ok("b"))).await;
+    let failover = Failover::builder(vec![
+        target("a", &a),
+        target("b", &b).rewrite({
+            let base = b.url("");
+            let model = set_model("claude-haiku-4-5");
+            move |parts, body| {
+                parts.uri = format!("{base}{PATH}").parse()?;
+                model(parts, body)
+            }
+        }),
+    ])
+    .build()
+    .unwrap();
+    failover.oneshot(request()).await.unwrap();
+    assert_eq!(
+        a.requests()[0].body_json().unwrap()["model"],
+        "claude-sonnet-4-5"
+    );
+    assert_eq!(
+        b.requests()[0].body_json().unwrap()["model"],
+        "claude-haiku-4-5"
+    );
+}
+
+#[test]
+fn unsafe_or_contradictory_budgets_are_refused_naming_the_setting() {
+    let t = |name: &str| Target::new(name, ());
+    let cases: Vec<(FailoverBuilder<()>, &str)> = vec![
+        (Failover::builder(vec![]), "targets"),
+        (Failover::builder(vec![t("a"), t("a")]), "targets"),
+        (
+            Failover::builder(vec![t("a")]).max_target_attempts(0),
+            "max_target_attempts",
+        ),
+        (
+            Failover::builder(vec![Target::new("a", ()).max_sends(3)]).max_upstream_sends(2),
+            "max_upstream_sends",
+        ),
+        (
+            Failover::builder(vec![t("a")]).exhaustion_retry(ExhaustionRetry {
+                max_rounds: 0,
+                max_wait: Duration::from_secs(1),
+            }),
+            "exhaustion_retry.max_rounds",
+        ),
+        (
+            Failover::builder(vec![t("a")]).exhaustion_retry(ExhaustionRetry {
+                max_rounds: 9,
+                max_wait: Duration::from_secs(1),
+            }),
+            "exhaustion_retry.max_rounds",
+        ),
+        (
+            Failover::builder(vec![t("a")]).exhaustion_retry(ExhaustionRetry {
+                max_rounds: 1,
+                max_wait: Duration::ZERO,
+            }),
+            "exhaustion_retry.max_wait",
+        ),
+        (
+            Failover::builder(vec![t("a")]).exhaustion_retry(ExhaustionRetry {
+                max_rounds: 1,
+                max_wait: Duration::from_secs(600),
+            }),
+            "exhaustion_retry.max_wait",
+        ),
+        (
+            Failover::builder(vec![t("a"), t("b")])
+                .max_upstream_sends(2)
+                .exhaustion_retry(rounds(1)),
+            "exhaustion_retry",
+        ),
+        (
+            Failover::builder(vec![t("a")])
+                .deadline(Duration::from_secs(1))
+                .exhaustion_retry(rounds(2)),
+            "exhaustion_retry.max_wait",
+        ),
+        (
+            Failover::builder(vec![t("a")]).deadline(Duration::ZERO),
+            "deadline",
+        ),
+    ];
+    for (builder, setting) in cases {
+        let error = builder.build().unwrap_err();
+        assert_eq!(error.setting(), setting, "{error}");
+        assert_eq!(error.of(), "failover");
+    }
+    assert!(Failover::builder(vec![t("a"), t("b")])
+        .exhaustion_retry(rounds(1))
+        .build()
+        .is_ok());
+}

@@ -1,0 +1,48 @@
+//! [`Rejection`]: an outcome that proves the upstream did not execute the
+//! request, so another upstream may be given it.
+
+use std::time::Duration;
+
+/// An attempt's outcome that proves the request was not executed: the
+/// provider turned it away before doing any work, or it never left.
+///
+/// Only such an outcome lets a request move to another upstream
+/// ([`failover`](crate::failover)); anything else (a timeout after sending,
+/// a reset after the request was written, a malformed answer, an auth or
+/// configuration error, partial output) may have been executed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Rejection {
+    /// What turned the request away.
+    pub kind: RejectionKind,
+    /// The wait its provider named (or the local hold's), if any.
+    pub wait: Option<Duration>,
+}
+
+/// What turned a request away before it was executed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RejectionKind {
+    /// A rate limit: a 429, or a stream whose first event is a
+    /// `rate_limit_error`.
+    RateLimited,
+    /// An overload: a 529, an `overloaded_error` body or first event.
+    Overloaded,
+    /// The connection was never made.
+    NotConnected,
+    /// A layer under the retry loop refused the send before it left (a
+    /// rate-limit gate's hold, or its deadline).
+    NotSent,
+}
+
+impl RejectionKind {
+    /// A short, fixed name for metrics and logs.
+    pub fn label(self) -> &'static str {
+        match self {
+            RejectionKind::RateLimited => "rate_limited",
+            RejectionKind::Overloaded => "overloaded",
+            RejectionKind::NotConnected => "not_connected",
+            RejectionKind::NotSent => "not_sent",
+        }
+    }
+}
