@@ -1,0 +1,336 @@
+//! The config file (`gateway.toml`): its schema, and the validation that
+//! turns it into a [`Config`] or refuses it naming the field and its line.
+
+use crate::duration;
+use http::{HeaderName, HeaderValue, Uri};
+use serde::Deserialize;
+use std::fmt;
+use std::net::SocketAddr;
+use std::ops::Range;
+use std::time::Duration;
+use toml::Spanned;
+
+/// A validated gateway configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Where the gateway listens.
+    pub listen: SocketAddr,
+    /// How long in-flight requests may run after a shutdown signal.
+    pub shutdown_grace: Duration,
+    /// The largest request body accepted, in bytes.
+    pub max_body: usize,
+    /// The routes, matched in order.
+    pub routes: Vec<RouteConfig>,
+}
+
+/// One route: which requests it takes and the targets it sends them to.
+#[derive(Debug, Clone)]
+pub struct RouteConfig {
+    /// The route's name (a metrics label).
+    pub name: String,
+    /// Requests whose path starts with this; any path when `None`.
+    pub path_prefix: Option<String>,
+    /// Requests whose body's `model` is one of these; any model when empty.
+    pub models: Vec<String>,
+    /// Targets tried per round at most.
+    pub max_target_attempts: Option<usize>,
+    /// Upstream sends per request at most.
+    pub max_upstream_sends: Option<u32>,
+    /// Time a request may take, waits and rounds included.
+    pub deadline: Duration,
+    /// Further rounds after every target turned a request away.
+    pub exhaustion_retry: Option<llm_retry::failover::ExhaustionRetry>,
+    /// A request header that binds a request to provider state.
+    pub state_bound_header: Option<HeaderName>,
+    /// The targets, in priority order.
+    pub targets: Vec<TargetConfig>,
+}
+
+/// One upstream of a route.
+#[derive(Clone)]
+pub struct TargetConfig {
+    /// The target's name (a metrics label).
+    pub name: String,
+    /// Scheme, authority and optional base path of the upstream.
+    pub base_url: Uri,
+    /// The credential header the gateway sends instead of the client's.
+    pub credential: Option<(HeaderName, HeaderValue)>,
+    /// The model the request's `model` is rewritten to.
+    pub model: Option<String>,
+    /// Retries per attempt of this target (its own retry stack).
+    pub max_retries: u32,
+    /// Time to the answer's head (a stream's first content) per send.
+    pub attempt_timeout: Option<Duration>,
+    /// Abandon the target when nothing arrived in this time.
+    pub first_content_timeout: Option<Duration>,
+    /// Requests per minute the provider allows this key.
+    pub requests_per_minute: Option<u32>,
+    /// Skip the target while a wait its provider named runs.
+    pub cooldown: bool,
+}
+
+impl fmt::Debug for TargetConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TargetConfig")
+            .field("name", &self.name)
+            .field("base_url", &self.base_url)
+            .field("credential", &self.credential.as_ref().map(|(name, _)| name))
+            .field("model", &self.model)
+            .field("max_retries", &self.max_retries)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A config file that cannot be used: where, which field, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The 1-based line of the table or value at fault, when known.
+    pub line: Option<usize>,
+    /// The field, as a path: `route[claude].target[primary].base_url`.
+    pub field: String,
+    /// What is wrong.
+    pub problem: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some(line) => write!(f, "line {line}: {}: {}", self.field, self.problem),
+            None => write!(f, "{}: {}", self.field, self.problem),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    listen: Option<Spanned<String>>,
+    shutdown_grace: Option<Spanned<String>>,
+    max_body: Option<usize>,
+    #[serde(default, rename = "route")]
+    routes: Vec<Spanned<RouteFile>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RouteFile {
+    name: String,
+    path_prefix: Option<String>,
+    #[serde(default)]
+    models: Vec<String>,
+    max_target_attempts: Option<usize>,
+    max_upstream_sends: Option<u32>,
+    deadline: Option<String>,
+    exhaustion_retry: Option<ExhaustionFile>,
+    state_bound_header: Option<String>,
+    #[serde(default, rename = "target")]
+    targets: Vec<Spanned<TargetFile>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExhaustionFile {
+    max_rounds: u32,
+    max_wait: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TargetFile {
+    name: String,
+    base_url: String,
+    api_key_env: Option<String>,
+    auth: Option<String>,
+    model: Option<String>,
+    max_retries: Option<u32>,
+    attempt_timeout: Option<String>,
+    first_content_timeout: Option<String>,
+    requests_per_minute: Option<u32>,
+    #[serde(default)]
+    cooldown: bool,
+}
+
+/// Most retries a target's own stack may make per attempt.
+const MAX_TARGET_RETRIES: u32 = 10;
+/// A route's deadline when none is given.
+const DEFAULT_DEADLINE: Duration = Duration::from_secs(600);
+
+impl Config {
+    /// Parses and validates `text`, reading credentials with `env`.
+    pub fn parse(text: &str, env: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        let line_of = |span: Range<usize>| Some(text[..span.start.min(text.len())].matches('\n').count() + 1);
+        let file: File = toml::from_str(text).map_err(|error| ConfigError {
+            line: error.span().and_then(line_of),
+            field: "file".to_owned(),
+            problem: error.message().to_owned(),
+        })?;
+        let listen = match &file.listen {
+            None => SocketAddr::from(([127, 0, 0, 1], 8080)),
+            Some(listen) => listen.get_ref().parse().map_err(|_| ConfigError {
+                line: line_of(listen.span()),
+                field: "listen".to_owned(),
+                problem: format!("{:?} is not an address and port", listen.get_ref()),
+            })?,
+        };
+        let shutdown_grace = match &file.shutdown_grace {
+            None => Duration::from_secs(30),
+            Some(grace) => duration::parse(grace.get_ref()).map_err(|problem| ConfigError {
+                line: line_of(grace.span()),
+                field: "shutdown_grace".to_owned(),
+                problem,
+            })?,
+        };
+        if file.routes.is_empty() {
+            return Err(ConfigError {
+                line: None,
+                field: "route".to_owned(),
+                problem: "at least one [[route]] is needed".to_owned(),
+            });
+        }
+        let mut routes = Vec::with_capacity(file.routes.len());
+        for spanned in &file.routes {
+            let line = line_of(spanned.span());
+            let route = spanned.get_ref();
+            let at = |field: &str, problem: String| ConfigError {
+                line,
+                field: format!("route[{}].{field}", route.name),
+                problem,
+            };
+            if routes.iter().any(|r: &RouteConfig| r.name == route.name) {
+                return Err(at("name", "is used by an earlier route".to_owned()));
+            }
+            if route.path_prefix.as_ref().is_some_and(|p| !p.starts_with('/')) {
+                return Err(at("path_prefix", "must start with /".to_owned()));
+            }
+            let deadline = match &route.deadline {
+                Some(text) => duration::parse(text).map_err(|p| at("deadline", p))?,
+                None => DEFAULT_DEADLINE,
+            };
+            if deadline.is_zero() {
+                return Err(at("deadline", "must be more than 0".to_owned()));
+            }
+            let exhaustion_retry = match &route.exhaustion_retry {
+                Some(retry) => Some(llm_retry::failover::ExhaustionRetry {
+                    max_rounds: retry.max_rounds,
+                    max_wait: duration::parse(&retry.max_wait)
+                        .map_err(|p| at("exhaustion_retry.max_wait", p))?,
+                }),
+                None => None,
+            };
+            let state_bound_header = match &route.state_bound_header {
+                Some(name) => Some(
+                    HeaderName::try_from(name.as_str())
+                        .map_err(|_| at("state_bound_header", format!("{name:?} is not a header name")))?,
+                ),
+                None => None,
+            };
+            if route.targets.is_empty() {
+                return Err(at("target", "at least one [[route.target]] is needed".to_owned()));
+            }
+            let mut targets: Vec<TargetConfig> = Vec::with_capacity(route.targets.len());
+            for spanned in &route.targets {
+                let target = target(spanned.get_ref(), &env).map_err(|(field, problem)| ConfigError {
+                    line: line_of(spanned.span()),
+                    field: format!("route[{}].target[{}].{field}", route.name, spanned.get_ref().name),
+                    problem,
+                })?;
+                if targets.iter().any(|t| t.name == target.name) {
+                    return Err(ConfigError {
+                        line: line_of(spanned.span()),
+                        field: format!("route[{}].target[{}].name", route.name, target.name),
+                        problem: "is used by an earlier target of the route".to_owned(),
+                    });
+                }
+                targets.push(target);
+            }
+            let config = RouteConfig {
+                name: route.name.clone(),
+                path_prefix: route.path_prefix.clone(),
+                models: route.models.clone(),
+                max_target_attempts: route.max_target_attempts,
+                max_upstream_sends: route.max_upstream_sends,
+                deadline,
+                exhaustion_retry,
+                state_bound_header,
+                targets,
+            };
+            // The failover's own validation of its budgets, at this route's line.
+            if let Err(error) = crate::route::failover_for(&config) {
+                return Err(at(error.setting(), error.to_string()));
+            }
+            routes.push(config);
+        }
+        Ok(Config {
+            listen,
+            shutdown_grace,
+            max_body: file.max_body.unwrap_or(16 << 20),
+            routes,
+        })
+    }
+}
+
+/// One target's table, validated: `Err((field, problem))`.
+fn target(file: &TargetFile, env: &impl Fn(&str) -> Option<String>) -> Result<TargetConfig, (&'static str, String)> {
+    let base_url: Uri = file
+        .base_url
+        .parse()
+        .map_err(|_| ("base_url", format!("{:?} is not a URL", file.base_url)))?;
+    match base_url.scheme_str() {
+        Some("http" | "https") => {}
+        _ => return Err(("base_url", format!("{:?} must start with http:// or https://", file.base_url))),
+    }
+    if base_url.authority().is_none() {
+        return Err(("base_url", format!("{:?} has no host", file.base_url)));
+    }
+    if base_url.query().is_some() {
+        return Err(("base_url", "must not have a query".to_owned()));
+    }
+    let auth = match file.auth.as_deref() {
+        None | Some("bearer") => None,
+        Some("x-api-key") => Some(HeaderName::from_static("x-api-key")),
+        Some("api-key") => Some(HeaderName::from_static("api-key")),
+        Some(other) => return Err(("auth", format!("{other:?} is not one of bearer, x-api-key, api-key"))),
+    };
+    let credential = match &file.api_key_env {
+        None if file.auth.is_some() => {
+            return Err(("auth", "is set but api_key_env is not: there is no key to send".to_owned()))
+        }
+        None => None,
+        Some(var) => {
+            let key = env(var)
+                .filter(|key| !key.is_empty())
+                .ok_or_else(|| ("api_key_env", format!("the environment variable {var} is not set")))?;
+            let (name, value) = match auth {
+                Some(name) => (name, key),
+                None => (http::header::AUTHORIZATION, format!("Bearer {key}")),
+            };
+            let mut value = HeaderValue::try_from(value)
+                .map_err(|_| ("api_key_env", format!("the value of {var} is not a valid header value")))?;
+            value.set_sensitive(true);
+            Some((name, value))
+        }
+    };
+    let max_retries = file.max_retries.unwrap_or(2);
+    if max_retries > MAX_TARGET_RETRIES {
+        return Err(("max_retries", format!("{max_retries} is more than {MAX_TARGET_RETRIES}")));
+    }
+    let parse = |field: &'static str, text: &Option<String>| -> Result<Option<Duration>, (&'static str, String)> {
+        text.as_deref().map(duration::parse).transpose().map_err(|p| (field, p))
+    };
+    if file.requests_per_minute == Some(0) {
+        return Err(("requests_per_minute", "must be more than 0".to_owned()));
+    }
+    Ok(TargetConfig {
+        name: file.name.clone(),
+        base_url,
+        credential,
+        model: file.model.clone(),
+        max_retries,
+        attempt_timeout: parse("attempt_timeout", &file.attempt_timeout)?,
+        first_content_timeout: parse("first_content_timeout", &file.first_content_timeout)?,
+        requests_per_minute: file.requests_per_minute,
+        cooldown: file.cooldown,
+    })
+}

@@ -1,0 +1,44 @@
+//! `llm-retry-gateway`: an LLM API gateway with priority failover and
+//! bounded retry rounds, built on the llm-retry engine.
+//!
+//! Clients (the official Anthropic and OpenAI SDKs, or anything that speaks
+//! their APIs) send their requests to the gateway; each [route](Config)
+//! sends them to its ordered targets (providers, deployments, API keys),
+//! each behind the library's retry stack, and moves to the next target only
+//! when the one-decision engine certifies the request was not executed (a
+//! 429, a 529 or `overloaded_error` before any content, a connection never
+//! made). When it gives up the answer carries `x-should-retry: false` and
+//! the wait left as `retry-after`, so the client's SDK does not multiply
+//! the gateway's retries. Streams pass through unchanged once their first
+//! content arrived.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let text = std::fs::read_to_string("gateway.toml")?;
+//! let config = llm_retry_gateway::Config::parse(&text, |var| std::env::var(var).ok())?;
+//! let gateway = llm_retry_gateway::Gateway::new(&config)?;
+//! let listener = tokio::net::TcpListener::bind(config.listen).await?;
+//! gateway.serve(listener, async { let _ = tokio::signal::ctrl_c().await; }).await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The config file is documented in `docs/gateway.md`; run the binary with
+//! no arguments for a self-contained demo against two local mock targets.
+//!
+//! # Feature flags
+//!
+//! None.
+#![forbid(unsafe_code)]
+
+mod config;
+pub mod demo;
+mod duration;
+mod gateway;
+mod inflight;
+mod proxy;
+mod route;
+mod upstream;
+
+pub use config::{Config, ConfigError, RouteConfig, TargetConfig};
+pub use gateway::{BuildError, Gateway};

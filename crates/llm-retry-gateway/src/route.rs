@@ -1,0 +1,91 @@
+//! A route: which requests it takes, and its failover over its targets.
+
+use crate::config::RouteConfig;
+use crate::upstream::{self, TargetService};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use llm_retry::failover::{Failover, FailoverBuilder, Shutdown, Target};
+use llm_retry::ConfigError;
+
+/// Marks a request bound to provider state: it never changes targets.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StateBound;
+
+/// A route, built.
+#[derive(Debug, Clone)]
+pub(crate) struct Route {
+    pub(crate) config: RouteConfig,
+    pub(crate) failover: Failover<TargetService>,
+}
+
+impl Route {
+    /// Builds the route's targets and failover.
+    pub(crate) fn build(
+        config: &RouteConfig,
+        connector: &HttpsConnector<HttpConnector>,
+        shutdown: &Shutdown,
+    ) -> Result<Route, ConfigError> {
+        let mut targets = Vec::with_capacity(config.targets.len());
+        for target in &config.targets {
+            let service = upstream::service(config, target, connector.clone())?;
+            targets.push(shape(Target::new(target.name.as_str(), service), target).rewrite(upstream::rewrite(target)));
+        }
+        let failover = settings(config, targets).shutdown(shutdown.clone()).build()?;
+        Ok(Route {
+            config: config.clone(),
+            failover,
+        })
+    }
+
+    /// Whether this route takes a request for `path` naming `model`.
+    pub(crate) fn matches(&self, path: &str, model: Option<&str>) -> bool {
+        let path_ok = self
+            .config
+            .path_prefix
+            .as_deref()
+            .is_none_or(|prefix| path.starts_with(prefix));
+        let model_ok = self.config.models.is_empty()
+            || model.is_some_and(|model| self.config.models.iter().any(|m| m == model));
+        path_ok && model_ok
+    }
+}
+
+/// The failover's own validation of a route's budgets, without building
+/// any client.
+pub(crate) fn failover_for(config: &RouteConfig) -> Result<(), ConfigError> {
+    let targets = config
+        .targets
+        .iter()
+        .map(|target| shape(Target::new(target.name.as_str(), ()), target))
+        .collect();
+    settings(config, targets).build().map(|_| ())
+}
+
+/// A target's failover settings from its config.
+fn shape<S>(mut target: Target<S>, config: &crate::config::TargetConfig) -> Target<S> {
+    target = target.max_sends(config.max_retries + 1);
+    if let Some(timeout) = config.first_content_timeout {
+        target = target.first_content_timeout(timeout);
+    }
+    if config.cooldown {
+        target = target.cooldown();
+    }
+    target
+}
+
+/// A route's failover settings from its config.
+fn settings<S>(config: &RouteConfig, targets: Vec<Target<S>>) -> FailoverBuilder<S> {
+    let mut builder = Failover::builder(targets)
+        .deadline(config.deadline)
+        .state_bound(|parts, _| parts.extensions.get::<StateBound>().is_some());
+    if let Some(n) = config.max_target_attempts {
+        builder = builder.max_target_attempts(n);
+    }
+    if let Some(n) = config.max_upstream_sends {
+        builder = builder.max_upstream_sends(n);
+    }
+    if let Some(retry) = config.exhaustion_retry {
+        builder = builder.exhaustion_retry(retry);
+    }
+    builder
+}

@@ -1,0 +1,135 @@
+//! One target's service: the library's client stack over an HTTPS client,
+//! and the rewrite that makes a target's request from the original.
+
+use crate::config::{RouteConfig, TargetConfig};
+use bytes::Bytes;
+use http::header::{self, HeaderName};
+use http::request::Parts;
+use http::{Request, Response, Uri};
+use http_body_util::Full;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use llm_retry::rate_limit::{Quotas, RateLimitLayer};
+use llm_retry::{BoxError, ClientLayer, ConfigError, RetryPolicy};
+use std::time::Instant;
+use tower::util::BoxCloneSyncService;
+use tower::{Layer, ServiceExt};
+
+/// What every target of every route is: a request in, an answer out.
+pub(crate) type TargetService =
+    BoxCloneSyncService<Request<Full<Bytes>>, Response<axum::body::Body>, BoxError>;
+
+/// Credential headers a client may send; never forwarded to a target
+/// that has a credential of its own.
+const CREDENTIAL_HEADERS: [HeaderName; 3] = [
+    header::AUTHORIZATION,
+    HeaderName::from_static("x-api-key"),
+    HeaderName::from_static("api-key"),
+];
+
+/// Headers that belong to one connection, never forwarded.
+pub(crate) const HOP_BY_HOP: [HeaderName; 7] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+];
+
+/// The connector every target shares: HTTPS with the system's roots (or,
+/// without any, with none: https targets then fail their handshake with a
+/// clear error) and plain HTTP.
+pub(crate) fn connector() -> Result<HttpsConnector<HttpConnector>, String> {
+    let builder = match hyper_rustls::HttpsConnectorBuilder::new().with_native_roots() {
+        Ok(builder) => builder,
+        Err(error) => {
+            tracing::warn!(%error, "no system root certificates: https targets will fail");
+            let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+            let config = rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .map_err(|e| format!("TLS configuration: {e}"))?
+                .with_root_certificates(rustls::RootCertStore::empty())
+                .with_no_client_auth();
+            hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(config)
+        }
+    };
+    Ok(builder.https_or_http().enable_all_versions().build())
+}
+
+/// The target's service: `ClientLayer` with the target's retries, quota
+/// and timeouts, timed per answer for the metrics.
+pub(crate) fn service(
+    route: &RouteConfig,
+    target: &TargetConfig,
+    connector: HttpsConnector<HttpConnector>,
+) -> Result<TargetService, ConfigError> {
+    let mut policy = RetryPolicy::builder()
+        .max_retries(target.max_retries)
+        .max_elapsed(route.deadline);
+    if let Some(timeout) = target.attempt_timeout {
+        policy = policy.attempt_timeout(timeout);
+    }
+    let mut layer = ClientLayer::new(policy.build()?);
+    if let Some(rpm) = target.requests_per_minute {
+        layer = layer.rate_limit(RateLimitLayer::new(Quotas::none().requests_per_minute(rpm))?);
+    }
+    let client = Client::builder(TokioExecutor::new()).build(connector);
+    let (route_name, target_name) = (route.name.clone(), target.name.clone());
+    let stack = layer
+        .layer(client)
+        .map_response(|response: Response<_>| response.map(axum::body::Body::new))
+        .map_future(move |future| {
+            let started = Instant::now();
+            let (route, target) = (route_name.clone(), target_name.clone());
+            async move {
+                let result = future.await;
+                metrics::histogram!("llm_retry_gateway_target_seconds", "route" => route, "target" => target)
+                    .record(started.elapsed().as_secs_f64());
+                result
+            }
+        });
+    Ok(BoxCloneSyncService::new(stack))
+}
+
+/// Makes a target's request from a copy of the original: the target's
+/// base URL with the request's path and query (no header ever chooses the
+/// upstream), the target's credential instead of the client's, and the
+/// target's model.
+pub(crate) fn rewrite(
+    target: &TargetConfig,
+) -> impl Fn(&mut Parts, &mut Bytes) -> Result<(), BoxError> + Send + Sync + 'static {
+    let base = target.base_url.clone();
+    let credential = target.credential.clone();
+    let model = target.model.clone().map(llm_retry::failover::set_model);
+    move |parts, body| {
+        let path_and_query = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
+        let base_path = base.path().trim_end_matches('/');
+        let mut uri = Uri::builder().path_and_query(format!("{base_path}{path_and_query}"));
+        if let Some(scheme) = base.scheme() {
+            uri = uri.scheme(scheme.clone());
+        }
+        if let Some(authority) = base.authority() {
+            uri = uri.authority(authority.clone());
+        }
+        parts.uri = uri.build()?;
+        parts.headers.remove(header::HOST);
+        parts.headers.remove(header::CONTENT_LENGTH);
+        for name in &HOP_BY_HOP {
+            parts.headers.remove(name);
+        }
+        if let Some((name, value)) = &credential {
+            for header in &CREDENTIAL_HEADERS {
+                parts.headers.remove(header);
+            }
+            parts.headers.insert(name.clone(), value.clone());
+        }
+        if let Some(model) = &model {
+            model(parts, body)?;
+        }
+        Ok(())
+    }
+}

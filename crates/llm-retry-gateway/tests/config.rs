@@ -1,0 +1,83 @@
+//! The config file: what is accepted, and every refusal naming its field
+//! and line.
+#![allow(clippy::unwrap_used)]
+
+use llm_retry_gateway::Config;
+
+const GOOD: &str = r#"
+listen = "127.0.0.1:9000"
+
+[[route]]
+name = "claude"
+path_prefix = "/v1/messages"
+deadline = "60s"
+exhaustion_retry = { max_rounds = 1, max_wait = "2s" }
+
+[[route.target]]
+name = "primary"
+base_url = "https://api.anthropic.com"
+api_key_env = "PRIMARY_KEY"
+auth = "x-api-key"
+cooldown = true
+
+[[route.target]]
+name = "backup"
+base_url = "https://backup.example.com/anthropic"
+api_key_env = "BACKUP_KEY"
+auth = "x-api-key"
+model = "claude-haiku-4-5"
+max_retries = 1
+"#;
+
+fn env(var: &str) -> Option<String> {
+    matches!(var, "PRIMARY_KEY" | "BACKUP_KEY").then(|| format!("secret-{var}"))
+}
+
+#[test]
+fn a_good_config_is_read_and_its_secrets_stay_out_of_debug() {
+    let config = Config::parse(GOOD, env).unwrap();
+    assert_eq!(config.listen.to_string(), "127.0.0.1:9000");
+    let route = &config.routes[0];
+    assert_eq!(route.targets.len(), 2);
+    assert_eq!(route.targets[1].model.as_deref(), Some("claude-haiku-4-5"));
+    let debug = format!("{config:?}");
+    assert!(!debug.contains("secret-"), "{debug}");
+}
+
+#[test]
+fn the_shipped_example_config_is_valid() {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/gateway.example.toml")).unwrap();
+    Config::parse(&text, |var| Some(format!("test-{var}"))).unwrap();
+}
+
+#[test]
+fn every_refusal_names_the_field_and_its_line() {
+    let replace = |from: &str, to: &str| {
+        assert!(GOOD.contains(from), "{from}");
+        GOOD.replacen(from, to, 1)
+    };
+    let cases: Vec<(String, &str, Option<usize>)> = vec![
+        (replace("listen = \"127.0.0.1:9000\"", "listen = \"nowhere\""), "listen", Some(2)),
+        (replace("deadline = \"60s\"", "deadline = \"60\""), "route[claude].deadline", Some(4)),
+        (replace("deadline = \"60s\"", "deadline = \"0s\""), "route[claude].deadline", Some(4)),
+        (replace("max_wait = \"2s\"", "max_wait = \"2m\""), "route[claude].exhaustion_retry.max_wait", Some(4)),
+        (replace("max_rounds = 1", "max_rounds = 5"), "route[claude].exhaustion_retry.max_rounds", Some(4)),
+        (replace("https://api.anthropic.com", "ftp://api.anthropic.com"), "route[claude].target[primary].base_url", Some(10)),
+        (replace("https://api.anthropic.com", "https://api.anthropic.com/?key=1"), "route[claude].target[primary].base_url", Some(10)),
+        (replace("api_key_env = \"PRIMARY_KEY\"", "api_key_env = \"UNSET_KEY\""), "route[claude].target[primary].api_key_env", Some(10)),
+        (replace("auth = \"x-api-key\"", "auth = \"basic\""), "route[claude].target[primary].auth", Some(10)),
+        (replace("max_retries = 1", "max_retries = 50"), "route[claude].target[backup].max_retries", Some(17)),
+        (replace("name = \"backup\"", "name = \"primary\""), "route[claude].target[primary].name", Some(17)),
+        (replace("path_prefix = \"/v1/messages\"", "path_prefix = \"v1\""), "route[claude].path_prefix", Some(4)),
+        (replace("deadline = \"60s\"", "deadline = \"60s\"\nmax_upstream_sends = 1"), "route[claude].max_upstream_sends", Some(4)),
+        (replace("cooldown = true", "cooldown = true\ncolour = \"blue\""), "file", Some(16)),
+        (replace("deadline = \"60s\"", "deadline = \"1s\""), "route[claude].exhaustion_retry.max_wait", Some(4)),
+        ("listen = \"127.0.0.1:1\"\n".to_owned(), "route", None),
+    ];
+    for (text, field, line) in cases {
+        let error = Config::parse(&text, env).unwrap_err();
+        assert_eq!(error.field, field, "{error}");
+        assert_eq!(error.line, line, "{error}");
+        assert!(!error.to_string().contains("secret-"), "{error}");
+    }
+}
