@@ -74,7 +74,10 @@ impl fmt::Debug for TargetConfig {
         f.debug_struct("TargetConfig")
             .field("name", &self.name)
             .field("base_url", &self.base_url)
-            .field("credential", &self.credential.as_ref().map(|(name, _)| name))
+            .field(
+                "credential",
+                &self.credential.as_ref().map(|(name, _)| name),
+            )
             .field("model", &self.model)
             .field("max_retries", &self.max_retries)
             .finish_non_exhaustive()
@@ -160,7 +163,8 @@ const DEFAULT_DEADLINE: Duration = Duration::from_secs(600);
 impl Config {
     /// Parses and validates `text`, reading credentials with `env`.
     pub fn parse(text: &str, env: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
-        let line_of = |span: Range<usize>| Some(text[..span.start.min(text.len())].matches('\n').count() + 1);
+        let line_of =
+            |span: Range<usize>| Some(text[..span.start.min(text.len())].matches('\n').count() + 1);
         let file: File = toml::from_str(text).map_err(|error| ConfigError {
             line: error.span().and_then(line_of),
             field: "file".to_owned(),
@@ -201,7 +205,11 @@ impl Config {
             if routes.iter().any(|r: &RouteConfig| r.name == route.name) {
                 return Err(at("name", "is used by an earlier route".to_owned()));
             }
-            if route.path_prefix.as_ref().is_some_and(|p| !p.starts_with('/')) {
+            if route
+                .path_prefix
+                .as_ref()
+                .is_some_and(|p| !p.starts_with('/'))
+            {
                 return Err(at("path_prefix", "must start with /".to_owned()));
             }
             let deadline = match &route.deadline {
@@ -212,30 +220,40 @@ impl Config {
                 return Err(at("deadline", "must be more than 0".to_owned()));
             }
             let exhaustion_retry = match &route.exhaustion_retry {
-                Some(retry) => Some(llm_retry::failover::ExhaustionRetry {
-                    max_rounds: retry.max_rounds,
-                    max_wait: duration::parse(&retry.max_wait)
+                Some(retry) => Some(llm_retry::failover::ExhaustionRetry::new(
+                    retry.max_rounds,
+                    duration::parse(&retry.max_wait)
                         .map_err(|p| at("exhaustion_retry.max_wait", p))?,
-                }),
+                )),
                 None => None,
             };
             let state_bound_header = match &route.state_bound_header {
-                Some(name) => Some(
-                    HeaderName::try_from(name.as_str())
-                        .map_err(|_| at("state_bound_header", format!("{name:?} is not a header name")))?,
-                ),
+                Some(name) => Some(HeaderName::try_from(name.as_str()).map_err(|_| {
+                    at(
+                        "state_bound_header",
+                        format!("{name:?} is not a header name"),
+                    )
+                })?),
                 None => None,
             };
             if route.targets.is_empty() {
-                return Err(at("target", "at least one [[route.target]] is needed".to_owned()));
+                return Err(at(
+                    "target",
+                    "at least one [[route.target]] is needed".to_owned(),
+                ));
             }
             let mut targets: Vec<TargetConfig> = Vec::with_capacity(route.targets.len());
             for spanned in &route.targets {
-                let target = target(spanned.get_ref(), &env).map_err(|(field, problem)| ConfigError {
-                    line: line_of(spanned.span()),
-                    field: format!("route[{}].target[{}].{field}", route.name, spanned.get_ref().name),
-                    problem,
-                })?;
+                let target =
+                    target(spanned.get_ref(), &env).map_err(|(field, problem)| ConfigError {
+                        line: line_of(spanned.span()),
+                        field: format!(
+                            "route[{}].target[{}].{field}",
+                            route.name,
+                            spanned.get_ref().name
+                        ),
+                        problem,
+                    })?;
                 if targets.iter().any(|t| t.name == target.name) {
                     return Err(ConfigError {
                         line: line_of(spanned.span()),
@@ -272,14 +290,22 @@ impl Config {
 }
 
 /// One target's table, validated: `Err((field, problem))`.
-fn target(file: &TargetFile, env: &impl Fn(&str) -> Option<String>) -> Result<TargetConfig, (&'static str, String)> {
+fn target(
+    file: &TargetFile,
+    env: &impl Fn(&str) -> Option<String>,
+) -> Result<TargetConfig, (&'static str, String)> {
     let base_url: Uri = file
         .base_url
         .parse()
         .map_err(|_| ("base_url", format!("{:?} is not a URL", file.base_url)))?;
     match base_url.scheme_str() {
         Some("http" | "https") => {}
-        _ => return Err(("base_url", format!("{:?} must start with http:// or https://", file.base_url))),
+        _ => {
+            return Err((
+                "base_url",
+                format!("{:?} must start with http:// or https://", file.base_url),
+            ))
+        }
     }
     if base_url.authority().is_none() {
         return Err(("base_url", format!("{:?} has no host", file.base_url)));
@@ -291,33 +317,56 @@ fn target(file: &TargetFile, env: &impl Fn(&str) -> Option<String>) -> Result<Ta
         None | Some("bearer") => None,
         Some("x-api-key") => Some(HeaderName::from_static("x-api-key")),
         Some("api-key") => Some(HeaderName::from_static("api-key")),
-        Some(other) => return Err(("auth", format!("{other:?} is not one of bearer, x-api-key, api-key"))),
+        Some(other) => {
+            return Err((
+                "auth",
+                format!("{other:?} is not one of bearer, x-api-key, api-key"),
+            ))
+        }
     };
     let credential = match &file.api_key_env {
         None if file.auth.is_some() => {
-            return Err(("auth", "is set but api_key_env is not: there is no key to send".to_owned()))
+            return Err((
+                "auth",
+                "is set but api_key_env is not: there is no key to send".to_owned(),
+            ))
         }
         None => None,
         Some(var) => {
-            let key = env(var)
-                .filter(|key| !key.is_empty())
-                .ok_or_else(|| ("api_key_env", format!("the environment variable {var} is not set")))?;
+            let key = env(var).filter(|key| !key.is_empty()).ok_or_else(|| {
+                (
+                    "api_key_env",
+                    format!("the environment variable {var} is not set"),
+                )
+            })?;
             let (name, value) = match auth {
                 Some(name) => (name, key),
                 None => (http::header::AUTHORIZATION, format!("Bearer {key}")),
             };
-            let mut value = HeaderValue::try_from(value)
-                .map_err(|_| ("api_key_env", format!("the value of {var} is not a valid header value")))?;
+            let mut value = HeaderValue::try_from(value).map_err(|_| {
+                (
+                    "api_key_env",
+                    format!("the value of {var} is not a valid header value"),
+                )
+            })?;
             value.set_sensitive(true);
             Some((name, value))
         }
     };
     let max_retries = file.max_retries.unwrap_or(2);
     if max_retries > MAX_TARGET_RETRIES {
-        return Err(("max_retries", format!("{max_retries} is more than {MAX_TARGET_RETRIES}")));
+        return Err((
+            "max_retries",
+            format!("{max_retries} is more than {MAX_TARGET_RETRIES}"),
+        ));
     }
-    let parse = |field: &'static str, text: &Option<String>| -> Result<Option<Duration>, (&'static str, String)> {
-        text.as_deref().map(duration::parse).transpose().map_err(|p| (field, p))
+    let parse = |field: &'static str,
+                 text: &Option<String>|
+     -> Result<Option<Duration>, (&'static str, String)> {
+        text.as_deref()
+            .map(duration::parse)
+            .transpose()
+            .map_err(|p| (field, p))
     };
     if file.requests_per_minute == Some(0) {
         return Err(("requests_per_minute", "must be more than 0".to_owned()));

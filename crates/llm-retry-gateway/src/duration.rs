@@ -18,7 +18,11 @@ pub(crate) fn parse(text: &str) -> Result<Duration, String> {
         "ms" => value / 1000.0,
         "s" => value,
         "m" => value * 60.0,
-        _ => return Err(format!("{text:?} has an unknown unit {unit:?} (use ms, s or m)")),
+        _ => {
+            return Err(format!(
+                "{text:?} has an unknown unit {unit:?} (use ms, s or m)"
+            ))
+        }
     };
     if !(0.0..=86_400.0).contains(&seconds) {
         return Err(format!("{text:?} is not between 0 and a day"));

@@ -159,7 +159,9 @@ impl Gateway {
     }
 }
 
-async fn healthz(axum::extract::State(shared): axum::extract::State<Arc<Shared>>) -> (StatusCode, &'static str) {
+async fn healthz(
+    axum::extract::State(shared): axum::extract::State<Arc<Shared>>,
+) -> (StatusCode, &'static str) {
     if shared.is_draining() {
         (StatusCode::SERVICE_UNAVAILABLE, "draining")
     } else {
@@ -167,7 +169,9 @@ async fn healthz(axum::extract::State(shared): axum::extract::State<Arc<Shared>>
     }
 }
 
-async fn metrics(axum::extract::State(shared): axum::extract::State<Arc<Shared>>) -> (StatusCode, String) {
+async fn metrics(
+    axum::extract::State(shared): axum::extract::State<Arc<Shared>>,
+) -> (StatusCode, String) {
     match &shared.metrics {
         Some(handle) => (StatusCode::OK, handle.render()),
         None => (StatusCode::NOT_FOUND, "metrics are not enabled".to_owned()),

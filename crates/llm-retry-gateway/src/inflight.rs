@@ -77,7 +77,10 @@ impl<B: Body<Data = Bytes>> Body for Counted<B> {
     type Data = Bytes;
     type Error = B::Error;
 
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         let this = self.project();
         let frame = this.inner.poll_frame(cx);
         if matches!(frame, Poll::Ready(None) | Poll::Ready(Some(Err(_)))) {

@@ -11,7 +11,9 @@ const USAGE: &str = "usage: llm-retry-gateway [--config gateway.toml [--check-co
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    tracing_subscriber::fmt().with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .init();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut config_path = None;
     let mut check = false;
@@ -63,7 +65,8 @@ async fn run_file(path: &str, check: bool) -> ExitCode {
 }
 
 async fn run_demo() -> ExitCode {
-    let listen = std::env::var("LLM_RETRY_GATEWAY_LISTEN").unwrap_or_else(|_| "127.0.0.1:8080".to_owned());
+    let listen =
+        std::env::var("LLM_RETRY_GATEWAY_LISTEN").unwrap_or_else(|_| "127.0.0.1:8080".to_owned());
     let demo = match demo::start(&listen).await {
         Ok(demo) => demo,
         Err(error) => {
@@ -115,13 +118,14 @@ async fn serve(config: &Config) -> ExitCode {
 async fn shutdown_signal() {
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(term) => term,
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-                return;
-            }
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(_) => {
+                    let _ = tokio::signal::ctrl_c().await;
+                    return;
+                }
+            };
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {}
             _ = term.recv() => {}

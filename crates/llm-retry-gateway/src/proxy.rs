@@ -38,12 +38,28 @@ pub(crate) async fn forward(State(shared): State<Arc<Shared>>, request: Request)
     let (mut parts, body) = request.into_parts();
     let body = match axum::body::to_bytes(body, shared.max_body).await {
         Ok(body) => body,
-        Err(_) => return error(&parts.uri, StatusCode::PAYLOAD_TOO_LARGE, "request body too large or unreadable", false),
+        Err(_) => {
+            return error(
+                &parts.uri,
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "request body too large or unreadable",
+                false,
+            )
+        }
     };
     let peek: Peek = serde_json::from_slice(&body).unwrap_or_default();
     let path = parts.uri.path().to_owned();
-    let Some(route) = shared.routes.iter().find(|r| r.matches(&path, peek.model.as_deref())) else {
-        return error(&parts.uri, StatusCode::NOT_FOUND, "no route for this path and model", false);
+    let Some(route) = shared
+        .routes
+        .iter()
+        .find(|r| r.matches(&path, peek.model.as_deref()))
+    else {
+        return error(
+            &parts.uri,
+            StatusCode::NOT_FOUND,
+            "no route for this path and model",
+            false,
+        );
     };
     let bound_by_header = route
         .config
@@ -70,7 +86,10 @@ pub(crate) async fn forward(State(shared): State<Arc<Shared>>, request: Request)
                 .extensions()
                 .get::<FailoverReport>()
                 .is_some_and(|r| r.stop == FailoverStop::Exhausted);
-            if let (false, Some(report)) = (exhausted, response.extensions().get::<RetryReport>().cloned()) {
+            if let (false, Some(report)) = (
+                exhausted,
+                response.extensions().get::<RetryReport>().cloned(),
+            ) {
                 mark_give_up(&report, response.headers_mut());
             }
             for name in &HOP_BY_HOP {
@@ -86,7 +105,8 @@ pub(crate) async fn forward(State(shared): State<Arc<Shared>>, request: Request)
         500..=599 => "5xx",
         _ => "other",
     };
-    metrics::counter!("llm_retry_gateway_requests_total", "route" => route_name, "status" => class).increment(1);
+    metrics::counter!("llm_retry_gateway_requests_total", "route" => route_name, "status" => class)
+        .increment(1);
     answer
 }
 
@@ -99,9 +119,16 @@ fn failed(uri: &http::Uri, failure: &llm_retry::BoxError) -> Response {
     };
     let (status, message) = match failure.kind() {
         FailoverErrorKind::Deadline => (StatusCode::GATEWAY_TIMEOUT, "the route's deadline passed"),
-        FailoverErrorKind::BodyTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "request body too large"),
-        FailoverErrorKind::BodyFailed => (StatusCode::BAD_REQUEST, "request body could not be read"),
-        FailoverErrorKind::Exhausted => (StatusCode::SERVICE_UNAVAILABLE, "every upstream turned the request away"),
+        FailoverErrorKind::BodyTooLarge { .. } => {
+            (StatusCode::PAYLOAD_TOO_LARGE, "request body too large")
+        }
+        FailoverErrorKind::BodyFailed => {
+            (StatusCode::BAD_REQUEST, "request body could not be read")
+        }
+        FailoverErrorKind::Exhausted => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "every upstream turned the request away",
+        ),
         _ => (StatusCode::BAD_GATEWAY, "upstream failed"),
     };
     tracing::info!(report = %failure.report(), "request not answered");
@@ -111,8 +138,12 @@ fn failed(uri: &http::Uri, failure: &llm_retry::BoxError) -> Response {
 /// Answers while the gateway drains: try again (elsewhere) shortly.
 fn draining() -> Response {
     let mut response = (StatusCode::SERVICE_UNAVAILABLE, "draining").into_response();
-    response.headers_mut().insert("retry-after", HeaderValue::from_static("1"));
-    response.headers_mut().insert("connection", HeaderValue::from_static("close"));
+    response
+        .headers_mut()
+        .insert("retry-after", HeaderValue::from_static("1"));
+    response
+        .headers_mut()
+        .insert("connection", HeaderValue::from_static("close"));
     response
 }
 
@@ -123,9 +154,16 @@ fn error(uri: &http::Uri, status: StatusCode, message: &str, final_answer: bool)
     } else {
         serde_json::json!({"error": {"message": message, "type": "api_error", "code": null}})
     };
-    let mut response = (status, [("content-type", "application/json")], Bytes::from(body.to_string())).into_response();
+    let mut response = (
+        status,
+        [("content-type", "application/json")],
+        Bytes::from(body.to_string()),
+    )
+        .into_response();
     if final_answer {
-        response.headers_mut().insert("x-should-retry", HeaderValue::from_static("false"));
+        response
+            .headers_mut()
+            .insert("x-should-retry", HeaderValue::from_static("false"));
     }
     response
 }

@@ -28,9 +28,14 @@ impl Route {
         let mut targets = Vec::with_capacity(config.targets.len());
         for target in &config.targets {
             let service = upstream::service(config, target, connector.clone())?;
-            targets.push(shape(Target::new(target.name.as_str(), service), target).rewrite(upstream::rewrite(target)));
+            targets.push(
+                shape(Target::new(target.name.as_str(), service), target)
+                    .rewrite(upstream::rewrite(target)),
+            );
         }
-        let failover = settings(config, targets).shutdown(shutdown.clone()).build()?;
+        let failover = settings(config, targets)
+            .shutdown(shutdown.clone())
+            .build()?;
         Ok(Route {
             config: config.clone(),
             failover,

@@ -75,7 +75,9 @@ pub(crate) fn service(
     }
     let mut layer = ClientLayer::new(policy.build()?);
     if let Some(rpm) = target.requests_per_minute {
-        layer = layer.rate_limit(RateLimitLayer::new(Quotas::none().requests_per_minute(rpm))?);
+        layer = layer.rate_limit(RateLimitLayer::new(
+            Quotas::none().requests_per_minute(rpm),
+        )?);
     }
     let client = Client::builder(TokioExecutor::new()).build(connector);
     let (route_name, target_name) = (route.name.clone(), target.name.clone());

@@ -46,7 +46,9 @@ fn a_good_config_is_read_and_its_secrets_stay_out_of_debug() {
 
 #[test]
 fn the_shipped_example_config_is_valid() {
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/gateway.example.toml")).unwrap();
+    let text =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/gateway.example.toml"))
+            .unwrap();
     Config::parse(&text, |var| Some(format!("test-{var}"))).unwrap();
 }
 
@@ -57,21 +59,90 @@ fn every_refusal_names_the_field_and_its_line() {
         GOOD.replacen(from, to, 1)
     };
     let cases: Vec<(String, &str, Option<usize>)> = vec![
-        (replace("listen = \"127.0.0.1:9000\"", "listen = \"nowhere\""), "listen", Some(2)),
-        (replace("deadline = \"60s\"", "deadline = \"60\""), "route[claude].deadline", Some(4)),
-        (replace("deadline = \"60s\"", "deadline = \"0s\""), "route[claude].deadline", Some(4)),
-        (replace("max_wait = \"2s\"", "max_wait = \"2m\""), "route[claude].exhaustion_retry.max_wait", Some(4)),
-        (replace("max_rounds = 1", "max_rounds = 5"), "route[claude].exhaustion_retry.max_rounds", Some(4)),
-        (replace("https://api.anthropic.com", "ftp://api.anthropic.com"), "route[claude].target[primary].base_url", Some(10)),
-        (replace("https://api.anthropic.com", "https://api.anthropic.com/?key=1"), "route[claude].target[primary].base_url", Some(10)),
-        (replace("api_key_env = \"PRIMARY_KEY\"", "api_key_env = \"UNSET_KEY\""), "route[claude].target[primary].api_key_env", Some(10)),
-        (replace("auth = \"x-api-key\"", "auth = \"basic\""), "route[claude].target[primary].auth", Some(10)),
-        (replace("max_retries = 1", "max_retries = 50"), "route[claude].target[backup].max_retries", Some(17)),
-        (replace("name = \"backup\"", "name = \"primary\""), "route[claude].target[primary].name", Some(17)),
-        (replace("path_prefix = \"/v1/messages\"", "path_prefix = \"v1\""), "route[claude].path_prefix", Some(4)),
-        (replace("deadline = \"60s\"", "deadline = \"60s\"\nmax_upstream_sends = 1"), "route[claude].max_upstream_sends", Some(4)),
-        (replace("cooldown = true", "cooldown = true\ncolour = \"blue\""), "file", Some(16)),
-        (replace("deadline = \"60s\"", "deadline = \"1s\""), "route[claude].exhaustion_retry.max_wait", Some(4)),
+        (
+            replace("listen = \"127.0.0.1:9000\"", "listen = \"nowhere\""),
+            "listen",
+            Some(2),
+        ),
+        (
+            replace("deadline = \"60s\"", "deadline = \"60\""),
+            "route[claude].deadline",
+            Some(4),
+        ),
+        (
+            replace("deadline = \"60s\"", "deadline = \"0s\""),
+            "route[claude].deadline",
+            Some(4),
+        ),
+        (
+            replace("max_wait = \"2s\"", "max_wait = \"2m\""),
+            "route[claude].exhaustion_retry.max_wait",
+            Some(4),
+        ),
+        (
+            replace("max_rounds = 1", "max_rounds = 5"),
+            "route[claude].exhaustion_retry.max_rounds",
+            Some(4),
+        ),
+        (
+            replace("https://api.anthropic.com", "ftp://api.anthropic.com"),
+            "route[claude].target[primary].base_url",
+            Some(10),
+        ),
+        (
+            replace(
+                "https://api.anthropic.com",
+                "https://api.anthropic.com/?key=1",
+            ),
+            "route[claude].target[primary].base_url",
+            Some(10),
+        ),
+        (
+            replace(
+                "api_key_env = \"PRIMARY_KEY\"",
+                "api_key_env = \"UNSET_KEY\"",
+            ),
+            "route[claude].target[primary].api_key_env",
+            Some(10),
+        ),
+        (
+            replace("auth = \"x-api-key\"", "auth = \"basic\""),
+            "route[claude].target[primary].auth",
+            Some(10),
+        ),
+        (
+            replace("max_retries = 1", "max_retries = 50"),
+            "route[claude].target[backup].max_retries",
+            Some(17),
+        ),
+        (
+            replace("name = \"backup\"", "name = \"primary\""),
+            "route[claude].target[primary].name",
+            Some(17),
+        ),
+        (
+            replace("path_prefix = \"/v1/messages\"", "path_prefix = \"v1\""),
+            "route[claude].path_prefix",
+            Some(4),
+        ),
+        (
+            replace(
+                "deadline = \"60s\"",
+                "deadline = \"60s\"\nmax_upstream_sends = 1",
+            ),
+            "route[claude].max_upstream_sends",
+            Some(4),
+        ),
+        (
+            replace("cooldown = true", "cooldown = true\ncolour = \"blue\""),
+            "file",
+            Some(16),
+        ),
+        (
+            replace("deadline = \"60s\"", "deadline = \"1s\""),
+            "route[claude].exhaustion_retry.max_wait",
+            Some(4),
+        ),
         ("listen = \"127.0.0.1:1\"\n".to_owned(), "route", None),
     ];
     for (text, field, line) in cases {

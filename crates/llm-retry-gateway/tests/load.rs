@@ -16,7 +16,10 @@ async fn three_hundred_concurrent_streams_fail_over_with_nothing_lost_or_duplica
     // The first target turns every third request away before content.
     let a = target(Route::mix([
         (2, good.clone()),
-        (1, Reply::anthropic_stream_error("overloaded_error", "Overloaded")),
+        (
+            1,
+            Reply::anthropic_stream_error("overloaded_error", "Overloaded"),
+        ),
     ]))
     .await;
     let b = target(Route::always(good)).await;
@@ -42,7 +45,8 @@ max_retries = 0
     let clients = (0..300).map(|i| {
         let url = url.clone();
         tokio::spawn(async move {
-            let body = format!(r#"{{"model":"m","max_tokens":8,"stream":true,"messages":[],"id":{i}}}"#);
+            let body =
+                format!(r#"{{"model":"m","max_tokens":8,"stream":true,"messages":[],"id":{i}}}"#);
             let response = support::client().request(post(&url, &body)).await.unwrap();
             assert_eq!(response.status(), 200);
             response.into_body().collect().await.unwrap().to_bytes()
@@ -57,7 +61,10 @@ max_retries = 0
     assert!(to_b > 50 && to_b < 150, "a third failed over: {to_b}");
     // Every request that went to b was turned away by a first.
     let ids = |mock: &llm_retry_mock::MockServer| -> Vec<u64> {
-        mock.requests().iter().map(|r| r.body_json().unwrap()["id"].as_u64().unwrap()).collect()
+        mock.requests()
+            .iter()
+            .map(|r| r.body_json().unwrap()["id"].as_u64().unwrap())
+            .collect()
     };
     let mut at_b = ids(&b);
     at_b.sort_unstable();

@@ -44,7 +44,11 @@ async fn a_rate_limited_first_target_fails_over_to_the_second() {
     assert_eq!(head.status, 200);
     assert!(String::from_utf8_lossy(&body).contains("from b"));
     assert_eq!((a.request_count(), b.request_count()), (1, 1));
-    assert_eq!(b.requests()[0].body, PROMPT.as_bytes(), "the body unchanged");
+    assert_eq!(
+        b.requests()[0].body,
+        PROMPT.as_bytes(),
+        "the body unchanged"
+    );
 }
 
 #[tokio::test]
@@ -66,7 +70,10 @@ async fn an_ambiguous_failure_is_not_failed_over_and_is_final() {
     let gw = gateway(&two_targets(&a, &b, ""), no_env).await;
     let (head, _) = send(post(&gw.url("/v1/messages"), PROMPT)).await;
     assert_eq!(head.status, 500);
-    assert_eq!(head.headers["x-should-retry"], "false", "the gateway already retried");
+    assert_eq!(
+        head.headers["x-should-retry"], "false",
+        "the gateway already retried"
+    );
     assert_eq!(b.request_count(), 0);
 }
 
@@ -86,13 +93,19 @@ auth = "x-api-key"
 "#,
         a.url("")
     );
-    let gw = gateway(&toml, |var| (var == "TARGET_KEY").then(|| "target-secret".to_owned())).await;
+    let gw = gateway(&toml, |var| {
+        (var == "TARGET_KEY").then(|| "target-secret".to_owned())
+    })
+    .await;
     let mut request = post(&gw.url("/v1/messages"), PROMPT);
     let headers = request.headers_mut();
     headers.insert("x-api-key", "client-secret".parse().unwrap());
     headers.insert("authorization", "Bearer client-secret".parse().unwrap());
     headers.insert("host", decoy.addr().to_string().parse().unwrap());
-    headers.insert("x-forwarded-host", decoy.addr().to_string().parse().unwrap());
+    headers.insert(
+        "x-forwarded-host",
+        decoy.addr().to_string().parse().unwrap(),
+    );
     let (head, _) = send(request).await;
     assert_eq!(head.status, 200);
     assert_eq!(decoy.request_count(), 0);
@@ -107,7 +120,9 @@ async fn a_target_without_a_key_forwards_the_clients() {
     let b = target(Route::always(Reply::anthropic_ok("b"))).await;
     let gw = gateway(&two_targets(&a, &b, ""), no_env).await;
     let mut request = post(&gw.url("/v1/messages"), PROMPT);
-    request.headers_mut().insert("x-api-key", "client-key".parse().unwrap());
+    request
+        .headers_mut()
+        .insert("x-api-key", "client-key".parse().unwrap());
     send(request).await;
     assert_eq!(a.requests()[0].header_str("x-api-key"), Some("client-key"));
 }
@@ -140,18 +155,29 @@ base_url = "{}"
     let gw = gateway(&toml, no_env).await;
     let (head, _) = send(post(&gw.url("/v1/messages"), PROMPT)).await;
     assert_eq!(head.status, 200);
-    assert_eq!(claude.requests()[0].body_json().unwrap()["model"], "claude-sonnet-4-5-20250929");
+    assert_eq!(
+        claude.requests()[0].body_json().unwrap()["model"],
+        "claude-sonnet-4-5-20250929"
+    );
     let other_model = PROMPT.replace("claude-sonnet-4-5", "claude-opus-4");
     let (head, _) = send(post(&gw.url("/v1/messages"), &other_model)).await;
     assert_eq!(head.status, 404, "no route takes that model");
-    let (head, _) = send(post(&gw.url("/v1/chat/completions"), r#"{"model":"gpt-4o","messages":[]}"#)).await;
+    let (head, _) = send(post(
+        &gw.url("/v1/chat/completions"),
+        r#"{"model":"gpt-4o","messages":[]}"#,
+    ))
+    .await;
     assert_eq!(head.status, 200);
     assert_eq!(gpt.request_count(), 1);
 }
 
 #[tokio::test]
 async fn a_stream_passes_through_byte_for_byte_after_a_failover_before_content() {
-    let a = target(Route::always(Reply::anthropic_stream_error("overloaded_error", "Overloaded"))).await;
+    let a = target(Route::always(Reply::anthropic_stream_error(
+        "overloaded_error",
+        "Overloaded",
+    )))
+    .await;
     let good = Reply::anthropic_stream(&["Hello", " there"]);
     let expected = good.expected_body().unwrap();
     let b = target(Route::always(good)).await;
@@ -175,7 +201,10 @@ async fn draining_lets_streams_finish_and_turns_new_requests_away() {
     let a = target(Route::always(slow)).await;
     let b = target(Route::always(Reply::anthropic_ok("b"))).await;
     let mut gw = gateway(&two_targets(&a, &b, ""), no_env).await;
-    let response = support::client().request(post(&gw.url("/v1/messages"), PROMPT)).await.unwrap();
+    let response = support::client()
+        .request(post(&gw.url("/v1/messages"), PROMPT))
+        .await
+        .unwrap();
     assert_eq!(gw.gateway.in_flight(), 1);
     gw.signal();
     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -185,7 +214,11 @@ async fn draining_lets_streams_finish_and_turns_new_requests_away() {
     use http_body_util::BodyExt;
     let body = response.into_body().collect().await.unwrap().to_bytes();
     assert_eq!(body, expected, "the stream in flight finished whole");
-    tokio::time::timeout(Duration::from_secs(5), gw.served).await.unwrap().unwrap().unwrap();
+    tokio::time::timeout(Duration::from_secs(5), gw.served)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
 }
 
 #[tokio::test]
@@ -194,13 +227,21 @@ async fn health_answers_until_the_drain() {
     let b = target(Route::always(Reply::anthropic_ok("b"))).await;
     let gw = gateway(&two_targets(&a, &b, ""), no_env).await;
     let response = support::client()
-        .request(http::Request::get(gw.url("/healthz")).body(Default::default()).unwrap())
+        .request(
+            http::Request::get(gw.url("/healthz"))
+                .body(Default::default())
+                .unwrap(),
+        )
         .await
         .unwrap();
     assert_eq!(response.status(), 200);
     gw.gateway.start_draining();
     let response = support::client()
-        .request(http::Request::get(gw.url("/healthz")).body(Default::default()).unwrap())
+        .request(
+            http::Request::get(gw.url("/healthz"))
+                .body(Default::default())
+                .unwrap(),
+        )
         .await
         .unwrap();
     assert_eq!(response.status(), 503);

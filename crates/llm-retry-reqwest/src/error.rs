@@ -20,6 +20,39 @@ pub fn retry_error(error: &reqwest_middleware::Error) -> Option<&RetryError> {
     }
 }
 
+/// The last attempt's own [`reqwest::Error`], if the request ended with
+/// one: what `is_timeout()`, `is_connect()`, `status()` and `url()` are
+/// asked of. The middleware's error is the [`RetryError`] (see
+/// [`retry_error`]); this walks its chain to reqwest's.
+///
+/// ```
+/// # fn show(error: &reqwest_middleware::Error) {
+/// if llm_retry_reqwest::reqwest_error(error).is_some_and(reqwest::Error::is_timeout) {
+///     eprintln!("the last attempt timed out");
+/// }
+/// # }
+/// ```
+pub fn reqwest_error(error: &reqwest_middleware::Error) -> Option<&reqwest::Error> {
+    let mut link: Option<&(dyn std::error::Error + 'static)> = match error {
+        reqwest_middleware::Error::Reqwest(error) => return Some(error),
+        reqwest_middleware::Error::Middleware(error) => Some(error.as_ref()),
+    };
+    // Bounded: an error chain is short, but a cyclic one must not spin.
+    for _ in 0..32 {
+        let current = link?;
+        if let Some(found) = current.downcast_ref::<reqwest::Error>() {
+            return Some(found);
+        }
+        if let Some(reqwest_middleware::Error::Reqwest(found)) =
+            current.downcast_ref::<reqwest_middleware::Error>()
+        {
+            return Some(found);
+        }
+        link = current.source();
+    }
+    None
+}
+
 /// The [`RetryReport`] a response through
 /// [`RetryMiddleware`](crate::RetryMiddleware) carries.
 pub fn report(response: &reqwest::Response) -> Option<&RetryReport> {

@@ -50,6 +50,13 @@
 //!   overload, a rate limit or a context overflow from a plain 4xx/5xx.
 //! - 409 is retried; 501 and 505 are not (they will not change on a resend).
 //!
+//! # Timeouts
+//!
+//! A per-request `.timeout(d)` (and the client's own timeout) bounds each
+//! attempt, as reqwest applies it to every send; the whole request,
+//! waits included, is bounded by the policy's
+//! [`max_elapsed`](llm_retry::RetryPolicyBuilder::max_elapsed).
+//!
 //! # Feature flags
 //!
 //! None. reqwest and reqwest-middleware are used with their default
@@ -62,5 +69,5 @@ mod convert;
 mod error;
 mod middleware;
 
-pub use error::{report, retry_error};
+pub use error::{report, reqwest_error, retry_error};
 pub use middleware::RetryMiddleware;

@@ -203,6 +203,8 @@ async fn a_connection_refused_is_retried_until_the_bounds_say_stop() {
     let error = client.post(url).body(PROMPT).send().await.unwrap_err();
     let retry = llm_retry_reqwest::retry_error(&error).expect("a RetryError");
     assert_eq!(retry.report().attempts, 3);
+    let last = llm_retry_reqwest::reqwest_error(&error).expect("the last attempt's reqwest error");
+    assert!(last.is_connect(), "{last}");
     assert_eq!(
         retry.report().last_class,
         Some(llm_retry::classify::Classification::Retryable(

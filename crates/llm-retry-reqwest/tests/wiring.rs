@@ -74,11 +74,13 @@ async fn the_chain_below_sees_every_attempt_and_the_chain_above_one_call() {
     assert_eq!(extensions.get::<RetryReport>().unwrap().attempts, 3);
 }
 
-#[tokio::test(start_paused = true)]
+// On the real clock: B must be sent after A's 429 came back, which a
+// paused clock (advancing while sockets are busy) cannot promise.
+#[tokio::test]
 async fn the_default_middleware_is_the_whole_client_stack() {
-    // A's 429 names a 2 s wait. With the rate-limit gate, B (sent 100 ms
-    // later to the same key) waits it out in the gate instead of being
-    // sent into the same limit; without the gate it would be sent at once.
+    // A's 429 names a 2 s wait. With the rate-limit gate, B (sent 200 ms
+    // after A's 429) waits it out in the gate instead of being sent into
+    // the same limit; without the gate it would be sent at once.
     let mock = mock(Route::sequence_then(
         [Reply::rate_limited(Some(2))],
         Reply::anthropic_ok("served"),
@@ -89,7 +91,10 @@ async fn the_default_middleware_is_the_whole_client_stack() {
         let (client, url) = (client.clone(), mock.url("/v1/messages"));
         async move { client.post(url).body(PROMPT).send().await }
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    while mock.request_count() == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
     let b = post(&client, &mock).await.unwrap();
     let a = a.await.unwrap().unwrap();
     assert_eq!((a.status().as_u16(), b.status().as_u16()), (200, 200));

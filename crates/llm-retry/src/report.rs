@@ -216,6 +216,12 @@ pub struct RetryReport {
     pub last_class: Option<Classification>,
     /// The wait the last response named, if any (for a gateway's own `retry-after`).
     pub last_server_wait: Option<Duration>,
+    /// Sends the upstream turned away before executing them
+    /// ([`Judgement::rejection`](crate::policy::Judgement::rejection)):
+    /// when it equals `attempts`, no send of the request was executed.
+    pub rejected_sends: u32,
+    /// The last send's rejection, when it was one.
+    pub last_rejection: Option<crate::policy::Rejection>,
     /// Recoveries applied, in order.
     pub recoveries: Vec<RecoveryAction>,
     /// Why the loop stopped.
@@ -276,6 +282,8 @@ mod tests {
             last_error_type: Some("overloaded_error".into()),
             last_class: None,
             last_server_wait: None,
+            rejected_sends: 0,
+            last_rejection: None,
             recoveries: Vec::new(),
             stop,
         }

@@ -45,6 +45,14 @@ pub trait Reported: Error + 'static {
     fn reached_upstream(&self) -> bool {
         true
     }
+
+    /// Whether the provider may have executed the request before the
+    /// failure, though it reports a rejection: a stream whose error event
+    /// came after the answer had begun. Such a failure is never a
+    /// [`Rejection`](crate::policy::Rejection).
+    fn may_have_executed(&self) -> bool {
+        false
+    }
 }
 
 /// Recognises one [`Reported`] type on a link of an error chain.

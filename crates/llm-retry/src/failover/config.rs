@@ -21,6 +21,9 @@ const DEFAULT_MAX_BODY: usize = 16 << 20;
 const DEFAULT_MAX_WAITING_ROUNDS: usize = 64;
 /// The wait between rounds when no provider named one.
 pub(super) const UNNAMED_ROUND_WAIT: Duration = Duration::from_millis(500);
+/// The longest a target is skipped by every request after its provider
+/// named a wait: a bogus or huge one must not sideline it for hours.
+pub(super) const MAX_COOLDOWN: Duration = Duration::from_secs(60);
 
 /// Decides whether a request is bound to provider state held by the first
 /// target (a provider-side conversation, a stored response): such a request
@@ -29,12 +32,26 @@ pub type StateBound = Arc<dyn Fn(&Parts, &Bytes) -> bool + Send + Sync>;
 
 /// A further round after every target turned a request away: opt-in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ExhaustionRetry {
     /// Further rounds allowed (1 to [`MAX_ROUNDS`]).
     pub max_rounds: u32,
-    /// The longest wait before a further round (up to [`MAX_ROUND_WAIT`]):
-    /// when the soonest wait a provider named is longer, no round begins.
+    /// The longest provider-named wait a further round waits out (up to
+    /// [`MAX_ROUND_WAIT`]): when the soonest one is longer, no round
+    /// begins. Jitter adds up to a fifth of the wait (at least 50 ms) on
+    /// top, so waiters do not wake together.
     pub max_wait: Duration,
+}
+
+impl ExhaustionRetry {
+    /// Up to `max_rounds` further rounds, each after a provider-named wait
+    /// of at most `max_wait`.
+    pub fn new(max_rounds: u32, max_wait: Duration) -> ExhaustionRetry {
+        ExhaustionRetry {
+            max_rounds,
+            max_wait,
+        }
+    }
 }
 
 /// The validated settings every request of a failover shares.
@@ -173,8 +190,23 @@ impl<S> FailoverBuilder<S> {
             return refused("targets", format!("the name {:?} is used twice", pair[0]));
         }
         let max_target_attempts = self.max_target_attempts.unwrap_or(self.targets.len());
-        if max_target_attempts == 0 {
-            return refused("max_target_attempts", "must be at least 1".to_owned());
+        if max_target_attempts == 0 || max_target_attempts > self.targets.len() {
+            return refused(
+                "max_target_attempts",
+                format!(
+                    "must be 1 to the {} targets, got {max_target_attempts}",
+                    self.targets.len()
+                ),
+            );
+        }
+        if let Some(target) = self.targets.iter().find(|t| t.max_sends == 0) {
+            return refused(
+                "max_sends",
+                format!("target {:?}: must be at least 1", target.name()),
+            );
+        }
+        if self.max_body == 0 {
+            return refused("max_body", "must be more than 0".to_owned());
         }
         let smallest = self.targets.iter().map(|t| t.max_sends).min().unwrap_or(1);
         let summed = self

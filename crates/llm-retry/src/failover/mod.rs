@@ -24,7 +24,7 @@
 //!     Target::new("secondary", secondary),
 //! ])
 //! .max_upstream_sends(6)
-//! .exhaustion_retry(ExhaustionRetry { max_rounds: 1, max_wait: Duration::from_secs(2) })
+//! .exhaustion_retry(ExhaustionRetry::new(1, Duration::from_secs(2)))
 //! .deadline(Duration::from_secs(120))
 //! .build()?;
 //! # let _ = failover;
@@ -47,16 +47,23 @@
 //!
 //! # Further rounds (opt-in)
 //!
-//! With [`ExhaustionRetry`], when every attempt of a round was a certified
-//! rejection, one more round may begin — starting again at the first target
-//! with fresh requests built from the original — after the soonest wait a
-//! provider named (500 ms when none named one) plus jitter. It begins only
-//! if the request is not state-bound, no attempt of the round was
-//! ambiguous, the shutdown has not started, sends are left, the wait fits
-//! in `max_wait`, the deadline can hold the wait and one more attempt, and
-//! fewer than `max_waiting_rounds` requests of this failover are already
-//! waiting; otherwise the [`Suppression`] is reported. Dropping the request
-//! (the client went away) or starting the [`Shutdown`] ends the wait.
+//! With [`ExhaustionRetry`], when every attempt of a round was a rate limit
+//! or an overload certified as a rejection, one more round may begin —
+//! again from the first target, skipping those still inside the wait
+//! their provider named, with fresh requests built from the original —
+//! after the soonest such wait (500 ms when none was named) plus jitter.
+//! It begins only if the request is not state-bound, no attempt of the
+//! round was ambiguous, the shutdown has not started, sends are left, the
+//! wait fits in `max_wait`, the deadline can hold the wait and one more
+//! attempt as slow as the slowest so far, and fewer than
+//! `max_waiting_rounds` requests of this failover are already waiting;
+//! otherwise the [`Suppression`] is reported. Dropping the request (the
+//! client went away) or starting the [`Shutdown`] ends the wait. A
+//! rejection's body is read (its first 64 KiB) before the request moves
+//! on, so no connection is held while it waits.
+//!
+//! A target that retries on its own (a retry stack) is certified only
+//! when every send it made was turned away ([`RetryReport::rejected_sends`](crate::RetryReport::rejected_sends)).
 //!
 //! When the last round is exhausted the last rejection is handed over with
 //! `x-should-retry: false` and the wait left until a target takes requests
@@ -64,6 +71,7 @@
 //! not multiply the failover's work. Every answer carries a
 //! [`FailoverReport`] in its extensions.
 
+mod body;
 mod config;
 mod error;
 mod operation;
@@ -72,6 +80,7 @@ mod service;
 mod shutdown;
 mod target;
 
+pub use body::FailoverBody;
 pub use config::{ExhaustionRetry, FailoverBuilder, StateBound, MAX_ROUNDS, MAX_ROUND_WAIT};
 pub use error::{FailoverError, FailoverErrorKind};
 pub use report::{

@@ -1,7 +1,8 @@
 //! One request through a failover: rounds over the targets, monotonic
 //! accounting across them, and the eligibility check between rounds.
 
-use super::config::{Config, UNNAMED_ROUND_WAIT};
+use super::body::FailoverBody;
+use super::config::{Config, MAX_COOLDOWN, UNNAMED_ROUND_WAIT};
 use super::error::{FailoverError, FailoverErrorKind};
 use super::report::{
     AttemptOutcome, FailoverReport, FailoverStop, SkipReason, Suppression, TargetAttempt,
@@ -10,77 +11,107 @@ use super::target::Target;
 use crate::error::{BoxError, RetryError};
 use crate::hint::request_window;
 use crate::observe;
-use crate::policy::{Outcome, RetryState};
+use crate::policy::{Outcome, Rejection, RejectionKind, RetryState};
 use crate::report::RetryReport;
 use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderValue, Request, Response};
 use http_body::Body;
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
-use rand::Rng;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 use tower::{Service, ServiceExt};
 
+/// How much of a rejection's body is kept to hand over at the end.
+const KEPT_BODY: usize = 64 << 10;
+/// How long reading a rejection's body may take.
+const KEPT_BODY_TIME: Duration = Duration::from_secs(1);
+
+/// When a target takes requests again, as this request learned it.
+#[derive(Debug, Clone, Copy)]
+struct Ready {
+    at: Instant,
+    /// Its provider named the wait (else it is the default pause).
+    named: bool,
+}
+
 /// The state of one request, monotonic across rounds: sends, attempts,
-/// the report, and what the last rejection was.
-pub(super) struct Operation<S, ResBody> {
+/// the report, and the last rejection.
+pub(super) struct Operation<S> {
     targets: Arc<[Target<S>]>,
     config: Arc<Config>,
     started: Instant,
     deadline: Option<Instant>,
     sends_left: u32,
     report: FailoverReport,
-    /// Per target, when its provider said it takes requests again.
-    ready_at: Vec<Option<Instant>>,
-    /// The last certified rejection that came as an answer: what an
+    /// Per target, when it takes requests again, once it turned this one away.
+    ready: Vec<Option<Ready>>,
+    /// The last rejection that came as an answer, its body read: what an
     /// exhausted request hands over.
-    last_answer: Option<Response<ResBody>>,
-    /// The last certified rejection that came as an error, for when no
-    /// answer came at all.
+    last_answer: Option<Response<Bytes>>,
+    /// The last rejection that came as an error, for when no answer came.
     last_error: Option<BoxError>,
-    /// The quickest attempt so far: what one more attempt is expected to take.
-    fastest: Option<Duration>,
+    /// The slowest attempt so far: what one more attempt may take.
+    slowest: Duration,
 }
 
 /// How a round ended.
 enum RoundEnd<ResBody> {
     /// A target's answer or failure ends the request.
-    Final(Result<Response<ResBody>, BoxError>),
-    /// Every target turned the request away (or was skipped); `ambiguous`
-    /// when an attempt may have been executed (a first-content timeout).
-    Exhausted { ambiguous: bool },
+    Final(Result<Response<FailoverBody<ResBody>>, BoxError>),
+    /// Every target turned the request away or was skipped.
+    Exhausted {
+        /// An attempt may have been executed (a first-content timeout).
+        ambiguous: bool,
+        /// An attempt was turned away for another reason than a rate limit
+        /// or an overload (a connection never made, a local refusal).
+        not_throttled: bool,
+    },
 }
 
-impl<S, ResBody> Operation<S, ResBody>
-where
-    S: Service<Request<Full<Bytes>>, Response = Response<ResBody>> + Clone + Send + Sync + 'static,
-    S::Future: Send,
-    S::Error: Into<BoxError>,
-    ResBody: Send + 'static,
-{
+/// What one target's outcome means for the request.
+enum Verdict {
+    /// Turned away before execution: on to the next target.
+    Rejected(Rejection),
+    /// Anything else: the request ends with it.
+    Final,
+}
+
+impl<S> Operation<S> {
     pub(super) fn new(targets: Arc<[Target<S>]>, config: Arc<Config>) -> Self {
         let started = Instant::now();
         Operation {
             deadline: config.deadline.and_then(|d| started.checked_add(d)),
             sends_left: config.max_upstream_sends,
-            ready_at: vec![None; targets.len()],
+            ready: vec![None; targets.len()],
             targets,
             config,
             started,
             report: FailoverReport::new(),
             last_answer: None,
             last_error: None,
-            fastest: None,
+            slowest: Duration::ZERO,
         }
     }
 
-    pub(super) async fn run<B>(mut self, request: Request<B>) -> Result<Response<ResBody>, BoxError>
+    pub(super) async fn run<B, ResBody>(
+        mut self,
+        request: Request<B>,
+    ) -> Result<Response<FailoverBody<ResBody>>, BoxError>
     where
+        S: Service<Request<Full<Bytes>>, Response = Response<ResBody>>
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+        S::Future: Send,
+        S::Error: Into<BoxError>,
         B: Body<Data = Bytes> + Send + 'static,
         B::Error: Into<BoxError>,
+        ResBody: Body<Data = Bytes> + Send + 'static,
+        ResBody::Error: Into<BoxError>,
     {
         let (parts, body) = request.into_parts();
         let body = match collect(body, self.config.max_body, self.deadline).await {
@@ -95,11 +126,13 @@ where
         loop {
             match self.round(&parts, &body, bound).await {
                 RoundEnd::Final(result) => return result,
-                RoundEnd::Exhausted { ambiguous } => {
-                    if let Err(suppression) = self.next_round(bound, ambiguous).await {
-                        observe::failover_suppressed(suppression.label());
-                        self.report.suppressed = Some(suppression);
-                        return self.exhausted();
+                RoundEnd::Exhausted {
+                    ambiguous,
+                    not_throttled,
+                } => {
+                    if let Err(suppression) = self.next_round(bound, ambiguous, not_throttled).await
+                    {
+                        return self.exhausted(suppression);
                     }
                     self.report.rounds += 1;
                 }
@@ -108,10 +141,26 @@ where
     }
 
     /// One pass over the targets, in order.
-    async fn round(&mut self, parts: &Parts, body: &Bytes, bound: bool) -> RoundEnd<ResBody> {
+    async fn round<ResBody>(
+        &mut self,
+        parts: &Parts,
+        body: &Bytes,
+        bound: bool,
+    ) -> RoundEnd<ResBody>
+    where
+        S: Service<Request<Full<Bytes>>, Response = Response<ResBody>>
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+        S::Future: Send,
+        S::Error: Into<BoxError>,
+        ResBody: Body<Data = Bytes> + Send + 'static,
+        ResBody::Error: Into<BoxError>,
+    {
         let round = self.report.rounds;
         let mut attempted = 0;
-        let mut ambiguous = false;
+        let (mut ambiguous, mut not_throttled) = (false, false);
         for index in 0..self.targets.len() {
             let target = self.targets[index].clone();
             let now = Instant::now();
@@ -146,24 +195,18 @@ where
             let request = Request::from_parts(request_parts, Full::new(request_body));
             let sent_at = Instant::now();
             let call = target.service.clone().oneshot(request);
-            let limit = [
-                self.deadline,
-                target
-                    .first_content_timeout
-                    .and_then(|t| sent_at.checked_add(t)),
-            ]
-            .into_iter()
-            .flatten()
-            .min();
-            let result = match limit {
-                Some(limit) => match tokio::time::timeout_at(limit, call).await {
-                    Ok(result) => Some(result.map_err(Into::into)),
-                    Err(_) => None,
-                },
+            let first_content = target
+                .first_content_timeout
+                .and_then(|t| sent_at.checked_add(t));
+            let limit = [self.deadline, first_content].into_iter().flatten().min();
+            let result: Option<Result<Response<ResBody>, BoxError>> = match limit {
+                Some(limit) => tokio::time::timeout_at(limit, call)
+                    .await
+                    .ok()
+                    .map(|result| result.map_err(Into::into)),
                 None => Some(call.await.map_err(Into::into)),
             };
-            let took = sent_at.elapsed();
-            self.fastest = Some(self.fastest.map_or(took, |fastest| fastest.min(took)));
+            self.slowest = self.slowest.max(sent_at.elapsed());
             let Some(result) = result else {
                 // Timed out: it may have been sent and executed.
                 self.spend(target.max_sends);
@@ -172,133 +215,137 @@ where
                     .is_some_and(|deadline| Instant::now() >= deadline)
                 {
                     self.record(&target, AttemptOutcome::Failed);
-                    return RoundEnd::Final(Err(self.error(FailoverErrorKind::Deadline, None)));
+                    return self.deadline_passed();
                 }
                 self.record(&target, AttemptOutcome::FirstContentTimeout);
                 ambiguous = true;
                 continue;
             };
-            match self.judge(index, &target, result, sent_at) {
-                Ok(()) => {}
-                Err(end) => return end,
-            }
-        }
-        RoundEnd::Exhausted { ambiguous }
-    }
-
-    /// Reads one target's outcome: a certified rejection is noted (and the
-    /// round goes on), anything else ends the request.
-    fn judge(
-        &mut self,
-        index: usize,
-        target: &Target<S>,
-        result: Result<Response<ResBody>, BoxError>,
-        sent_at: Instant,
-    ) -> Result<(), RoundEnd<ResBody>> {
-        let state = RetryState::new();
-        let elapsed = self.started.elapsed();
-        let config = Arc::clone(&self.config);
-        let policy = &config.policy;
-        match result {
-            Ok(mut response) => {
-                let sends = response
-                    .extensions()
-                    .get::<RetryReport>()
-                    .map_or(1, |r| r.attempts);
-                self.spend(sends);
-                let judgement = policy.judge(
-                    &state,
-                    Outcome::Response {
-                        status: response.status(),
-                        headers: response.headers(),
-                        body: None,
-                    },
-                    elapsed,
-                );
-                match judgement.rejection {
-                    Some(rejection) => {
-                        self.rejected(index, target, rejection.wait, sent_at);
-                        self.record(target, AttemptOutcome::Rejected(rejection));
-                        self.last_answer = Some(response);
-                        Ok(())
+            match result {
+                Ok(response) => match self.judge_answer(&response, &target) {
+                    Verdict::Rejected(rejection) => {
+                        self.rejected(index, &target, rejection);
+                        not_throttled |= !throttled(rejection);
+                        self.last_answer = Some(keep(response).await);
                     }
-                    None => {
-                        if let Some(window) = request_window(response.headers(), SystemTime::now())
-                        {
-                            if let (0, Some(cooldown)) = (window.remaining, &target.cooldown) {
-                                cooldown.extend(Instant::now() + window.reset_in);
-                            }
-                        }
-                        self.record(target, AttemptOutcome::Answered(response.status()));
+                    Verdict::Final => {
+                        self.record(&target, AttemptOutcome::Answered(response.status()));
                         if self.report.rounds > 1 {
                             observe::failover_round_served();
                         }
                         self.report.stop = FailoverStop::Answered;
+                        let mut response = response.map(FailoverBody::upstream);
                         response.extensions_mut().insert(self.report.clone());
-                        Err(RoundEnd::Final(Ok(response)))
+                        return RoundEnd::Final(Ok(response));
                     }
-                }
-            }
-            Err(error) => {
-                let judgement = policy.judge(&state, Outcome::Error(&*error), elapsed);
-                let sends = match error.downcast_ref::<RetryError>() {
-                    Some(retry) => retry.report().attempts,
-                    None if judgement.reached_upstream
-                        && judgement.rejection.is_none_or(|r| {
-                            !matches!(r.kind, crate::policy::RejectionKind::NotConnected)
-                        }) =>
-                    {
-                        1
-                    }
-                    None => 0,
-                };
-                self.spend(sends);
-                match judgement.rejection {
-                    Some(rejection) => {
-                        self.rejected(index, target, rejection.wait, sent_at);
-                        self.record(target, AttemptOutcome::Rejected(rejection));
+                },
+                Err(error) => match self.judge_error(&*error) {
+                    Verdict::Rejected(rejection) => {
+                        self.rejected(index, &target, rejection);
+                        not_throttled |= !throttled(rejection);
                         self.last_error = Some(error);
-                        Ok(())
                     }
-                    None => {
-                        self.record(target, AttemptOutcome::Failed);
-                        Err(RoundEnd::Final(Err(
+                    Verdict::Final => {
+                        self.record(&target, AttemptOutcome::Failed);
+                        return RoundEnd::Final(Err(
                             self.error(FailoverErrorKind::Failed, Some(error))
-                        )))
+                        ));
+                    }
+                },
+            }
+        }
+        RoundEnd::Exhausted {
+            ambiguous,
+            not_throttled,
+        }
+    }
+
+    /// An answer's meaning, and the sends it took. A target that retried
+    /// on its own (its [`RetryReport`] counts more than one send) is
+    /// certified only when every one of its sends was turned away.
+    fn judge_answer<ResBody>(
+        &mut self,
+        response: &Response<ResBody>,
+        target: &Target<S>,
+    ) -> Verdict {
+        let report = response.extensions().get::<RetryReport>();
+        self.spend(report.map_or(1, |r| r.attempts));
+        let judged = self
+            .config
+            .policy
+            .judge(
+                &RetryState::new(),
+                Outcome::Response {
+                    status: response.status(),
+                    headers: response.headers(),
+                    body: None,
+                },
+                self.started.elapsed(),
+            )
+            .rejection;
+        match certified(report, judged) {
+            Some(rejection) => Verdict::Rejected(rejection),
+            None => {
+                if let (Some(window), Some(cooldown)) = (
+                    request_window(response.headers(), SystemTime::now()),
+                    &target.cooldown,
+                ) {
+                    if window.remaining == 0 {
+                        cooldown.extend(Instant::now() + window.reset_in.min(MAX_COOLDOWN));
                     }
                 }
+                Verdict::Final
             }
         }
     }
 
-    /// Notes a certified rejection's wait for this request (and for every
-    /// request, when the target cools down).
-    fn rejected(
-        &mut self,
-        index: usize,
-        target: &Target<S>,
-        wait: Option<Duration>,
-        sent_at: Instant,
-    ) {
-        let now = Instant::now();
-        let ready = match wait {
-            Some(wait) => now.checked_add(wait),
-            None => sent_at
-                .checked_add(UNNAMED_ROUND_WAIT)
-                .map(|at| at.max(now)),
+    /// An error's meaning, and the sends it took.
+    fn judge_error(&mut self, error: &(dyn std::error::Error + 'static)) -> Verdict {
+        let judgement = self.config.policy.judge(
+            &RetryState::new(),
+            Outcome::Error(error),
+            self.started.elapsed(),
+        );
+        let report = error.downcast_ref::<RetryError>().map(RetryError::report);
+        let sends = match report {
+            Some(report) => report.attempts,
+            None => match judgement.rejection {
+                Some(r)
+                    if matches!(r.kind, RejectionKind::NotConnected | RejectionKind::NotSent) =>
+                {
+                    0
+                }
+                _ => u32::from(judgement.reached_upstream),
+            },
         };
-        self.ready_at[index] = ready;
-        if let (Some(wait), Some(cooldown)) = (wait, &target.cooldown) {
-            if let Some(until) = now.checked_add(wait) {
-                cooldown.extend(until);
-            }
+        self.spend(sends);
+        match certified(report, judgement.rejection) {
+            Some(rejection) => Verdict::Rejected(rejection),
+            None => Verdict::Final,
         }
     }
 
-    /// Whether the target is still inside a wait its provider named: for
-    /// this request (from an earlier round) or for every request.
+    /// Notes a rejection: in the report, and its wait for this request (and
+    /// for every request, when the target cools down).
+    fn rejected(&mut self, index: usize, target: &Target<S>, rejection: Rejection) {
+        self.record(target, AttemptOutcome::Rejected(rejection));
+        let now = Instant::now();
+        self.ready[index] = match rejection.wait {
+            Some(wait) => now.checked_add(wait).map(|at| Ready { at, named: true }),
+            None => Some(Ready {
+                at: now + UNNAMED_ROUND_WAIT,
+                named: false,
+            }),
+        };
+        if let (Some(wait), Some(cooldown)) = (rejection.wait, &target.cooldown) {
+            cooldown.extend(now + wait.min(MAX_COOLDOWN));
+        }
+    }
+
+    /// Whether the target is inside a wait its provider named: for this
+    /// request (learned in an earlier round) or for every request.
     fn cooling(&self, index: usize, target: &Target<S>, now: Instant) -> bool {
-        let own = self.report.rounds > 1 && self.ready_at[index].is_some_and(|at| at > now);
+        let own = self.report.rounds > 1 && self.ready[index].is_some_and(|r| r.at > now);
         own || target
             .cooldown
             .as_ref()
@@ -318,28 +365,31 @@ where
         });
     }
 
-    /// When the next target will take the request again: the soonest end
-    /// of a wait named in this request or of a target's cooldown.
-    fn soonest_ready(&self, now: Instant) -> Instant {
-        self.targets
+    /// When the soonest target that turned this request away (or is
+    /// cooling down) takes requests again; `named` keeps only the waits a
+    /// provider named.
+    fn soonest_ready(&self, now: Instant, named: bool) -> Option<Instant> {
+        let own = self
+            .ready
             .iter()
-            .zip(&self.ready_at)
-            .map(|(target, ready)| {
-                let cooldown = target.cooldown.as_ref().and_then(|c| c.until(now));
-                match (ready, cooldown) {
-                    (Some(a), Some(b)) => (*a).max(b),
-                    (Some(a), None) => *a,
-                    (None, Some(b)) => b,
-                    (None, None) => now + UNNAMED_ROUND_WAIT,
-                }
-            })
-            .min()
-            .unwrap_or(now)
+            .flatten()
+            .filter(|r| !named || r.named)
+            .map(|r| r.at);
+        let shared = self
+            .targets
+            .iter()
+            .filter_map(|t| t.cooldown.as_ref()?.until(now));
+        own.chain(shared).filter(|at| !named || *at > now).min()
     }
 
     /// Whether another round may begin, and the wait before it, checked
     /// again at the moment it would begin.
-    async fn next_round(&mut self, bound: bool, ambiguous: bool) -> Result<(), Suppression> {
+    async fn next_round(
+        &mut self,
+        bound: bool,
+        ambiguous: bool,
+        not_throttled: bool,
+    ) -> Result<(), Suppression> {
         let Some(retry) = self.config.exhaustion_retry else {
             return Err(Suppression::Disabled);
         };
@@ -352,6 +402,9 @@ where
         if ambiguous {
             return Err(Suppression::Ambiguous);
         }
+        if not_throttled {
+            return Err(Suppression::NotThrottled);
+        }
         let config = Arc::clone(&self.config);
         let shutdown = &config.shutdown;
         if shutdown.is_started() {
@@ -362,23 +415,22 @@ where
             return Err(Suppression::SendBudget);
         }
         let now = Instant::now();
-        let asked = self.soonest_ready(now).saturating_duration_since(now);
+        let asked = self
+            .soonest_ready(now, false)
+            .map_or(UNNAMED_ROUND_WAIT, |at| at.saturating_duration_since(now));
         if asked > retry.max_wait {
             return Err(Suppression::WaitTooLong {
                 asked,
                 limit: retry.max_wait,
             });
         }
-        // Spread the waiters (a fifth of the wait, at least 50 ms), never
-        // before the named wait and never past the longest wait.
-        let spread = (asked / 5)
-            .max(Duration::from_millis(50))
-            .min(retry.max_wait - asked);
-        let wait = asked + spread.mul_f64(rand::rng().random::<f64>());
-        let attempt = self.fastest.unwrap_or_default();
+        // Spread the waiters over a fifth of the wait (at least 50 ms) past
+        // it: never before the named wait.
+        let spread = (asked / 5).max(Duration::from_millis(50));
+        let wait = asked + spread.mul_f64(config.policy.unit_random());
         if self
             .deadline
-            .is_some_and(|deadline| now + wait + attempt >= deadline)
+            .is_some_and(|deadline| now + wait + self.slowest >= deadline)
         {
             return Err(Suppression::Deadline);
         }
@@ -398,28 +450,41 @@ where
         Ok(())
     }
 
-    /// Every allowed round ended with every target turning the request
-    /// away: the last rejection, marked so the caller does not retry it
-    /// at once.
-    fn exhausted(mut self) -> Result<Response<ResBody>, BoxError> {
+    /// The deadline passed during an attempt: the last rejection, when one
+    /// was kept, else the deadline's error.
+    fn deadline_passed<ResBody>(&mut self) -> RoundEnd<ResBody> {
+        if self.last_answer.is_some() {
+            return RoundEnd::Final(self.take_exhausted(Suppression::Deadline));
+        }
+        RoundEnd::Final(Err(self.error(FailoverErrorKind::Deadline, None)))
+    }
+
+    /// No further round: the last rejection, marked so the caller does not
+    /// retry it at once.
+    fn exhausted<ResBody>(
+        mut self,
+        suppression: Suppression,
+    ) -> Result<Response<FailoverBody<ResBody>>, BoxError> {
+        self.take_exhausted(suppression)
+    }
+
+    fn take_exhausted<ResBody>(
+        &mut self,
+        suppression: Suppression,
+    ) -> Result<Response<FailoverBody<ResBody>>, BoxError> {
+        observe::failover_suppressed(suppression.label());
         observe::failover_exhausted();
+        self.report.suppressed = Some(suppression);
         self.report.stop = FailoverStop::Exhausted;
         let now = Instant::now();
-        let named = self
-            .ready_at
-            .iter()
-            .flatten()
-            .copied()
-            .chain(
-                self.targets
-                    .iter()
-                    .filter_map(|t| t.cooldown.as_ref()?.until(now)),
-            )
-            .min();
+        let named = self.soonest_ready(now, true);
         match self.last_answer.take() {
-            Some(mut response) => {
+            Some(response) => {
+                let mut response = response.map(FailoverBody::kept);
                 let headers = response.headers_mut();
                 headers.insert("x-should-retry", HeaderValue::from_static("false"));
+                headers.remove("retry-after");
+                headers.remove("retry-after-ms");
                 if let Some(at) = named {
                     let left = at.saturating_duration_since(now);
                     let millis = u64::try_from(left.as_millis()).unwrap_or(u64::MAX);
@@ -437,40 +502,56 @@ where
     }
 
     fn error(&mut self, kind: FailoverErrorKind, source: Option<BoxError>) -> BoxError {
-        if matches!(kind, FailoverErrorKind::Failed) {
-            self.report.stop = FailoverStop::Failed;
-        } else if matches!(kind, FailoverErrorKind::Exhausted) {
-            self.report.stop = FailoverStop::Exhausted;
-        } else {
-            self.report.stop = FailoverStop::Failed;
-        }
+        self.report.stop = match kind {
+            FailoverErrorKind::Exhausted => FailoverStop::Exhausted,
+            FailoverErrorKind::Deadline => FailoverStop::Deadline,
+            _ => FailoverStop::Failed,
+        };
         Box::new(FailoverError::new(kind, self.report.clone(), source))
     }
 }
 
-/// A place among the requests waiting for a further round, given back
-/// when the wait ends or the request is dropped.
-struct Admitted<'a>(&'a Config);
-
-impl<'a> Admitted<'a> {
-    fn new(config: &'a Config) -> Option<Admitted<'a>> {
-        let before = config.waiting_rounds.fetch_add(1, Ordering::SeqCst);
-        if before >= config.max_waiting_rounds {
-            config.waiting_rounds.fetch_sub(1, Ordering::SeqCst);
-            return None;
-        }
-        Some(Admitted(config))
+/// A target's outcome as a rejection: a target that kept its own account
+/// (a retry stack) is certified only when every send it made was turned
+/// away; one without is judged on the outcome alone.
+fn certified(report: Option<&RetryReport>, judged: Option<Rejection>) -> Option<Rejection> {
+    match report {
+        Some(report) if report.attempts > 0 => (report.rejected_sends >= report.attempts)
+            .then_some(report.last_rejection)
+            .flatten(),
+        _ => judged,
     }
 }
 
-impl Drop for Admitted<'_> {
-    fn drop(&mut self) {
-        self.0.waiting_rounds.fetch_sub(1, Ordering::SeqCst);
-    }
+/// A rate limit or an overload: what a further round may answer.
+fn throttled(rejection: Rejection) -> bool {
+    matches!(
+        rejection.kind,
+        RejectionKind::RateLimited | RejectionKind::Overloaded
+    )
 }
 
-/// The whole request body, within the cap and the deadline: every
-/// attempt gets a fresh copy of it.
+/// A rejection's answer with (the start of) its body read, so its
+/// connection is free while the request waits or tries other targets.
+async fn keep<B>(response: Response<B>) -> Response<Bytes>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    let (parts, body) = response.into_parts();
+    let read = tokio::time::timeout(KEPT_BODY_TIME, Limited::new(body, KEPT_BODY).collect()).await;
+    let bytes = match read {
+        Ok(Ok(collected)) => collected.to_bytes(),
+        _ => Bytes::new(),
+    };
+    let mut parts = parts;
+    parts.headers.remove(http::header::CONTENT_LENGTH);
+    parts.headers.remove(http::header::TRANSFER_ENCODING);
+    Response::from_parts(parts, bytes)
+}
+
+/// The whole request body, within the cap and the deadline: every attempt
+/// gets a fresh copy of it.
 async fn collect<B>(
     body: B,
     cap: usize,
@@ -494,5 +575,26 @@ where
             Err((FailoverErrorKind::BodyTooLarge { cap }, None))
         }
         Err(error) => Err((FailoverErrorKind::BodyFailed, Some(error))),
+    }
+}
+
+/// A place among the requests waiting for a further round, given back
+/// when the wait ends or the request is dropped.
+struct Admitted<'a>(&'a Config);
+
+impl<'a> Admitted<'a> {
+    fn new(config: &'a Config) -> Option<Admitted<'a>> {
+        let before = config.waiting_rounds.fetch_add(1, Ordering::SeqCst);
+        if before >= config.max_waiting_rounds {
+            config.waiting_rounds.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        Some(Admitted(config))
+    }
+}
+
+impl Drop for Admitted<'_> {
+    fn drop(&mut self) {
+        self.0.waiting_rounds.fetch_sub(1, Ordering::SeqCst);
     }
 }

@@ -120,6 +120,9 @@ pub enum Suppression {
     /// An attempt of the round may have been executed (a first-content
     /// timeout): only certified rejections allow a further round.
     Ambiguous,
+    /// An attempt was turned away for another reason than a rate limit or
+    /// an overload (a connection never made, a send refused locally).
+    NotThrottled,
     /// The shutdown started.
     Shutdown,
     /// The request's send budget is spent.
@@ -131,7 +134,8 @@ pub enum Suppression {
         /// The longest wait between rounds.
         limit: Duration,
     },
-    /// The deadline cannot hold the wait and one more attempt.
+    /// The deadline cannot hold the wait and one more attempt (or passed
+    /// during one).
     Deadline,
     /// Too many requests of this failover are already waiting for a round.
     AdmissionFull,
@@ -145,6 +149,7 @@ impl Suppression {
             Suppression::RoundsSpent => "rounds_spent",
             Suppression::StateBound => "state_bound",
             Suppression::Ambiguous => "ambiguous",
+            Suppression::NotThrottled => "not_throttled",
             Suppression::Shutdown => "shutdown",
             Suppression::SendBudget => "send_budget",
             Suppression::WaitTooLong { .. } => "wait_too_long",
@@ -164,8 +169,11 @@ pub enum FailoverStop {
     /// last rejection was handed over (or, with no answer to hand over, a
     /// [`FailoverError`](super::FailoverError) returned).
     Exhausted,
-    /// A target failed in a way that may have executed the request.
+    /// A target failed in a way that may have executed the request, or
+    /// the request could not be made (its body, a rewrite).
     Failed,
+    /// The deadline passed with no answer to hand over.
+    Deadline,
 }
 
 impl fmt::Display for FailoverReport {
@@ -174,6 +182,7 @@ impl fmt::Display for FailoverReport {
             FailoverStop::Answered => "answered",
             FailoverStop::Exhausted => "every target turned the request away",
             FailoverStop::Failed => "a target failed",
+            FailoverStop::Deadline => "the deadline passed",
         };
         write!(
             f,

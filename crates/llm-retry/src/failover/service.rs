@@ -1,5 +1,6 @@
 //! [`Failover`]: the tower service.
 
+use super::body::FailoverBody;
 use super::config::{Config, FailoverBuilder};
 use super::operation::Operation;
 use super::target::Target;
@@ -62,11 +63,13 @@ where
     S::Error: Into<BoxError>,
     B: Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
-    ResBody: Send + 'static,
+    ResBody: Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
 {
-    type Response = Response<ResBody>;
+    type Response = Response<FailoverBody<ResBody>>;
     type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<Response<ResBody>, BoxError>> + Send>>;
+    type Future =
+        Pin<Box<dyn Future<Output = Result<Response<FailoverBody<ResBody>>, BoxError>> + Send>>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         // Each attempt readies its target when it is made.

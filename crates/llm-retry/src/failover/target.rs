@@ -83,9 +83,10 @@ impl<S> Target<S> {
     /// The most upstream sends one attempt of this target can make: its
     /// retry stack's `max_retries + 1` (1, the default, for a plain
     /// client). An attempt starts only while the request's send budget has
-    /// this many left, so the budget is never exceeded.
+    /// this many left, so the budget is never exceeded as long as this is
+    /// at least what the target's stack may send.
     pub fn max_sends(mut self, sends: u32) -> Target<S> {
-        self.max_sends = sends.max(1);
+        self.max_sends = sends;
         self
     }
 
@@ -99,9 +100,10 @@ impl<S> Target<S> {
     }
 
     /// Skips this target, for every request through the failover, until a
-    /// wait its provider named has passed: after a rate limit or overload
-    /// naming a wait, or an answer whose rate-limit headers say no request
-    /// is left before the window resets. Off by default.
+    /// wait its provider named has passed (at most a minute): after a rate
+    /// limit or overload naming a wait, or an answer whose rate-limit
+    /// headers say no request is left before the window resets. Off by
+    /// default.
     pub fn cooldown(mut self) -> Target<S> {
         self.cooldown = Some(Arc::new(Cooldown::default()));
         self

@@ -47,7 +47,7 @@ fn request() -> Request<Full<Bytes>> {
         .unwrap()
 }
 
-fn report(response: &Response<Incoming>) -> FailoverReport {
+fn report<B>(response: &Response<B>) -> FailoverReport {
     response
         .extensions()
         .get::<FailoverReport>()
@@ -73,10 +73,7 @@ fn outcomes(report: &FailoverReport) -> Vec<(&str, u32, String)> {
 }
 
 fn rounds(max_wait_secs: u64) -> ExhaustionRetry {
-    ExhaustionRetry {
-        max_rounds: 1,
-        max_wait: Duration::from_secs(max_wait_secs),
-    }
+    ExhaustionRetry::new(1, Duration::from_secs(max_wait_secs))
 }
 
 fn rate_limited(secs: &str) -> Reply {
@@ -349,6 +346,7 @@ async fn concurrent_waiters_do_not_wake_together_and_admission_is_bounded() {
     let failover = Failover::builder(vec![target("a", &a)])
         .exhaustion_retry(rounds(2))
         .max_waiting_rounds(6)
+        .policy(crate::RetryPolicy::builder().seed(7).build().unwrap())
         .build()
         .unwrap();
     let calls = (0..10).map(|_| failover.clone().oneshot(request()));
@@ -367,10 +365,14 @@ async fn concurrent_waiters_do_not_wake_together_and_admission_is_bounded() {
         .filter_map(|r| report(r.as_ref().unwrap()).suppressed)
         .collect();
     assert_eq!(suppressed, vec![Suppression::AdmissionFull; 4]);
-    let mut second: Vec<_> = a.requests()[10..].iter().map(|r| r.received_at).collect();
+    let second: Vec<_> = a.requests()[10..].iter().map(|r| r.received_at).collect();
     assert_eq!(second.len(), 6);
-    second.dedup();
-    assert_eq!(second.len(), 6, "jitter spreads the waiters' wake-ups");
+    let (first, last) = (second.iter().min().unwrap(), second.iter().max().unwrap());
+    assert!(
+        *last - *first >= Duration::from_millis(50),
+        "jitter spreads the waiters' wake-ups over the 200 ms past the named wait: {:?}",
+        *last - *first
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -616,31 +618,23 @@ fn unsafe_or_contradictory_budgets_are_refused_naming_the_setting() {
             "max_upstream_sends",
         ),
         (
-            Failover::builder(vec![t("a")]).exhaustion_retry(ExhaustionRetry {
-                max_rounds: 0,
-                max_wait: Duration::from_secs(1),
-            }),
+            Failover::builder(vec![t("a")])
+                .exhaustion_retry(ExhaustionRetry::new(0, Duration::from_secs(1))),
             "exhaustion_retry.max_rounds",
         ),
         (
-            Failover::builder(vec![t("a")]).exhaustion_retry(ExhaustionRetry {
-                max_rounds: 9,
-                max_wait: Duration::from_secs(1),
-            }),
+            Failover::builder(vec![t("a")])
+                .exhaustion_retry(ExhaustionRetry::new(9, Duration::from_secs(1))),
             "exhaustion_retry.max_rounds",
         ),
         (
-            Failover::builder(vec![t("a")]).exhaustion_retry(ExhaustionRetry {
-                max_rounds: 1,
-                max_wait: Duration::ZERO,
-            }),
+            Failover::builder(vec![t("a")])
+                .exhaustion_retry(ExhaustionRetry::new(1, Duration::ZERO)),
             "exhaustion_retry.max_wait",
         ),
         (
-            Failover::builder(vec![t("a")]).exhaustion_retry(ExhaustionRetry {
-                max_rounds: 1,
-                max_wait: Duration::from_secs(600),
-            }),
+            Failover::builder(vec![t("a")])
+                .exhaustion_retry(ExhaustionRetry::new(1, Duration::from_secs(600))),
             "exhaustion_retry.max_wait",
         ),
         (
@@ -669,4 +663,185 @@ fn unsafe_or_contradictory_budgets_are_refused_naming_the_setting() {
         .exhaustion_retry(rounds(1))
         .build()
         .is_ok());
+}
+
+/// A boxed body, for targets whose bodies differ in type.
+type Boxed = http_body_util::combinators::UnsyncBoxBody<Bytes, BoxError>;
+/// A target that is the library's retry stack (`ClientLayer`).
+type RetrySvc = BoxCloneSyncService<Request<Full<Bytes>>, Response<Boxed>, BoxError>;
+
+/// `ClientLayer` with `retries` retries over a client aimed at `mock`.
+fn retrying_target(name: &str, mock: &MockServer, retries: u32) -> Target<RetrySvc> {
+    let base = mock.url("");
+    let policy = crate::RetryPolicy::builder()
+        .max_retries(retries)
+        .initial_backoff(Duration::from_millis(1))
+        .max_backoff(Duration::from_millis(2))
+        .build()
+        .unwrap();
+    let client =
+        Client::builder(TokioExecutor::new()).build_http::<crate::ReplayBody<Full<Bytes>>>();
+    let stack = tower::Layer::layer(&crate::ClientLayer::new(policy), client)
+        .map_response(|r: Response<_>| r.map(|b| b.map_err(BoxError::from).boxed_unsync()));
+    Target::new(name, BoxCloneSyncService::new(stack))
+        .max_sends(retries + 1)
+        .rewrite(move |parts, _| {
+            parts.uri = format!("{base}{}", parts.uri.path()).parse()?;
+            Ok(())
+        })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retrying_target_is_certified_only_when_every_send_was_turned_away() {
+    // A 500 first (it may have run), then a 429: not certified.
+    let a = upstream(Route::sequence([Reply::status(500), rate_limited("1")])).await;
+    let b = upstream(Route::always(Reply::anthropic_ok("b"))).await;
+    let failover = Failover::builder(vec![
+        retrying_target("a", &a, 1),
+        retrying_target("b", &b, 1),
+    ])
+    .build()
+    .unwrap();
+    let response = failover.oneshot(request()).await.unwrap();
+    assert_eq!(
+        response.status(),
+        429,
+        "handed over: an earlier send may have run"
+    );
+    assert_eq!((a.request_count(), b.request_count()), (2, 0));
+    assert_eq!(report(&response).upstream_sends, 2);
+    // Two 429s: every send turned away, so the request moves on.
+    let a = upstream(Route::always(rate_limited("1"))).await;
+    let failover = Failover::builder(vec![
+        retrying_target("a", &a, 1),
+        retrying_target("b", &b, 1),
+    ])
+    .build()
+    .unwrap();
+    let response = failover.oneshot(request()).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let report = report(&response);
+    assert_eq!(
+        report.upstream_sends, 3,
+        "two to a, counted from its report, one to b"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_error_event_after_the_answer_began_is_not_a_rejection() {
+    use llm_retry_mock::SseEvent;
+    let begun = Reply::sse([
+        SseEvent::new(
+            Some("message_start"),
+            r#"{"type":"message_start","message":{"id":"m"}}"#,
+        ),
+        SseEvent::new(
+            Some("error"),
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+        ),
+    ]);
+    let a = upstream(Route::always(begun)).await;
+    let b = upstream(Route::always(Reply::anthropic_stream(&["b"]))).await;
+    let failover = Failover::builder(vec![
+        retrying_target("a", &a, 0),
+        retrying_target("b", &b, 0),
+    ])
+    .build()
+    .unwrap();
+    let error = failover.oneshot(request()).await.unwrap_err();
+    let error = error.downcast_ref::<FailoverError>().unwrap();
+    assert_eq!(error.kind(), FailoverErrorKind::Failed, "{error}");
+    assert_eq!(
+        b.request_count(),
+        0,
+        "the request may have run on a: it stays there"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn only_rate_limits_and_overloads_let_a_further_round_begin() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = format!("http://{}", listener.local_addr().unwrap());
+    drop(listener);
+    let b = upstream(Route::always(rate_limited("1"))).await;
+    let failover = Failover::builder(vec![target_at("dead", dead), target("b", &b)])
+        .exhaustion_retry(rounds(2))
+        .build()
+        .unwrap();
+    let response = failover.oneshot(request()).await.unwrap();
+    assert_eq!(response.status(), 429);
+    assert_eq!(
+        report(&response).suppressed,
+        Some(Suppression::NotThrottled)
+    );
+    assert_eq!(b.request_count(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deadline_inside_a_further_round_hands_over_the_kept_rejection() {
+    // Round 1: a 429 at once; round 2: a's answer takes 30 s.
+    let a = upstream(Route::sequence([
+        rate_limited("1"),
+        Reply::anthropic_ok("late").delay(Duration::from_secs(30)),
+    ]))
+    .await;
+    let failover = Failover::builder(vec![target("a", &a)])
+        .exhaustion_retry(rounds(2))
+        .deadline(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let response = failover.oneshot(request()).await.unwrap();
+    assert_eq!(response.status(), 429);
+    assert_eq!(response.headers()["x-should-retry"], "false");
+    let report = report(&response);
+    assert_eq!(report.suppressed, Some(Suppression::Deadline));
+    assert!(response.body().is_kept());
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    assert!(
+        String::from_utf8_lossy(&body).contains("rate_limit_error"),
+        "the rejection's own body"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_window_with_nothing_left_cools_the_target_down() {
+    let spent = Reply::anthropic_ok("a")
+        .header("anthropic-ratelimit-requests-remaining", "0")
+        .header("x-ratelimit-remaining-requests", "0")
+        .header("x-ratelimit-reset-requests", "10s");
+    let a = upstream(Route::always(spent)).await;
+    let b = upstream(Route::always(Reply::anthropic_ok("b"))).await;
+    let failover = Failover::builder(vec![target("a", &a).cooldown(), target("b", &b)])
+        .build()
+        .unwrap();
+    failover.clone().oneshot(request()).await.unwrap();
+    let report = report(&failover.oneshot(request()).await.unwrap());
+    assert_eq!(
+        outcomes(&report)[0],
+        ("a", 1, "skipped cooling_down".to_owned())
+    );
+    assert_eq!((a.request_count(), b.request_count()), (1, 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_rewrite_and_an_oversized_body_end_the_request_with_their_kind() {
+    let a = upstream(Route::always(Reply::anthropic_ok("a"))).await;
+    let failover = Failover::builder(vec![target("a", &a).rewrite(|_, _| Err("no route".into()))])
+        .build()
+        .unwrap();
+    let error = failover.oneshot(request()).await.unwrap_err();
+    assert_eq!(
+        error.downcast_ref::<FailoverError>().unwrap().kind(),
+        FailoverErrorKind::Rewrite
+    );
+    let failover = Failover::builder(vec![target("a", &a)])
+        .max_body(8)
+        .build()
+        .unwrap();
+    let error = failover.oneshot(request()).await.unwrap_err();
+    assert_eq!(
+        error.downcast_ref::<FailoverError>().unwrap().kind(),
+        FailoverErrorKind::BodyTooLarge { cap: 8 }
+    );
+    assert_eq!(a.request_count(), 0);
 }

@@ -109,6 +109,9 @@ struct Evidence<'a> {
     /// A wait the error named itself (the gate's hold).
     own_wait: Option<Duration>,
     reached_upstream: bool,
+    /// The answer had begun before the failure (a stream's events before
+    /// its error event).
+    may_have_executed: bool,
 }
 
 impl RetryPolicy {
@@ -200,6 +203,7 @@ impl RetryPolicy {
     fn rejection(&self, evidence: &Evidence<'_>) -> Option<Rejection> {
         let wait = |kind| self.named_wait(kind, evidence).map(|w| w.duration);
         let kind = match evidence.base {
+            _ if evidence.may_have_executed => return None,
             _ if !evidence.reached_upstream => {
                 return Some(Rejection {
                     kind: RejectionKind::NotSent,
@@ -212,7 +216,7 @@ impl RetryPolicy {
             Classification::Retryable(RetryableKind::Overloaded) if evidence.answered => {
                 (RejectionKind::Overloaded, RetryableKind::Overloaded)
             }
-            Classification::Retryable(RetryableKind::Connect) => {
+            Classification::Retryable(RetryableKind::Connect) if evidence.headers.is_none() => {
                 return Some(Rejection {
                     kind: RejectionKind::NotConnected,
                     wait: None,
@@ -253,6 +257,7 @@ impl RetryPolicy {
                     answered: true,
                     own_wait: None,
                     reached_upstream: true,
+                    may_have_executed: false,
                 }
             }
             Outcome::Error(error) => match find_reported(error, &self.config.known_errors) {
@@ -279,6 +284,7 @@ impl RetryPolicy {
                         answered: head.is_some(),
                         own_wait: reported.named_wait(),
                         reached_upstream: reported.reached_upstream(),
+                        may_have_executed: reported.may_have_executed(),
                     }
                 }
                 None => {
@@ -293,6 +299,7 @@ impl RetryPolicy {
                         answered: false,
                         own_wait: None,
                         reached_upstream: true,
+                        may_have_executed: false,
                     }
                 }
             },

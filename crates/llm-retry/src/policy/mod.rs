@@ -121,6 +121,18 @@ impl RetryPolicy {
         &self.config.backoff
     }
 
+    /// A number in [0, 1) from the policy's generator (seeded by
+    /// [`RetryPolicyBuilder::seed`], so runs can be reproduced).
+    pub(crate) fn unit_random(&self) -> f64 {
+        use rand::Rng;
+        let mut rng = self
+            .config
+            .rng
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        rng.random::<f64>()
+    }
+
     /// The per-request bounds.
     pub fn limits(&self) -> &Limits {
         &self.config.limits

@@ -22,6 +22,10 @@ pub struct RetryState {
     last_error_type: Option<String>,
     last_class: Option<Classification>,
     last_server_wait: Option<Duration>,
+    /// Sends the upstream turned away before executing them.
+    rejected_sends: u32,
+    /// The last send's rejection, when it was one.
+    last_rejection: Option<super::Rejection>,
     recoveries: Vec<RecoveryAction>,
     /// The last send passed a rate-limit gate that paces its key.
     gate_paced: bool,
@@ -54,6 +58,8 @@ impl RetryState {
             last_error_type: None,
             last_class: None,
             last_server_wait: None,
+            rejected_sends: 0,
+            last_rejection: None,
             recoveries: Vec::new(),
             gate_paced: false,
             gated: false,
@@ -124,6 +130,10 @@ impl RetryState {
         };
         self.last_class = Some(judgement.class.clone());
         self.last_server_wait = judgement.hint.wait.map(|w| w.duration);
+        self.last_rejection = judgement.rejection;
+        if judgement.rejection.is_some() {
+            self.rejected_sends = self.rejected_sends.saturating_add(1);
+        }
     }
 
     /// Records a recovery about to be applied.
@@ -161,6 +171,8 @@ impl RetryState {
             last_error_type: self.last_error_type.clone(),
             last_class: self.last_class.clone(),
             last_server_wait: self.last_server_wait,
+            rejected_sends: self.rejected_sends,
+            last_rejection: self.last_rejection,
             recoveries: self.recoveries.clone(),
             stop,
         }

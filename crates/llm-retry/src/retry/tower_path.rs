@@ -136,6 +136,9 @@ impl<B, ResBody> tower::retry::Policy<Request<ReplayBody<B>>, Response<ResBody>,
 
 /// A [`Step`] as tower's loop can carry it out: no credential future to
 /// await between attempts.
+// Every request ends with `Finish`, successes included: boxing the report
+// would add an allocation to each one to shrink the rarer variants.
+#[allow(clippy::large_enum_variant)]
 enum Settled {
     Wait(std::time::Duration, Option<WaitPermit>),
     Finish(crate::RetryReport),

@@ -19,6 +19,9 @@ pub struct PreContentError {
     provider: Option<ProviderError>,
     reason: PreContentReason,
     head: Option<Box<(StatusCode, HeaderMap)>>,
+    /// The provider had begun its answer (an event other than a ping came
+    /// before the failure): the request may have been executed.
+    begun: bool,
     source: Option<BoxError>,
 }
 
@@ -64,8 +67,22 @@ impl PreContentError {
             provider,
             reason,
             head: None,
+            begun: false,
             source,
         }
+    }
+
+    /// The same failure, after the provider had begun its answer.
+    pub(super) fn after_begin(mut self, begun: bool) -> PreContentError {
+        self.begun = begun;
+        self
+    }
+
+    /// Whether the provider had begun its answer (a `message_start`, a
+    /// `response.created`, a `content_block_start`) before the failure: the
+    /// request may then have been executed, though nothing reached the caller.
+    pub fn after_begin_of_answer(&self) -> bool {
+        self.begun
     }
 
     /// The same failure, carried by a response with this status and headers.
@@ -122,6 +139,10 @@ impl Reported for PreContentError {
         self.head
             .as_deref()
             .map(|(status, headers)| (*status, headers))
+    }
+
+    fn may_have_executed(&self) -> bool {
+        self.begun
     }
 }
 

@@ -30,6 +30,8 @@ pub(super) struct Hold<B> {
     held_bytes: usize,
     decoder: SseDecoder,
     timer: Pin<Box<Sleep>>,
+    /// An event other than a ping was read: the provider began its answer.
+    begun: bool,
 }
 
 impl<B> Hold<B>
@@ -45,6 +47,7 @@ where
             held_bytes: 0,
             decoder: SseDecoder::new(config.prefix_limit),
             timer: Box::pin(tokio::time::sleep(config.first_event_timeout)),
+            begun: false,
         }
     }
 
@@ -103,13 +106,15 @@ where
         while let Some(event) = self.decoder.next_event() {
             match config.rules.classify(&event) {
                 EventKind::Content => return Some(Verdict::Release),
-                EventKind::NonContent => {}
+                EventKind::NonContent => {
+                    self.begun |= event.event.as_deref() != Some("ping");
+                }
                 EventKind::Done => return Some(ended_before_content()),
                 EventKind::Error { class, provider } => {
                     let reason = PreContentReason::ErrorEvent;
-                    return Some(Verdict::Fail(PreContentError::new(
-                        class, provider, reason, None,
-                    )));
+                    return Some(Verdict::Fail(
+                        PreContentError::new(class, provider, reason, None).after_begin(self.begun),
+                    ));
                 }
             }
         }
