@@ -1,0 +1,148 @@
+//! The official Anthropic and OpenAI Python SDKs pointed at the gateway:
+//! a served request, a failover, and a final give-up after which the SDK
+//! makes no further attempt.
+//!
+//! Needs `LLM_RETRY_SDK_PYTHON`: a Python with `anthropic` and `openai`
+//! installed (`.ci/run` makes one in `target/sdk-venv`). Without it the
+//! tests say so and pass; with it set, they must pass.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use llm_retry_mock::{MockServer, Reply, Route};
+use std::process::Command;
+use support::{gateway, no_env};
+
+/// The Python to run the SDKs with, or `None` (after saying why) when the
+/// environment has none.
+fn python() -> Option<String> {
+    let python = std::env::var("LLM_RETRY_SDK_PYTHON").ok();
+    if python.is_none() {
+        eprintln!("LLM_RETRY_SDK_PYTHON is not set: the SDK tests are skipped (.ci/run sets it)");
+    }
+    python
+}
+
+/// Runs one SDK call against the gateway at `base`; the JSON line it printed.
+fn sdk(python: &str, sdk: &str, mode: &str, base: &str) -> serde_json::Value {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/sdk_client.py");
+    let output = Command::new(python)
+        .args([script, sdk, mode, base])
+        .output()
+        .expect("python runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let line = String::from_utf8_lossy(&output.stdout);
+    serde_json::from_str(line.trim()).unwrap_or_else(|_| panic!("not JSON: {line}"))
+}
+
+fn two_targets(a: &MockServer, b: &MockServer) -> String {
+    format!(
+        r#"
+[[route]]
+name = "r"
+deadline = "20s"
+[[route.target]]
+name = "a"
+base_url = "{}"
+max_retries = 0
+[[route.target]]
+name = "b"
+base_url = "{}"
+max_retries = 0
+"#,
+        a.url(""),
+        b.url("")
+    )
+}
+
+fn rate_limited(secs: &str) -> Reply {
+    Reply::anthropic_error(429, "rate_limit_error", "Rate limited").header("retry-after", secs)
+}
+
+/// What each SDK and mode is answered with when served.
+fn served(sdk: &str, mode: &str) -> Reply {
+    match (sdk, mode) {
+        ("anthropic", "plain") => Reply::anthropic_ok("Hello there"),
+        ("anthropic", _) => Reply::anthropic_stream(&["Hello", " there"]),
+        (_, "plain") => Reply::openai_ok("Hello there"),
+        _ => Reply::openai_stream(&["Hello", " there"]),
+    }
+}
+
+const CASES: [(&str, &str); 4] = [
+    ("anthropic", "plain"),
+    ("anthropic", "stream"),
+    ("openai", "plain"),
+    ("openai", "stream"),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_sdk_is_served_and_failed_over_in_one_call() {
+    let Some(python) = python() else { return };
+    for (name, mode) in CASES {
+        // Served by the first target.
+        let a = support::target(Route::always(served(name, mode))).await;
+        let b = support::target(Route::always(served(name, mode))).await;
+        let gw = gateway(&two_targets(&a, &b), no_env).await;
+        let base = gw.url("");
+        let result = tokio::task::spawn_blocking({
+            let (python, base) = (python.clone(), base.clone());
+            move || sdk(&python, name, mode, &base)
+        })
+        .await
+        .unwrap();
+        assert_eq!(result["text"], "Hello there", "{name} {mode}: {result}");
+        assert_eq!(
+            (a.request_count(), b.request_count()),
+            (1, 0),
+            "{name} {mode}"
+        );
+
+        // The first target is rate-limited: failed over, one SDK call.
+        let a = support::target(Route::always(rate_limited("1"))).await;
+        let b = support::target(Route::always(served(name, mode))).await;
+        let gw = gateway(&two_targets(&a, &b), no_env).await;
+        let base = gw.url("");
+        let result = tokio::task::spawn_blocking({
+            let python = python.clone();
+            move || sdk(&python, name, mode, &base)
+        })
+        .await
+        .unwrap();
+        assert_eq!(result["text"], "Hello there", "{name} {mode}: {result}");
+        assert_eq!(
+            (a.request_count(), b.request_count()),
+            (1, 1),
+            "{name} {mode}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_the_gateway_gives_up_no_sdk_tries_again() {
+    let Some(python) = python() else { return };
+    for (name, mode) in CASES {
+        let a = support::target(Route::always(rate_limited("1"))).await;
+        let b = support::target(Route::always(rate_limited("1"))).await;
+        let gw = gateway(&two_targets(&a, &b), no_env).await;
+        let base = gw.url("");
+        let result = tokio::task::spawn_blocking({
+            let python = python.clone();
+            move || sdk(&python, name, mode, &base)
+        })
+        .await
+        .unwrap();
+        assert_eq!(result["error_status"], 429, "{name} {mode}: {result}");
+        assert_eq!(result["error"], "RateLimitError", "{name} {mode}: {result}");
+        // Without `x-should-retry: false` the SDK would have sent twice more.
+        assert_eq!(
+            (a.request_count(), b.request_count()),
+            (1, 1),
+            "{name} {mode}: the SDK retried"
+        );
+    }
+}
