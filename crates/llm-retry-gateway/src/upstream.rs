@@ -57,7 +57,11 @@ pub(crate) fn connector() -> Result<HttpsConnector<HttpConnector>, String> {
             hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(config)
         }
     };
-    Ok(builder.https_or_http().enable_all_versions().build())
+    // Upstream streams are many small reads and writes too: no Nagle.
+    let mut http = HttpConnector::new();
+    http.set_nodelay(true);
+    http.enforce_http(false);
+    Ok(builder.https_or_http().enable_all_versions().wrap_connector(http))
 }
 
 /// The target's service: `ClientLayer` with the target's retries, quota
