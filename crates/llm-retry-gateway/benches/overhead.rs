@@ -22,25 +22,40 @@ use llm_retry_gateway::{Config, Gateway};
 use llm_retry_mock::{MockServer, Reply, Route, Script, SseEvent};
 use std::time::{Duration, Instant};
 
-const PROMPT: &str = r#"{"model":"claude-sonnet-4-5","max_tokens":64,"messages":[{"role":"user","content":"Hi"}]}"#;
+const PROMPT: &str =
+    r#"{"model":"claude-sonnet-4-5","max_tokens":64,"messages":[{"role":"user","content":"Hi"}]}"#;
 const CONCURRENCY: usize = 32;
 
 type HttpClient = Client<HttpConnector, Full<Bytes>>;
 
 fn env(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 fn post(url: &str) -> http::Request<Full<Bytes>> {
-    http::Request::post(url)
-        .header("content-type", "application/json")
+    let mut request = http::Request::post(url).header("content-type", "application/json");
+    // The other proxy's own key, when it wants one (OVERHEAD_ALSO_AUTH).
+    if let Ok(auth) = std::env::var("OVERHEAD_ALSO_AUTH") {
+        if !url.contains("/v1/held") {
+            request = request.header("authorization", format!("Bearer {auth}"));
+        }
+    }
+    request
         .body(Full::new(Bytes::from_static(PROMPT.as_bytes())))
         .unwrap()
 }
 
 /// Runs `n` requests `CONCURRENCY` at a time: the round's time and, per
 /// request, the time to the first content (or to the whole answer).
-async fn round(client: &HttpClient, url: &str, n: usize, stream: bool) -> (Duration, Vec<Duration>) {
+async fn round(
+    client: &HttpClient,
+    url: &str,
+    n: usize,
+    stream: bool,
+) -> (Duration, Vec<Duration>) {
     let started = Instant::now();
     let one = || async {
         let at = Instant::now();
@@ -52,7 +67,9 @@ async fn round(client: &HttpClient, url: &str, n: usize, stream: bool) -> (Durat
         while let Some(frame) = body.frame().await {
             if let Ok(data) = frame.unwrap().into_data() {
                 seen.extend_from_slice(&data);
-                if first.is_none() && (!stream || seen.windows(19).any(|w| w == b"content_block_delta")) {
+                if first.is_none()
+                    && (!stream || seen.windows(19).any(|w| w == b"content_block_delta"))
+                {
                     first = Some(at.elapsed());
                 }
             }
@@ -83,7 +100,11 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 /// Resident memory of the process, in bytes.
 fn rss() -> usize {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: usize = statm.split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap_or(0);
+    let pages: usize = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
     pages * 4096
 }
 
@@ -91,19 +112,46 @@ fn main() {
     let rounds = env("OVERHEAD_ROUNDS", 6);
     let requests = env("OVERHEAD_REQUESTS", 2_000);
     let held = env("OVERHEAD_HELD_STREAMS", 500);
-    let mock_rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
-    let gateway_rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let mock_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let gateway_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
     // A stream that sends its start, then holds for 30 s: for memory.
     let held_reply = Reply::sse([
-        SseEvent::new(Some("message_start"), r#"{"type":"message_start","message":{"id":"m"}}"#),
-        SseEvent::new(Some("content_block_delta"), r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}"#),
-        SseEvent::new(Some("message_stop"), r#"{"type":"message_stop"}"#).after(Duration::from_secs(30)),
+        SseEvent::new(
+            Some("message_start"),
+            r#"{"type":"message_start","message":{"id":"m"}}"#,
+        ),
+        SseEvent::new(
+            Some("content_block_delta"),
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}"#,
+        ),
+        SseEvent::new(Some("message_stop"), r#"{"type":"message_stop"}"#)
+            .after(Duration::from_secs(30)),
     ]);
+    // OVERHEAD_MOCK_PORT pins the mock's port, and OVERHEAD_ALSO names
+    // another proxy (`label=http://host:port`) in front of it to measure
+    // beside the gateway (LiteLLM, say, configured for that port).
+    let mock_port = env("OVERHEAD_MOCK_PORT", 0) as u16;
+    let also = std::env::var("OVERHEAD_ALSO").ok().and_then(|v| {
+        let (label, url) = v.split_once('=')?;
+        Some((label.to_owned(), url.trim_end_matches('/').to_owned()))
+    });
     let mock = mock_rt.block_on(async {
-        MockServer::start(
+        MockServer::start_on(
+            mock_port,
             Script::new()
                 .route("/v1/messages", Route::always(Reply::anthropic_ok("Hello")))
-                .route("/v1/stream", Route::always(Reply::anthropic_stream(&["Hello", ", world", "!"])))
+                .route(
+                    "/v1/stream",
+                    Route::always(Reply::anthropic_stream(&["Hello", ", world", "!"])),
+                )
                 .route("/v1/held", Route::always(held_reply)),
         )
         .await
@@ -121,19 +169,28 @@ fn main() {
         tokio::spawn(gateway.serve(listener, std::future::pending()));
         address
     });
-    let client_rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let client_rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     client_rt.block_on(async {
         let client: HttpClient = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(CONCURRENCY)
             .build_http();
         for (workload, path, stream) in [("JSON answer", "/v1/messages", false), ("SSE stream", "/v1/stream", true)] {
-            let direct = mock.url(path);
-            let via = format!("http://{address}{path}");
-            round(&client, &direct, requests / 4, stream).await;
-            round(&client, &via, requests / 4, stream).await;
-            let mut results = [(Vec::new(), Vec::new()), (Vec::new(), Vec::new())];
+            let mut paths = vec![
+                ("direct to the mock".to_owned(), mock.url(path)),
+                ("through the gateway".to_owned(), format!("http://{address}{path}")),
+            ];
+            if let (Some((label, base)), false) = (&also, stream) {
+                paths.push((format!("through {label}"), format!("{base}{path}")));
+            }
+            for (_, url) in &paths {
+                round(&client, url, requests / 4, stream).await;
+            }
+            let mut results: Vec<(Vec<f64>, Vec<Duration>)> = paths.iter().map(|_| (Vec::new(), Vec::new())).collect();
             for _ in 0..rounds {
-                for (i, url) in [&direct, &via].into_iter().enumerate() {
+                for (i, (_, url)) in paths.iter().enumerate() {
                     let (took, times) = round(&client, url, requests, stream).await;
                     results[i].0.push(requests as f64 / took.as_secs_f64());
                     results[i].1.extend(times);
@@ -143,7 +200,7 @@ fn main() {
             println!("\n{workload}: {rounds} rounds of {requests}, {CONCURRENCY} in flight; {what}");
             println!("| path | req/s (median round) | p50 | p99 |");
             println!("|---|---:|---:|---:|");
-            for (name, (mut rates, mut times)) in ["direct to the mock", "through the gateway"].into_iter().zip(results) {
+            for ((name, _), (mut rates, mut times)) in paths.iter().zip(results) {
                 rates.sort_by(f64::total_cmp);
                 times.sort();
                 println!(

@@ -145,11 +145,12 @@ impl Gateway {
         };
         // Streams are many small writes: without TCP_NODELAY each event
         // after the first can wait out a delayed ACK.
-        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
-            if let Err(error) = tcp.set_nodelay(true) {
-                tracing::debug!(%error, "TCP_NODELAY not set on an accepted connection");
-            }
-        });
+        let listener =
+            axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
+                if let Err(error) = tcp.set_nodelay(true) {
+                    tracing::debug!(%error, "TCP_NODELAY not set on an accepted connection");
+                }
+            });
         let server = axum::serve(listener, router).with_graceful_shutdown(drain);
         tokio::select! {
             result = server => result,

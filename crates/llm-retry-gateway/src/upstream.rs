@@ -61,7 +61,10 @@ pub(crate) fn connector() -> Result<HttpsConnector<HttpConnector>, String> {
     let mut http = HttpConnector::new();
     http.set_nodelay(true);
     http.enforce_http(false);
-    Ok(builder.https_or_http().enable_all_versions().wrap_connector(http))
+    Ok(builder
+        .https_or_http()
+        .enable_all_versions()
+        .wrap_connector(http))
 }
 
 /// The target's service: `ClientLayer` with the target's retries, quota

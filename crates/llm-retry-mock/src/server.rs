@@ -54,7 +54,18 @@ impl MockServer {
     ///
     /// When the listener cannot be bound.
     pub async fn start(script: Script) -> io::Result<MockServer> {
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
+        MockServer::start_on(0, script).await
+    }
+
+    /// Binds `127.0.0.1:port` (any free port for `0`) and starts serving
+    /// `script`: for a process outside the test that must be told the
+    /// address before the mock starts.
+    ///
+    /// # Errors
+    ///
+    /// When the listener cannot be bound (the port is taken).
+    pub async fn start_on(port: u16, script: Script) -> io::Result<MockServer> {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, port)).await?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
             router: Router::new(script),
