@@ -11,7 +11,8 @@
 //! - nothing panics.
 //!
 //! `SOAK_REQUESTS` sets the requests per composition (default 3,400: 17,000
-//! in all, over five compositions); the documented large run is `SOAK_REQUESTS=250000`.
+//! in all, over five compositions, and a quarter as many through the
+//! gateway); the documented large run is `SOAK_REQUESTS=250000`.
 #![allow(clippy::unwrap_used)]
 
 mod support;
@@ -364,6 +365,105 @@ fn through_reqwest() -> impl Service<
     })
 }
 
+/// The gateway with one route and one target (the upstream), on a free
+/// port, and a plain client service to it of the same shape as the others.
+async fn through_gateway(
+    upstream: &MockServer,
+) -> (
+    impl Service<
+            http::Request<Full<Bytes>>,
+            Response = http::Response<hyper::body::Incoming>,
+            Error = BoxError,
+            Future = impl Send,
+        > + Clone
+        + Send
+        + 'static,
+    std::net::SocketAddr,
+) {
+    let toml = format!(
+        r#"
+[[route]]
+name = "soak"
+deadline = "30s"
+[[route.target]]
+name = "upstream"
+base_url = "{}"
+max_retries = {MAX_RETRIES}
+attempt_timeout = "2s"
+"#,
+        upstream.url("")
+    );
+    let config = llm_retry_gateway::Config::parse(&toml, |_| None).unwrap();
+    let gateway = llm_retry_gateway::Gateway::new(&config).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(gateway.serve(listener, std::future::pending()));
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<Full<Bytes>>();
+    let service = tower::service_fn(move |request: http::Request<Full<Bytes>>| {
+        let client = client.clone();
+        async move {
+            let mut response = client.request(request).await?;
+            // The gateway keeps its reports; the client sees statuses. A
+            // stand-in report carries what the checks below read.
+            let mut report =
+                llm_retry::policy::RetryState::new().report(llm_retry::StopReason::Succeeded);
+            report.last_status = Some(response.status());
+            response.extensions_mut().insert(report);
+            Ok::<_, BoxError>(response)
+        }
+    });
+    (service, addr)
+}
+
+/// The gateway's requests, checked for one outcome each, only bytes the
+/// upstream sent (or the gateway's own error answer, marked final), and
+/// sends within the target's bounds.
+fn check_gateway(ended: &[(usize, Ended)], mock: &MockServer, known: &Known) -> Totals {
+    let mut sends_per_id: HashMap<usize, usize> = HashMap::new();
+    for record in mock.requests() {
+        let id = record.header_str("x-request-id").unwrap().parse().unwrap();
+        *sends_per_id.entry(id).or_default() += 1;
+    }
+    let mut totals = Totals {
+        sends: mock.request_count(),
+        ..Totals::default()
+    };
+    let mut seen = vec![false; ended.len()];
+    for (id, outcome) in ended {
+        assert!(!seen[*id], "gateway: request {id} ended twice");
+        seen[*id] = true;
+        match outcome {
+            Ended::Cancelled => totals.cancelled += 1,
+            Ended::Failed(_) => panic!("gateway: request {id} got no answer at all"),
+            Ended::Answered { report, body } => match body {
+                Ok(bytes) if report.last_status == Some(http::StatusCode::OK) => {
+                    totals.succeeded += 1;
+                    assert!(
+                        known.complete.contains(bytes),
+                        "gateway: request {id} got a body no reply sent whole: {bytes:?}"
+                    );
+                }
+                Ok(_) => totals.answered_failure += 1,
+                Err((prefix, _)) => {
+                    totals.interrupted += 1;
+                    assert!(
+                        known.delivered.iter().any(|d| d.starts_with(prefix)),
+                        "gateway: request {id} got bytes no reply sent: {prefix:?}"
+                    );
+                }
+            },
+        }
+        let sent = sends_per_id.get(id).copied().unwrap_or(0);
+        assert!(
+            sent <= MAX_RETRIES as usize + 1,
+            "gateway: request {id} was sent {sent} times"
+        );
+    }
+    assert!(seen.iter().all(|s| *s), "gateway: a request never ended");
+    totals
+}
+
 fn requests() -> usize {
     std::env::var("SOAK_REQUESTS")
         .ok()
@@ -421,6 +521,19 @@ async fn every_request_ends_once_with_only_bytes_the_upstream_sent() {
     all.push((
         "reqwest adapter",
         check("reqwest adapter", &ended, &upstream, &known),
+    ));
+
+    let upstream = mock().await;
+    let (gateway, gateway_addr) = through_gateway(&upstream).await;
+    let ended = crowd(
+        gateway,
+        &format!("http://{gateway_addr}/v1/messages"),
+        n / 4,
+    )
+    .await;
+    all.push((
+        "gateway (a quarter)",
+        check_gateway(&ended, &upstream, &known),
     ));
 
     for (name, totals) in &all {

@@ -45,3 +45,25 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Whatever the text, an answer and no panic; an accepted one is
+        /// within a day.
+        #[test]
+        fn any_text_is_read_or_refused(text in "\\\\PC{0,24}") {
+            if let Ok(duration) = parse(&text) {
+                prop_assert!(duration <= Duration::from_secs(86_400));
+            }
+        }
+
+        #[test]
+        fn whole_milliseconds_read_back(ms in 0u64..86_400_000) {
+            prop_assert_eq!(parse(&format!("{ms}ms")), Ok(Duration::from_millis(ms)));
+        }
+    }
+}
