@@ -23,23 +23,7 @@ async fn three_hundred_concurrent_streams_fail_over_with_nothing_lost_or_duplica
     ]))
     .await;
     let b = target(Route::always(good)).await;
-    let toml = format!(
-        r#"
-[[route]]
-name = "r"
-deadline = "30s"
-[[route.target]]
-name = "a"
-base_url = "{}"
-max_retries = 0
-[[route.target]]
-name = "b"
-base_url = "{}"
-max_retries = 0
-"#,
-        a.url(""),
-        b.url("")
-    );
+    let toml = support::two_targets(&a, &b, "");
     let gw = gateway(&toml, no_env).await;
     let url = gw.url("/v1/messages");
     let clients = (0..300).map(|i| {

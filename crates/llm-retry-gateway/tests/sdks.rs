@@ -9,9 +9,9 @@
 
 mod support;
 
-use llm_retry_mock::{MockServer, Reply, Route};
+use llm_retry_mock::{Reply, Route};
 use std::process::Command;
-use support::{gateway, no_env};
+use support::{gateway, no_env, rate_limited, two_targets};
 
 /// The Python to run the SDKs with, or `None` (after saying why) when the
 /// environment has none.
@@ -39,30 +39,6 @@ fn sdk(python: &str, sdk: &str, mode: &str, base: &str) -> serde_json::Value {
     serde_json::from_str(line.trim()).unwrap_or_else(|_| panic!("not JSON: {line}"))
 }
 
-fn two_targets(a: &MockServer, b: &MockServer) -> String {
-    format!(
-        r#"
-[[route]]
-name = "r"
-deadline = "20s"
-[[route.target]]
-name = "a"
-base_url = "{}"
-max_retries = 0
-[[route.target]]
-name = "b"
-base_url = "{}"
-max_retries = 0
-"#,
-        a.url(""),
-        b.url("")
-    )
-}
-
-fn rate_limited(secs: &str) -> Reply {
-    Reply::anthropic_error(429, "rate_limit_error", "Rate limited").header("retry-after", secs)
-}
-
 /// What each SDK and mode is answered with when served.
 fn served(sdk: &str, mode: &str) -> Reply {
     match (sdk, mode) {
@@ -87,7 +63,7 @@ async fn each_sdk_is_served_and_failed_over_in_one_call() {
         // Served by the first target.
         let a = support::target(Route::always(served(name, mode))).await;
         let b = support::target(Route::always(served(name, mode))).await;
-        let gw = gateway(&two_targets(&a, &b), no_env).await;
+        let gw = gateway(&two_targets(&a, &b, ""), no_env).await;
         let base = gw.url("");
         let result = tokio::task::spawn_blocking({
             let (python, base) = (python.clone(), base.clone());
@@ -105,7 +81,7 @@ async fn each_sdk_is_served_and_failed_over_in_one_call() {
         // The first target is rate-limited: failed over, one SDK call.
         let a = support::target(Route::always(rate_limited("1"))).await;
         let b = support::target(Route::always(served(name, mode))).await;
-        let gw = gateway(&two_targets(&a, &b), no_env).await;
+        let gw = gateway(&two_targets(&a, &b, ""), no_env).await;
         let base = gw.url("");
         let result = tokio::task::spawn_blocking({
             let python = python.clone();
@@ -128,7 +104,7 @@ async fn after_the_gateway_gives_up_no_sdk_tries_again() {
     for (name, mode) in CASES {
         let a = support::target(Route::always(rate_limited("1"))).await;
         let b = support::target(Route::always(rate_limited("1"))).await;
-        let gw = gateway(&two_targets(&a, &b), no_env).await;
+        let gw = gateway(&two_targets(&a, &b, ""), no_env).await;
         let base = gw.url("");
         let result = tokio::task::spawn_blocking({
             let python = python.clone();

@@ -4,36 +4,9 @@
 
 mod support;
 
-use llm_retry_mock::{MockServer, Reply, Route};
+use llm_retry_mock::{Reply, Route};
 use std::time::Duration;
-use support::{gateway, no_env, post, send, target, PROMPT};
-
-fn two_targets(a: &MockServer, b: &MockServer, extra: &str) -> String {
-    format!(
-        r#"
-[[route]]
-name = "r"
-deadline = "20s"
-{extra}
-
-[[route.target]]
-name = "a"
-base_url = "{a}"
-max_retries = 0
-
-[[route.target]]
-name = "b"
-base_url = "{b}"
-max_retries = 0
-"#,
-        a = a.url(""),
-        b = b.url("")
-    )
-}
-
-fn rate_limited(secs: &str) -> Reply {
-    Reply::anthropic_error(429, "rate_limit_error", "Rate limited").header("retry-after", secs)
-}
+use support::{gateway, no_env, post, rate_limited, send, target, two_targets, PROMPT};
 
 #[tokio::test]
 async fn a_rate_limited_first_target_fails_over_to_the_second() {

@@ -57,6 +57,15 @@
 //! waits included, is bounded by the policy's
 //! [`max_elapsed`](llm_retry::RetryPolicyBuilder::max_elapsed).
 //!
+//! # Limits
+//!
+//! Each attempt reaches reqwest with a streaming body (the engine's replay
+//! body), so reqwest itself does not follow a `307`/`308` redirect of it
+//! nor resend it on an HTTP/2 refused stream; a `307`/`308` is handed over
+//! as it came (LLM APIs do not redirect their POSTs). Extensions written by
+//! the middleware below an attempt that was cancelled (an attempt timeout)
+//! are not handed back; those of the last attempt that finished are.
+//!
 //! # Feature flags
 //!
 //! None. reqwest and reqwest-middleware are used with their default

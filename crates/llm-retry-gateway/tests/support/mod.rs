@@ -84,3 +84,34 @@ pub async fn send(request: http::Request<Full<Bytes>>) -> (http::response::Parts
 pub fn no_env(_: &str) -> Option<String> {
     None
 }
+
+/// A config with one route over targets `a` then `b` (no retries of their
+/// own), and `extra` lines in the route's table.
+pub fn two_targets(a: &MockServer, b: &MockServer, extra: &str) -> String {
+    format!(
+        r#"
+[[route]]
+name = "r"
+deadline = "20s"
+{extra}
+
+[[route.target]]
+name = "a"
+base_url = "{a}"
+max_retries = 0
+
+[[route.target]]
+name = "b"
+base_url = "{b}"
+max_retries = 0
+"#,
+        a = a.url(""),
+        b = b.url("")
+    )
+}
+
+/// Anthropic's 429, naming `secs` as its wait.
+pub fn rate_limited(secs: &str) -> llm_retry_mock::Reply {
+    llm_retry_mock::Reply::anthropic_error(429, "rate_limit_error", "Rate limited")
+        .header("retry-after", secs)
+}
