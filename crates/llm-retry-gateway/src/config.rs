@@ -19,6 +19,13 @@ pub struct Config {
     pub shutdown_grace: Duration,
     /// The largest request body accepted, in bytes.
     pub max_body: usize,
+    /// Requests in flight at most; past it new ones get `503`.
+    pub max_in_flight: usize,
+    /// How long reading a request's body may take.
+    pub body_timeout: Duration,
+    /// The key clients must present (`Authorization: Bearer …` or
+    /// `x-api-key`), when one is configured.
+    pub client_key: Option<ClientKey>,
     /// The routes, matched in order.
     pub routes: Vec<RouteConfig>,
 }
@@ -84,6 +91,16 @@ impl fmt::Debug for TargetConfig {
     }
 }
 
+/// The key clients must present. Never printed.
+#[derive(Clone)]
+pub struct ClientKey(pub(crate) String);
+
+impl fmt::Debug for ClientKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ClientKey(..)")
+    }
+}
+
 /// A config file that cannot be used: where, which field, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
@@ -111,7 +128,10 @@ impl std::error::Error for ConfigError {}
 struct File {
     listen: Option<Spanned<String>>,
     shutdown_grace: Option<Spanned<String>>,
-    max_body: Option<usize>,
+    max_body: Option<Spanned<usize>>,
+    max_in_flight: Option<Spanned<usize>>,
+    body_timeout: Option<Spanned<String>>,
+    client_key_env: Option<Spanned<String>>,
     #[serde(default, rename = "route")]
     routes: Vec<Spanned<RouteFile>>,
 }
@@ -185,6 +205,60 @@ impl Config {
                 field: "shutdown_grace".to_owned(),
                 problem,
             })?,
+        };
+        let at_top = |field: &str, span: Range<usize>, problem: String| ConfigError {
+            line: line_of(span),
+            field: field.to_owned(),
+            problem,
+        };
+        let max_body = match &file.max_body {
+            Some(max) if *max.get_ref() == 0 => {
+                return Err(at_top(
+                    "max_body",
+                    max.span(),
+                    "must be more than 0".to_owned(),
+                ))
+            }
+            Some(max) => *max.get_ref(),
+            None => 16 << 20,
+        };
+        let max_in_flight = match &file.max_in_flight {
+            Some(max) if *max.get_ref() == 0 => {
+                return Err(at_top(
+                    "max_in_flight",
+                    max.span(),
+                    "must be more than 0".to_owned(),
+                ))
+            }
+            Some(max) => *max.get_ref(),
+            None => 1024,
+        };
+        let body_timeout = match &file.body_timeout {
+            Some(text) => match duration::parse(text.get_ref()) {
+                Ok(d) if !d.is_zero() => d,
+                Ok(_) => {
+                    return Err(at_top(
+                        "body_timeout",
+                        text.span(),
+                        "must be more than 0".to_owned(),
+                    ))
+                }
+                Err(p) => return Err(at_top("body_timeout", text.span(), p)),
+            },
+            None => Duration::from_secs(60),
+        };
+        let client_key = match &file.client_key_env {
+            Some(var) => match env(var.get_ref()).filter(|key| !key.is_empty()) {
+                Some(key) => Some(ClientKey(key)),
+                None => {
+                    return Err(at_top(
+                        "client_key_env",
+                        var.span(),
+                        format!("the environment variable {} is not set", var.get_ref()),
+                    ))
+                }
+            },
+            None => None,
         };
         if file.routes.is_empty() {
             return Err(ConfigError {
@@ -278,12 +352,36 @@ impl Config {
             if let Err(error) = crate::route::failover_for(&config) {
                 return Err(at(error.setting(), error.to_string()));
             }
+            // The targets' own retry stacks, built once to validate them.
+            for target in &config.targets {
+                if let Err(error) = crate::upstream::validate(&config, target) {
+                    return Err(at(&format!("target[{}]", target.name), error.to_string()));
+                }
+            }
             routes.push(config);
+        }
+        // Keys sent on behalf of whoever can connect: only to clients that
+        // present the gateway's own key, or on loopback.
+        let keyed = routes
+            .iter()
+            .flat_map(|r| &r.targets)
+            .any(|t| t.credential.is_some());
+        if keyed && client_key.is_none() && !listen.ip().is_loopback() {
+            return Err(ConfigError {
+                line: file.listen.as_ref().and_then(|l| line_of(l.span())),
+                field: "listen".to_owned(),
+                problem: format!(
+                    "{listen} is not loopback and targets send their own keys: set client_key_env so only clients holding the gateway's key can spend them"
+                ),
+            });
         }
         Ok(Config {
             listen,
             shutdown_grace,
-            max_body: file.max_body.unwrap_or(16 << 20),
+            max_body,
+            max_in_flight,
+            body_timeout,
+            client_key,
             routes,
         })
     }
@@ -312,6 +410,15 @@ fn target(
     }
     if base_url.query().is_some() {
         return Err(("base_url", "must not have a query".to_owned()));
+    }
+    if base_url
+        .authority()
+        .is_some_and(|a| a.as_str().contains('@'))
+    {
+        return Err((
+            "base_url",
+            "must not carry a user or password (use api_key_env)".to_owned(),
+        ));
     }
     let auth = match file.auth.as_deref() {
         None | Some("bearer") => None,
@@ -353,6 +460,22 @@ fn target(
             Some((name, value))
         }
     };
+    let loopback = base_url.host().is_some_and(|host| {
+        host == "localhost"
+            || host
+                .trim_matches(['[', ']'])
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback())
+    });
+    if credential.is_some() && base_url.scheme_str() == Some("http") && !loopback {
+        return Err((
+            "base_url",
+            format!(
+                "{:?} is plain http to another host: the key would travel in clear (use https)",
+                file.base_url
+            ),
+        ));
+    }
     let max_retries = file.max_retries.unwrap_or(2);
     if max_retries > MAX_TARGET_RETRIES {
         return Err((
@@ -368,6 +491,14 @@ fn target(
             .transpose()
             .map_err(|p| (field, p))
     };
+    if file
+        .first_content_timeout
+        .as_deref()
+        .and_then(|t| duration::parse(t).ok())
+        .is_some_and(|d| d.is_zero())
+    {
+        return Err(("first_content_timeout", "must be more than 0".to_owned()));
+    }
     if file.requests_per_minute == Some(0) {
         return Err(("requests_per_minute", "must be more than 0".to_owned()));
     }

@@ -29,10 +29,13 @@ pub struct Gateway {
 pub(crate) struct Shared {
     pub(crate) routes: Vec<Route>,
     pub(crate) max_body: usize,
+    pub(crate) max_in_flight: usize,
+    pub(crate) body_timeout: Duration,
+    pub(crate) client_key: Option<crate::config::ClientKey>,
     pub(crate) in_flight: Arc<InFlight>,
     draining: AtomicBool,
     shutdown: Shutdown,
-    metrics: Option<PrometheusHandle>,
+    metrics: std::sync::OnceLock<PrometheusHandle>,
 }
 
 impl Shared {
@@ -61,38 +64,31 @@ impl Gateway {
         let routes = config
             .routes
             .iter()
-            .map(|route| Route::build(route, &connector, &shutdown))
+            .map(|route| Route::build(route, &connector, &shutdown, config.max_body))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| BuildError(e.to_string()))?;
         Ok(Gateway {
             shared: Arc::new(Shared {
                 routes,
                 max_body: config.max_body,
+                max_in_flight: config.max_in_flight,
+                body_timeout: config.body_timeout,
+                client_key: config.client_key.clone(),
                 in_flight: Arc::new(InFlight::default()),
                 draining: AtomicBool::new(false),
                 shutdown,
-                metrics: None,
+                metrics: std::sync::OnceLock::new(),
             }),
             shutdown_grace: config.shutdown_grace,
         })
     }
 
-    /// Serves `/metrics` from `handle` (a Prometheus recorder the caller installed).
+    /// Serves `/metrics` from `handle` (a Prometheus recorder the caller
+    /// installed), for this gateway and every clone of it. A second handle
+    /// is ignored.
     pub fn with_metrics(self, handle: PrometheusHandle) -> Gateway {
-        let shared = Arc::try_unwrap(self.shared).map(|mut shared| {
-            shared.metrics = Some(handle.clone());
-            shared
-        });
-        match shared {
-            Ok(shared) => Gateway {
-                shared: Arc::new(shared),
-                shutdown_grace: self.shutdown_grace,
-            },
-            Err(shared) => Gateway {
-                shared,
-                shutdown_grace: self.shutdown_grace,
-            },
-        }
+        let _ = self.shared.metrics.set(handle);
+        self
     }
 
     /// The gateway's routes as an axum router: `/healthz`, `/metrics`, and
@@ -180,7 +176,7 @@ async fn healthz(
 async fn metrics(
     axum::extract::State(shared): axum::extract::State<Arc<Shared>>,
 ) -> (StatusCode, String) {
-    match &shared.metrics {
+    match shared.metrics.get() {
         Some(handle) => (StatusCode::OK, handle.render()),
         None => (StatusCode::NOT_FOUND, "metrics are not enabled".to_owned()),
     }

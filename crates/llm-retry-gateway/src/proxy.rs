@@ -1,16 +1,16 @@
-//! The handler every LLM request goes through: read, route, fail over,
-//! answer; and the gateway's own answers when no upstream answer can be
-//! handed over.
+//! The handler every LLM request goes through: admit, read, route, fail
+//! over, answer; and the gateway's own answers when no upstream answer can
+//! be handed over.
 
 use crate::gateway::Shared;
 use crate::inflight::Counted;
 use crate::route::StateBound;
-use crate::upstream::HOP_BY_HOP;
+use crate::upstream::strip_hop_by_hop;
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use http::{HeaderValue, StatusCode};
+use http::{HeaderMap, HeaderValue, StatusCode};
 use http_body_util::Full;
 use llm_retry::downstream::mark_give_up;
 use llm_retry::failover::{FailoverError, FailoverErrorKind, FailoverReport, FailoverStop};
@@ -19,6 +19,7 @@ use serde::Deserialize;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 use tower::ServiceExt;
 
 /// What the gateway reads of a request body: the model, and whether the
@@ -30,20 +31,78 @@ struct Peek {
     conversation: Option<serde_json::Value>,
 }
 
+/// Paths whose requests act on state one provider account holds (a stored
+/// response, a file, a batch, a thread): they never change targets.
+const STATE_PATHS: [&str; 6] = [
+    "/v1/responses/",
+    "/v1/files",
+    "/v1/batches",
+    "/v1/messages/batches",
+    "/v1/threads",
+    "/v1/vector_stores",
+];
+
 pub(crate) async fn forward(State(shared): State<Arc<Shared>>, request: Request) -> Response {
     let guard = shared.in_flight.start();
     if shared.is_draining() {
-        return draining();
+        return counted("none", draining());
+    }
+    if shared.in_flight.count() > shared.max_in_flight {
+        return counted("none", busy());
     }
     let (mut parts, body) = request.into_parts();
-    let body = match axum::body::to_bytes(body, shared.max_body).await {
-        Ok(body) => body,
-        Err(_) => {
-            return error(
+    if let Some(key) = &shared.client_key {
+        if !presents(&parts.headers, &key.0) {
+            return counted(
+                "none",
+                error(
+                    &parts.uri,
+                    StatusCode::UNAUTHORIZED,
+                    "missing or wrong gateway key",
+                    true,
+                ),
+            );
+        }
+        // The gateway's own key is for the gateway alone.
+        parts.headers.remove(http::header::AUTHORIZATION);
+        parts.headers.remove("x-api-key");
+    }
+    if !safe_path(parts.uri.path()) {
+        return counted(
+            "none",
+            error(
+                &parts.uri,
+                StatusCode::BAD_REQUEST,
+                "path not accepted",
+                true,
+            ),
+        );
+    }
+    let body = match tokio::time::timeout(
+        shared.body_timeout,
+        axum::body::to_bytes(body, shared.max_body),
+    )
+    .await
+    {
+        Ok(Ok(body)) => body,
+        Ok(Err(_)) => {
+            let answer = error(
                 &parts.uri,
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "request body too large or unreadable",
-                false,
+                true,
+            );
+            return counted("none", answer);
+        }
+        Err(_) => {
+            return counted(
+                "none",
+                error(
+                    &parts.uri,
+                    StatusCode::REQUEST_TIMEOUT,
+                    "request body too slow",
+                    true,
+                ),
             )
         }
     };
@@ -54,11 +113,14 @@ pub(crate) async fn forward(State(shared): State<Arc<Shared>>, request: Request)
         .iter()
         .find(|r| r.matches(&path, peek.model.as_deref()))
     else {
-        return error(
-            &parts.uri,
-            StatusCode::NOT_FOUND,
-            "no route for this path and model",
-            false,
+        return counted(
+            "none",
+            error(
+                &parts.uri,
+                StatusCode::NOT_FOUND,
+                "no route for this path and model",
+                true,
+            ),
         );
     };
     let bound_by_header = route
@@ -68,12 +130,12 @@ pub(crate) async fn forward(State(shared): State<Arc<Shared>>, request: Request)
         .is_some_and(|name| parts.headers.contains_key(name));
     let bound_by_body = peek.previous_response_id.is_some_and(|v| !v.is_null())
         || peek.conversation.is_some_and(|v| !v.is_null());
-    if bound_by_header || bound_by_body {
+    let bound_by_path = STATE_PATHS.iter().any(|prefix| path.starts_with(prefix));
+    if bound_by_header || bound_by_body || bound_by_path {
         parts.extensions.insert(StateBound);
     }
     let uri = parts.uri.clone();
     let request = http::Request::from_parts(parts, Full::new(body));
-    let route_name = route.config.name.clone();
     // Boxed as a plain `Send` future: the handler's own future then holds
     // no service type whose `Send` the compiler cannot prove in general.
     let sent: Pin<Box<dyn Future<Output = Result<Response<_>, llm_retry::BoxError>> + Send>> =
@@ -92,27 +154,68 @@ pub(crate) async fn forward(State(shared): State<Arc<Shared>>, request: Request)
             ) {
                 mark_give_up(&report, response.headers_mut());
             }
-            for name in &HOP_BY_HOP {
-                response.headers_mut().remove(name);
-            }
+            strip_hop_by_hop(response.headers_mut());
             response.map(|body| Body::new(Counted::new(body, guard)))
         }
         Err(failure) => failed(&uri, &failure),
     };
+    counted(&route.config.name, answer)
+}
+
+/// Counts an answer by route and status class (fixed vocabularies).
+fn counted(route: &str, answer: Response) -> Response {
     let class = match answer.status().as_u16() {
         200..=299 => "2xx",
         400..=499 => "4xx",
         500..=599 => "5xx",
         _ => "other",
     };
-    metrics::counter!("llm_retry_gateway_requests_total", "route" => route_name, "status" => class)
-        .increment(1);
+    metrics::counter!("llm_retry_gateway_requests_total", "route" => route.to_owned(), "status" => class).increment(1);
     answer
+}
+
+/// Whether the request presents the gateway's key, compared in time that
+/// does not depend on where it differs.
+fn presents(headers: &HeaderMap, key: &str) -> bool {
+    let bearer = headers
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let api_key = headers.get("x-api-key").and_then(|v| v.to_str().ok());
+    [bearer, api_key]
+        .into_iter()
+        .flatten()
+        .any(|given| same(given.as_bytes(), key.as_bytes()))
+}
+
+fn same(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |diff, (x, y)| diff | (x ^ y)) == 0
+}
+
+/// A path the gateway forwards: no dot segments (raw or encoded), no
+/// encoded slash or backslash, no empty segment, so an upstream that
+/// normalises paths cannot be walked out of the target's base path.
+fn safe_path(path: &str) -> bool {
+    let lower = path.to_ascii_lowercase();
+    if lower.contains("%2e")
+        || lower.contains("%2f")
+        || lower.contains("%5c")
+        || path.contains('\\')
+    {
+        return false;
+    }
+    path.starts_with('/')
+        && path[1..].split('/').enumerate().all(|(i, segment)| {
+            segment != "." && segment != ".." && (!segment.is_empty() || i == 0)
+        })
 }
 
 /// The gateway's answer when the failover could hand over no upstream
 /// answer: final, so the caller's SDK does not retry what the gateway
-/// already did.
+/// already did, with the wait left when a provider named one.
 fn failed(uri: &http::Uri, failure: &llm_retry::BoxError) -> Response {
     let Some(failure) = failure.downcast_ref::<FailoverError>() else {
         return error(uri, StatusCode::BAD_GATEWAY, "upstream failed", true);
@@ -132,15 +235,34 @@ fn failed(uri: &http::Uri, failure: &llm_retry::BoxError) -> Response {
         _ => (StatusCode::BAD_GATEWAY, "upstream failed"),
     };
     tracing::info!(report = %failure.report(), "request not answered");
-    error(uri, status, message, true)
+    let mut answer = error(uri, status, message, true);
+    if let Some(wait) = failure.retry_after() {
+        let millis = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+        answer
+            .headers_mut()
+            .insert("retry-after", HeaderValue::from(millis.div_ceil(1000)));
+        answer
+            .headers_mut()
+            .insert("retry-after-ms", HeaderValue::from(millis));
+    }
+    answer
 }
 
-/// Answers while the gateway drains: try again (elsewhere) shortly.
+/// Answers while the gateway drains: try again (at another instance) in a
+/// second, so not marked final.
 fn draining() -> Response {
-    let mut response = (StatusCode::SERVICE_UNAVAILABLE, "draining").into_response();
-    response
-        .headers_mut()
-        .insert("retry-after", HeaderValue::from_static("1"));
+    retry_soon("draining", Duration::from_secs(1))
+}
+
+/// Answers when `max_in_flight` requests are already in flight.
+fn busy() -> Response {
+    retry_soon("too many requests in flight", Duration::from_secs(1))
+}
+
+fn retry_soon(message: &'static str, wait: Duration) -> Response {
+    let mut response = (StatusCode::SERVICE_UNAVAILABLE, message).into_response();
+    let secs = HeaderValue::from(wait.as_secs().max(1));
+    response.headers_mut().insert("retry-after", secs);
     response
         .headers_mut()
         .insert("connection", HeaderValue::from_static("close"));
@@ -166,4 +288,47 @@ fn error(uri: &http::Uri, status: StatusCode, message: &str, final_answer: bool)
             .insert("x-should-retry", HeaderValue::from_static("false"));
     }
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_plain_paths_are_forwarded() {
+        for good in [
+            "/v1/messages",
+            "/v1/chat/completions",
+            "/v1/messages/count_tokens",
+            "/",
+        ] {
+            assert!(safe_path(good), "{good}");
+        }
+        for bad in [
+            "/v1/messages/../../v1/files",
+            "/v1/./messages",
+            "/v1/%2e%2e/files",
+            "/v1/%2E%2E/files",
+            "/v1%2fmessages",
+            "/v1\\\\messages",
+            "/v1//messages",
+            "v1/messages",
+            "/v1/messages/..",
+        ] {
+            assert!(!safe_path(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_gateway_key_is_compared_whole() {
+        let mut headers = HeaderMap::new();
+        headers.insert("authorization", HeaderValue::from_static("Bearer gw-key"));
+        assert!(presents(&headers, "gw-key"));
+        assert!(!presents(&headers, "gw-ke"));
+        assert!(!presents(&headers, "gw-key2"));
+        let mut headers = HeaderMap::new();
+        headers.insert("x-api-key", HeaderValue::from_static("gw-key"));
+        assert!(presents(&headers, "gw-key"));
+        assert!(!presents(&HeaderMap::new(), "gw-key"));
+    }
 }

@@ -24,6 +24,7 @@ impl Route {
         config: &RouteConfig,
         connector: &HttpsConnector<HttpConnector>,
         shutdown: &Shutdown,
+        max_body: usize,
     ) -> Result<Route, ConfigError> {
         let mut targets = Vec::with_capacity(config.targets.len());
         for target in &config.targets {
@@ -35,6 +36,7 @@ impl Route {
         }
         let failover = settings(config, targets)
             .shutdown(shutdown.clone())
+            .max_body(max_body)
             .build()?;
         Ok(Route {
             config: config.clone(),
@@ -42,13 +44,15 @@ impl Route {
         })
     }
 
-    /// Whether this route takes a request for `path` naming `model`.
+    /// Whether this route takes a request for `path` naming `model`. A
+    /// prefix matches whole segments: `/v1/messages` takes
+    /// `/v1/messages/count_tokens`, not `/v1/messagesX`.
     pub(crate) fn matches(&self, path: &str, model: Option<&str>) -> bool {
-        let path_ok = self
-            .config
-            .path_prefix
-            .as_deref()
-            .is_none_or(|prefix| path.starts_with(prefix));
+        let path_ok = self.config.path_prefix.as_deref().is_none_or(|prefix| {
+            path.strip_prefix(prefix).is_some_and(|rest| {
+                prefix.ends_with('/') || rest.is_empty() || rest.starts_with('/')
+            })
+        });
         let model_ok = self.config.models.is_empty()
             || model.is_some_and(|model| self.config.models.iter().any(|m| m == model));
         path_ok && model_ok

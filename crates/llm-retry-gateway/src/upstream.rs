@@ -21,24 +21,47 @@ use tower::{Layer, ServiceExt};
 pub(crate) type TargetService =
     BoxCloneSyncService<Request<Full<Bytes>>, Response<axum::body::Body>, BoxError>;
 
-/// Credential headers a client may send; never forwarded to a target
-/// that has a credential of its own.
-const CREDENTIAL_HEADERS: [HeaderName; 3] = [
+/// Credential headers a client may send, and the headers that choose
+/// which account a key bills: never forwarded to a target that has a
+/// credential of its own.
+const CREDENTIAL_HEADERS: [HeaderName; 5] = [
     header::AUTHORIZATION,
     HeaderName::from_static("x-api-key"),
     HeaderName::from_static("api-key"),
+    HeaderName::from_static("openai-organization"),
+    HeaderName::from_static("openai-project"),
 ];
 
-/// Headers that belong to one connection, never forwarded.
-pub(crate) const HOP_BY_HOP: [HeaderName; 7] = [
+/// Headers that belong to one connection (or one side), never forwarded
+/// either way; with them, every header the `Connection` header names.
+const HOP_BY_HOP: [HeaderName; 11] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
     header::PROXY_AUTHENTICATE,
     header::PROXY_AUTHORIZATION,
     header::TE,
     header::TRAILER,
     header::TRANSFER_ENCODING,
+    header::UPGRADE,
+    header::COOKIE,
+    header::SET_COOKIE,
 ];
+
+/// Removes the headers that must not cross the gateway: hop-by-hop ones,
+/// those the `Connection` header names, and cookies.
+pub(crate) fn strip_hop_by_hop(headers: &mut http::HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .filter_map(|token| HeaderName::try_from(token.trim()).ok())
+        .collect();
+    for name in named.iter().chain(&HOP_BY_HOP) {
+        headers.remove(name);
+    }
+}
 
 /// The connector every target shares: HTTPS with the system's roots (or,
 /// without any, with none: https targets then fail their handshake with a
@@ -65,6 +88,28 @@ pub(crate) fn connector() -> Result<HttpsConnector<HttpConnector>, String> {
         .https_or_http()
         .enable_all_versions()
         .wrap_connector(http))
+}
+
+/// The target's retry layer, as [`service`] builds it: refused settings
+/// are found when the config is read, with the target named.
+pub(crate) fn validate(route: &RouteConfig, target: &TargetConfig) -> Result<(), ConfigError> {
+    client_layer(route, target).map(|_| ())
+}
+
+fn client_layer(route: &RouteConfig, target: &TargetConfig) -> Result<ClientLayer, ConfigError> {
+    let mut policy = RetryPolicy::builder()
+        .max_retries(target.max_retries)
+        .max_elapsed(route.deadline);
+    if let Some(timeout) = target.attempt_timeout {
+        policy = policy.attempt_timeout(timeout);
+    }
+    let mut layer = ClientLayer::new(policy.build()?);
+    if let Some(rpm) = target.requests_per_minute {
+        layer = layer.rate_limit(RateLimitLayer::new(
+            Quotas::none().requests_per_minute(rpm),
+        )?);
+    }
+    Ok(layer)
 }
 
 /// The target's service: `ClientLayer` with the target's retries, quota
@@ -127,16 +172,17 @@ pub(crate) fn rewrite(
         parts.uri = uri.build()?;
         parts.headers.remove(header::HOST);
         parts.headers.remove(header::CONTENT_LENGTH);
-        for name in &HOP_BY_HOP {
-            parts.headers.remove(name);
-        }
+        strip_hop_by_hop(&mut parts.headers);
         if let Some((name, value)) = &credential {
             for header in &CREDENTIAL_HEADERS {
                 parts.headers.remove(header);
             }
             parts.headers.insert(name.clone(), value.clone());
         }
-        if let Some(model) = &model {
+        // Only a JSON object naming a model has one to rewrite.
+        let names_model = serde_json::from_slice::<serde_json::Value>(body)
+            .is_ok_and(|json| json.get("model").is_some());
+        if let (Some(model), true) = (&model, names_model) {
             model(parts, body)?;
         }
         Ok(())

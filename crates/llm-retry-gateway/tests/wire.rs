@@ -219,3 +219,126 @@ async fn health_answers_until_the_drain() {
         .unwrap();
     assert_eq!(response.status(), 503);
 }
+
+#[tokio::test]
+async fn a_gateway_key_is_required_when_configured_and_never_forwarded() {
+    let a = target(Route::always(Reply::anthropic_ok("a"))).await;
+    let toml = format!(
+        r#"
+client_key_env = "GW_KEY"
+[[route]]
+name = "r"
+[[route.target]]
+name = "a"
+base_url = "{}"
+"#,
+        a.url("")
+    );
+    let gw = gateway(&toml, |var| {
+        (var == "GW_KEY").then(|| "gw-secret".to_owned())
+    })
+    .await;
+    let (head, _) = send(post(&gw.url("/v1/messages"), PROMPT)).await;
+    assert_eq!(head.status, 401);
+    assert_eq!(a.request_count(), 0);
+    let mut request = post(&gw.url("/v1/messages"), PROMPT);
+    request
+        .headers_mut()
+        .insert("x-api-key", "gw-secret".parse().unwrap());
+    let (head, _) = send(request).await;
+    assert_eq!(head.status, 200);
+    assert_eq!(
+        a.requests()[0].header_str("x-api-key"),
+        None,
+        "the gateway's key stays at the gateway"
+    );
+}
+
+#[tokio::test]
+async fn a_non_loopback_listener_with_keyed_targets_needs_a_gateway_key() {
+    let toml = r#"
+listen = "0.0.0.0:8080"
+[[route]]
+name = "r"
+[[route.target]]
+name = "a"
+base_url = "https://api.anthropic.com"
+api_key_env = "K"
+auth = "x-api-key"
+"#;
+    let error = llm_retry_gateway::Config::parse(toml, |_| Some("k".to_owned())).unwrap_err();
+    assert_eq!(error.field, "listen", "{error}");
+    let with_key = format!("client_key_env = \"GW\"\n{toml}");
+    llm_retry_gateway::Config::parse(&with_key, |_| Some("k".to_owned())).unwrap();
+}
+
+#[tokio::test]
+async fn paths_that_could_walk_out_of_a_base_path_are_refused() {
+    let a = target(Route::always(Reply::anthropic_ok("a"))).await;
+    let b = target(Route::always(Reply::anthropic_ok("b"))).await;
+    let gw = gateway(&two_targets(&a, &b, ""), no_env).await;
+    for path in [
+        "/v1/messages/../../admin",
+        "/v1/%2e%2e/admin",
+        "/v1//messages",
+        "/v1/x%2Fy",
+    ] {
+        let (head, _) = send(post(&gw.url(path), PROMPT)).await;
+        assert_eq!(head.status, 400, "{path}");
+    }
+    assert_eq!(a.request_count(), 0);
+}
+
+#[tokio::test]
+async fn cookies_and_connection_named_headers_do_not_cross() {
+    let a = target(Route::always(
+        Reply::anthropic_ok("a").header("set-cookie", "session=upstream"),
+    ))
+    .await;
+    let b = target(Route::always(Reply::anthropic_ok("b"))).await;
+    let gw = gateway(&two_targets(&a, &b, ""), no_env).await;
+    let mut request = post(&gw.url("/v1/messages"), PROMPT);
+    let headers = request.headers_mut();
+    headers.insert("cookie", "client=1".parse().unwrap());
+    headers.insert("connection", "x-secret-hop".parse().unwrap());
+    headers.insert("x-secret-hop", "hop".parse().unwrap());
+    headers.insert("proxy-authorization", "Basic abc".parse().unwrap());
+    let (head, _) = send(request).await;
+    assert_eq!(head.status, 200);
+    assert!(head.headers.get("set-cookie").is_none());
+    let seen = &a.requests()[0];
+    for name in ["cookie", "x-secret-hop", "proxy-authorization"] {
+        assert_eq!(seen.header_str(name), None, "{name} was forwarded");
+    }
+}
+
+#[tokio::test]
+async fn a_give_up_with_no_answer_to_hand_over_still_says_when_to_come_back() {
+    let a = target(Route::always(rate_limited("5"))).await;
+    let toml = format!(
+        r#"
+[[route]]
+name = "r"
+[[route.target]]
+name = "a"
+base_url = "{}"
+max_retries = 0
+cooldown = true
+"#,
+        a.url("")
+    );
+    let gw = gateway(&toml, no_env).await;
+    let (head, _) = send(post(&gw.url("/v1/messages"), PROMPT)).await;
+    assert_eq!(head.status, 429);
+    // The target cools down: the next request reaches no target at all.
+    let (head, _) = send(post(&gw.url("/v1/messages"), PROMPT)).await;
+    assert_eq!(head.status, 503);
+    assert_eq!(head.headers["x-should-retry"], "false");
+    let secs: u64 = head.headers["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((4..=5).contains(&secs), "{secs}");
+    assert_eq!(a.request_count(), 1);
+}

@@ -10,6 +10,7 @@ use std::fmt;
 pub struct FailoverError {
     kind: FailoverErrorKind,
     report: FailoverReport,
+    retry_after: Option<std::time::Duration>,
     source: Option<BoxError>,
 }
 
@@ -45,8 +46,22 @@ impl FailoverError {
         FailoverError {
             kind,
             report,
+            retry_after: None,
             source,
         }
+    }
+
+    /// The same error, telling when a target takes requests again.
+    pub(super) fn with_retry_after(mut self, wait: Option<std::time::Duration>) -> FailoverError {
+        self.retry_after = wait;
+        self
+    }
+
+    /// For an exhausted failover, the wait left until the soonest target
+    /// takes requests again, when a provider named one: what a gateway
+    /// sends its own client as `retry-after`.
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        self.retry_after
     }
 
     /// What kind of end this is.

@@ -496,7 +496,11 @@ impl<S> Operation<S> {
             }
             None => {
                 let source = self.last_error.take();
-                Err(self.error(FailoverErrorKind::Exhausted, source))
+                let left = named.map(|at| at.saturating_duration_since(now));
+                self.report.stop = FailoverStop::Exhausted;
+                let error =
+                    FailoverError::new(FailoverErrorKind::Exhausted, self.report.clone(), source);
+                Err(Box::new(error.with_retry_after(left)))
             }
         }
     }
