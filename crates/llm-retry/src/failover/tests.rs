@@ -845,3 +845,92 @@ async fn a_failing_rewrite_and_an_oversized_body_end_the_request_with_their_kind
     );
     assert_eq!(a.request_count(), 0);
 }
+
+/// A body that counts how many of its kind are alive.
+struct Live {
+    inner: Full<Bytes>,
+    alive: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Live {
+    fn new(text: &'static str, alive: &std::sync::Arc<std::sync::atomic::AtomicUsize>) -> Live {
+        alive.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Live {
+            inner: Full::new(Bytes::from_static(text.as_bytes())),
+            alive: std::sync::Arc::clone(alive),
+        }
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        self.alive.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl http_body::Body for Live {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.inner).poll_frame(cx)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_rejection_body_is_alive_while_a_request_waits_for_its_next_round() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let alive = std::sync::Arc::new(AtomicUsize::new(0));
+    let calls = std::sync::Arc::new(AtomicUsize::new(0));
+    let service = {
+        let (alive, calls) = (alive.clone(), calls.clone());
+        tower::service_fn(move |_: Request<Full<Bytes>>| {
+            let n = calls.fetch_add(1, Ordering::SeqCst);
+            let body = Live::new(
+                if n < 2 {
+                    r#"{"type":"error"}"#
+                } else {
+                    "served"
+                },
+                &alive,
+            );
+            async move {
+                let status = if n < 2 { 429 } else { 200 };
+                let response = Response::builder()
+                    .status(status)
+                    .header("retry-after", "1")
+                    .body(body)?;
+                Ok::<_, BoxError>(response)
+            }
+        })
+    };
+    let targets = vec![
+        Target::new("a", BoxCloneSyncService::new(service.clone())),
+        Target::new("b", BoxCloneSyncService::new(service)),
+    ];
+    let failover = Failover::builder(targets)
+        .exhaustion_retry(rounds(2))
+        .build()
+        .unwrap();
+    let call = tokio::spawn(failover.oneshot(Request::new(Full::new(Bytes::from_static(b"{}")))));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(calls.load(Ordering::SeqCst), 2, "round 1 done, waiting");
+    assert_eq!(
+        alive.load(Ordering::SeqCst),
+        0,
+        "both rejections' bodies were read and dropped"
+    );
+    let response = call.await.unwrap().unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        alive.load(Ordering::SeqCst),
+        1,
+        "the answer's own body, streaming through"
+    );
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(body, "served");
+    assert_eq!(alive.load(Ordering::SeqCst), 0);
+}
