@@ -934,3 +934,85 @@ async fn no_rejection_body_is_alive_while_a_request_waits_for_its_next_round() {
     assert_eq!(body, "served");
     assert_eq!(alive.load(Ordering::SeqCst), 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_final_retry_after_names_only_waits_a_provider_named_that_are_still_ahead() {
+    // a names 1 s; b answers 2 s later naming nothing: a's wait is past.
+    let a = upstream(Route::always(rate_limited("1"))).await;
+    let b = upstream(Route::always(
+        Reply::anthropic_error(429, "rate_limit_error", "Rate limited")
+            .delay(Duration::from_secs(2)),
+    ))
+    .await;
+    let failover = Failover::builder(vec![target("a", &a), target("b", &b)])
+        .build()
+        .unwrap();
+    let response = failover.oneshot(request()).await.unwrap();
+    assert_eq!(response.status(), 429);
+    assert_eq!(response.headers()["x-should-retry"], "false");
+    assert!(
+        response.headers().get("retry-after").is_none(),
+        "{:?}",
+        response.headers()
+    );
+    assert!(response.headers().get("retry-after-ms").is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_named_wait_equal_to_max_wait_is_waited_out() {
+    let a = upstream(Route::sequence([
+        rate_limited("2"),
+        Reply::anthropic_ok("a"),
+    ]))
+    .await;
+    let failover = Failover::builder(vec![target("a", &a)])
+        .exhaustion_retry(rounds(2))
+        .build()
+        .unwrap();
+    let response = failover.oneshot(request()).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(report(&response).rounds, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_error_says_why_the_failover_stopped() {
+    let slow = upstream(Route::always(
+        Reply::anthropic_ok("late").delay(Duration::from_secs(10)),
+    ))
+    .await;
+    let failover = Failover::builder(vec![target("slow", &slow)])
+        .deadline(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let error = failover.oneshot(request()).await.unwrap_err();
+    let error = error.downcast_ref::<FailoverError>().unwrap();
+    assert_eq!(error.report().stop, FailoverStop::Deadline);
+
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = format!("http://{}", listener.local_addr().unwrap());
+    drop(listener);
+    let failover = Failover::builder(vec![target_at("dead", dead)])
+        .build()
+        .unwrap();
+    let error = failover.oneshot(request()).await.unwrap_err();
+    let error = error.downcast_ref::<FailoverError>().unwrap();
+    assert_eq!(error.kind(), FailoverErrorKind::Exhausted);
+    assert_eq!(error.report().stop, FailoverStop::Exhausted);
+    assert_eq!(error.retry_after(), None, "no provider named a wait");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_body_that_fails_is_not_called_too_large() {
+    let a = upstream(Route::always(Reply::anthropic_ok("a"))).await;
+    let failover = Failover::builder(vec![target("a", &a)]).build().unwrap();
+    let failing = http_body_util::StreamBody::new(futures_util::stream::iter([
+        Ok(http_body::Frame::data(Bytes::from_static(b"{\"model\""))),
+        Err::<http_body::Frame<Bytes>, BoxError>("the client went away".into()),
+    ]));
+    let error = failover.oneshot(Request::new(failing)).await.unwrap_err();
+    assert_eq!(
+        error.downcast_ref::<FailoverError>().unwrap().kind(),
+        FailoverErrorKind::BodyFailed
+    );
+    assert_eq!(a.request_count(), 0);
+}
