@@ -506,8 +506,9 @@ impl<S> Operation<S> {
     }
 
     fn error(&mut self, kind: FailoverErrorKind, source: Option<BoxError>) -> BoxError {
+        // An exhaustion's error is made where its wait is known
+        // (`take_exhausted`); every other end comes here.
         self.report.stop = match kind {
-            FailoverErrorKind::Exhausted => FailoverStop::Exhausted,
             FailoverErrorKind::Deadline => FailoverStop::Deadline,
             _ => FailoverStop::Failed,
         };
