@@ -23,6 +23,8 @@ pub struct Config {
     pub max_in_flight: usize,
     /// How long reading a request's body may take.
     pub body_timeout: Duration,
+    /// How long an answer's body may go without a frame before it is ended.
+    pub stream_idle_timeout: Duration,
     /// The key clients must present (`Authorization: Bearer …` or
     /// `x-api-key`), when one is configured.
     pub client_key: Option<ClientKey>,
@@ -131,6 +133,7 @@ struct File {
     max_body: Option<Spanned<usize>>,
     max_in_flight: Option<Spanned<usize>>,
     body_timeout: Option<Spanned<String>>,
+    stream_idle_timeout: Option<Spanned<String>>,
     client_key_env: Option<Spanned<String>>,
     #[serde(default, rename = "route")]
     routes: Vec<Spanned<RouteFile>>,
@@ -246,6 +249,20 @@ impl Config {
                 Err(p) => return Err(at_top("body_timeout", text.span(), p)),
             },
             None => Duration::from_secs(60),
+        };
+        let stream_idle_timeout = match &file.stream_idle_timeout {
+            Some(text) => match duration::parse(text.get_ref()) {
+                Ok(d) if !d.is_zero() => d,
+                Ok(_) => {
+                    return Err(at_top(
+                        "stream_idle_timeout",
+                        text.span(),
+                        "must be more than 0".to_owned(),
+                    ))
+                }
+                Err(p) => return Err(at_top("stream_idle_timeout", text.span(), p)),
+            },
+            None => Duration::from_secs(300),
         };
         let client_key = match &file.client_key_env {
             Some(var) => match env(var.get_ref()).filter(|key| !key.is_empty()) {
@@ -381,6 +398,7 @@ impl Config {
             max_body,
             max_in_flight,
             body_timeout,
+            stream_idle_timeout,
             client_key,
             routes,
         })

@@ -35,6 +35,7 @@ mod config;
 pub mod demo;
 mod duration;
 mod gateway;
+mod idle;
 mod inflight;
 mod proxy;
 mod route;

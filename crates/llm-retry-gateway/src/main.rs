@@ -105,7 +105,17 @@ async fn serve(config: &Config) -> ExitCode {
         }
     };
     eprintln!("llm-retry-gateway listening on http://{}", config.listen);
-    match gateway.serve(listener, shutdown_signal()).await {
+    // The first signal drains; a second one exits at once.
+    let signal = async {
+        shutdown_signal().await;
+        eprintln!("draining (a second signal exits at once)");
+        tokio::spawn(async {
+            shutdown_signal().await;
+            eprintln!("second signal: exiting without waiting for requests in flight");
+            std::process::exit(130);
+        });
+    };
+    match gateway.serve(listener, signal).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("{error}");

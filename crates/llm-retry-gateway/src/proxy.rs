@@ -3,6 +3,7 @@
 //! be handed over.
 
 use crate::gateway::Shared;
+use crate::idle::Idle;
 use crate::inflight::Counted;
 use crate::route::StateBound;
 use crate::upstream::strip_hop_by_hop;
@@ -155,7 +156,8 @@ pub(crate) async fn forward(State(shared): State<Arc<Shared>>, request: Request)
                 mark_give_up(&report, response.headers_mut());
             }
             strip_hop_by_hop(response.headers_mut());
-            response.map(|body| Body::new(Counted::new(body, guard)))
+            let idle = shared.stream_idle_timeout;
+            response.map(|body| Body::new(Counted::new(Idle::new(body, idle), guard)))
         }
         Err(failure) => failed(&uri, &failure),
     };

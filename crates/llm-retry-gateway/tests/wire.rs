@@ -342,3 +342,41 @@ cooldown = true
     assert!((4..=5).contains(&secs), "{secs}");
     assert_eq!(a.request_count(), 1);
 }
+
+#[tokio::test]
+async fn a_stream_that_stalls_after_its_first_content_is_ended() {
+    use http_body_util::BodyExt;
+    let stalls = Reply::sse([
+        llm_retry_mock::SseEvent::new(
+            Some("content_block_delta"),
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}"#,
+        ),
+        llm_retry_mock::SseEvent::new(Some("message_stop"), r#"{"type":"message_stop"}"#)
+            .after(Duration::from_secs(30)),
+    ]);
+    let a = target(Route::always(stalls)).await;
+    let b = target(Route::always(Reply::anthropic_ok("b"))).await;
+    let config = format!(
+        "stream_idle_timeout = \"300ms\"\n{}",
+        two_targets(&a, &b, "")
+    );
+    let gw = gateway(&config, no_env).await;
+    let response = support::client()
+        .request(post(&gw.url("/v1/messages"), PROMPT))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let started = std::time::Instant::now();
+    let read = tokio::time::timeout(Duration::from_secs(10), response.into_body().collect()).await;
+    assert!(
+        read.expect("the stalled stream was ended").is_err(),
+        "it ends in an error, not a clean end"
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        gw.gateway.in_flight(),
+        0,
+        "and its request is no longer in flight"
+    );
+}
