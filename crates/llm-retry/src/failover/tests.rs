@@ -1016,3 +1016,42 @@ async fn a_request_body_that_fails_is_not_called_too_large() {
     );
     assert_eq!(a.request_count(), 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_cancellation_at_any_moment_around_the_second_dispatch_sends_nothing_after_it() {
+    // The wait ends somewhere in [1 s, 1.2 s]: cancel at every 10 ms across it.
+    let mut before_and_after = [false, false];
+    for step in 0..30u64 {
+        let a = upstream(Route::sequence([
+            rate_limited("1"),
+            Reply::anthropic_ok("a").delay(Duration::from_secs(1)),
+        ]))
+        .await;
+        let failover = Failover::builder(vec![target("a", &a)])
+            .exhaustion_retry(rounds(2))
+            .policy(crate::RetryPolicy::builder().seed(step).build().unwrap())
+            .build()
+            .unwrap();
+        let call = tokio::spawn(failover.clone().oneshot(request()));
+        tokio::time::sleep(Duration::from_millis(950 + 10 * step)).await;
+        call.abort();
+        let _ = call.await;
+        let sent = a.request_count();
+        assert!((1..=2).contains(&sent), "step {step}: {sent} sends");
+        before_and_after[sent - 1] = true;
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(
+            a.request_count(),
+            sent,
+            "step {step}: a send after the cancellation"
+        );
+        assert_eq!(
+            failover
+                .config
+                .waiting_rounds
+                .load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "step {step}"
+        );
+    }
+}
