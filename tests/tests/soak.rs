@@ -237,11 +237,7 @@ struct Totals {
 }
 
 fn check(name: &str, ended: &[(usize, Ended)], mock: &MockServer, known: &Known) -> Totals {
-    let mut sends_per_id: HashMap<usize, usize> = HashMap::new();
-    for record in mock.requests() {
-        let id = record.header_str("x-request-id").unwrap().parse().unwrap();
-        *sends_per_id.entry(id).or_default() += 1;
-    }
+    let sends_per_id = sends_per_id(mock);
     let mut totals = Totals {
         sends: mock.request_count(),
         ..Totals::default()
@@ -261,23 +257,7 @@ fn check(name: &str, ended: &[(usize, Ended)], mock: &MockServer, known: &Known)
                 report
             }
             Ended::Answered { report, body } => {
-                match body {
-                    Ok(bytes) if report.last_status == Some(http::StatusCode::OK) => {
-                        totals.succeeded += 1;
-                        assert!(
-                            known.complete.contains(bytes),
-                            "{name}: request {id} got a body no reply sent whole: {bytes:?}"
-                        );
-                    }
-                    Ok(_) => totals.answered_failure += 1,
-                    Err((prefix, _)) => {
-                        totals.interrupted += 1;
-                        assert!(
-                            known.delivered.iter().any(|d| d.starts_with(prefix)),
-                            "{name}: request {id} got bytes no reply sent: {prefix:?}"
-                        );
-                    }
-                }
+                check_body(name, *id, report, body, known, &mut totals);
                 report
             }
         };
@@ -297,6 +277,45 @@ fn check(name: &str, ended: &[(usize, Ended)], mock: &MockServer, known: &Known)
         "{name}: every send carried its request's id"
     );
     totals
+}
+
+/// Per request id, the sends the upstream saw.
+fn sends_per_id(mock: &MockServer) -> HashMap<usize, usize> {
+    let mut sends: HashMap<usize, usize> = HashMap::new();
+    for record in mock.requests() {
+        let id = record.header_str("x-request-id").unwrap().parse().unwrap();
+        *sends.entry(id).or_default() += 1;
+    }
+    sends
+}
+
+/// An answered request's body: a served one byte for byte one reply's
+/// body, an interrupted one a prefix of a body a reply delivers.
+fn check_body(
+    name: &str,
+    id: usize,
+    report: &RetryReport,
+    body: &Result<Bytes, (Bytes, BoxError)>,
+    known: &Known,
+    totals: &mut Totals,
+) {
+    match body {
+        Ok(bytes) if report.last_status == Some(http::StatusCode::OK) => {
+            totals.succeeded += 1;
+            assert!(
+                known.complete.contains(bytes),
+                "{name}: request {id} got a body no reply sent whole: {bytes:?}"
+            );
+        }
+        Ok(_) => totals.answered_failure += 1,
+        Err((prefix, _)) => {
+            totals.interrupted += 1;
+            assert!(
+                known.delivered.iter().any(|d| d.starts_with(prefix)),
+                "{name}: request {id} got bytes no reply sent: {prefix:?}"
+            );
+        }
+    }
 }
 
 async fn mock() -> MockServer {
@@ -420,11 +439,7 @@ attempt_timeout = "2s"
 /// upstream sent (or the gateway's own error answer, marked final), and
 /// sends within the target's bounds.
 fn check_gateway(ended: &[(usize, Ended)], mock: &MockServer, known: &Known) -> Totals {
-    let mut sends_per_id: HashMap<usize, usize> = HashMap::new();
-    for record in mock.requests() {
-        let id = record.header_str("x-request-id").unwrap().parse().unwrap();
-        *sends_per_id.entry(id).or_default() += 1;
-    }
+    let sends_per_id = sends_per_id(mock);
     let mut totals = Totals {
         sends: mock.request_count(),
         ..Totals::default()
@@ -436,23 +451,9 @@ fn check_gateway(ended: &[(usize, Ended)], mock: &MockServer, known: &Known) -> 
         match outcome {
             Ended::Cancelled => totals.cancelled += 1,
             Ended::Failed(_) => panic!("gateway: request {id} got no answer at all"),
-            Ended::Answered { report, body } => match body {
-                Ok(bytes) if report.last_status == Some(http::StatusCode::OK) => {
-                    totals.succeeded += 1;
-                    assert!(
-                        known.complete.contains(bytes),
-                        "gateway: request {id} got a body no reply sent whole: {bytes:?}"
-                    );
-                }
-                Ok(_) => totals.answered_failure += 1,
-                Err((prefix, _)) => {
-                    totals.interrupted += 1;
-                    assert!(
-                        known.delivered.iter().any(|d| d.starts_with(prefix)),
-                        "gateway: request {id} got bytes no reply sent: {prefix:?}"
-                    );
-                }
-            },
+            Ended::Answered { report, body } => {
+                check_body("gateway", *id, report, body, known, &mut totals);
+            }
         }
         let sent = sends_per_id.get(id).copied().unwrap_or(0);
         assert!(
