@@ -179,10 +179,7 @@ pub(crate) fn rewrite(
             }
             parts.headers.insert(name.clone(), value.clone());
         }
-        // Only a JSON object naming a model has one to rewrite.
-        let names_model = serde_json::from_slice::<serde_json::Value>(body)
-            .is_ok_and(|json| json.get("model").is_some());
-        if let (Some(model), true) = (&model, names_model) {
+        if let Some(model) = &model {
             model(parts, body)?;
         }
         Ok(())

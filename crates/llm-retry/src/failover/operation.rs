@@ -132,7 +132,7 @@ impl<S> Operation<S> {
                 } => {
                     if let Err(suppression) = self.next_round(bound, ambiguous, not_throttled).await
                     {
-                        return self.exhausted(suppression);
+                        return self.take_exhausted(suppression);
                     }
                     self.report.rounds += 1;
                 }
@@ -270,29 +270,32 @@ impl<S> Operation<S> {
     ) -> Verdict {
         let report = response.extensions().get::<RetryReport>();
         self.spend(report.map_or(1, |r| r.attempts));
-        let judged = self
-            .config
-            .policy
-            .judge(
-                &RetryState::new(),
-                Outcome::Response {
-                    status: response.status(),
-                    headers: response.headers(),
-                    body: None,
-                },
-                self.started.elapsed(),
-            )
-            .rejection;
-        match certified(report, judged) {
+        // A retry stack's own account decides; only a plain target's
+        // answer is judged here (a success is judged once, by its stack).
+        let judge = || {
+            self.config
+                .policy
+                .judge(
+                    &RetryState::new(),
+                    Outcome::Response {
+                        status: response.status(),
+                        headers: response.headers(),
+                        body: None,
+                    },
+                    self.started.elapsed(),
+                )
+                .rejection
+        };
+        match certified(report, judge) {
             Some(rejection) => Verdict::Rejected(rejection),
             None => {
-                if let (Some(window), Some(cooldown)) = (
-                    request_window(response.headers(), SystemTime::now()),
-                    &target.cooldown,
-                ) {
-                    if window.remaining == 0 {
-                        cooldown.extend(Instant::now() + window.reset_in.min(MAX_COOLDOWN));
-                    }
+                // Only a target that cools down has its window read.
+                let spent = target.cooldown.as_ref().and_then(|cooldown| {
+                    let window = request_window(response.headers(), SystemTime::now())?;
+                    (window.remaining == 0).then_some((cooldown, window.reset_in))
+                });
+                if let Some((cooldown, reset_in)) = spent {
+                    cooldown.extend(Instant::now() + reset_in.min(MAX_COOLDOWN));
                 }
                 Verdict::Final
             }
@@ -319,7 +322,7 @@ impl<S> Operation<S> {
             },
         };
         self.spend(sends);
-        match certified(report, judgement.rejection) {
+        match certified(report, || judgement.rejection) {
             Some(rejection) => Verdict::Rejected(rejection),
             None => Verdict::Final,
         }
@@ -461,13 +464,6 @@ impl<S> Operation<S> {
 
     /// No further round: the last rejection, marked so the caller does not
     /// retry it at once.
-    fn exhausted<ResBody>(
-        mut self,
-        suppression: Suppression,
-    ) -> Result<Response<FailoverBody<ResBody>>, BoxError> {
-        self.take_exhausted(suppression)
-    }
-
     fn take_exhausted<ResBody>(
         &mut self,
         suppression: Suppression,
@@ -519,12 +515,15 @@ impl<S> Operation<S> {
 /// A target's outcome as a rejection: a target that kept its own account
 /// (a retry stack) is certified only when every send it made was turned
 /// away; one without is judged on the outcome alone.
-fn certified(report: Option<&RetryReport>, judged: Option<Rejection>) -> Option<Rejection> {
+fn certified(
+    report: Option<&RetryReport>,
+    judge: impl FnOnce() -> Option<Rejection>,
+) -> Option<Rejection> {
     match report {
         Some(report) if report.attempts > 0 => (report.rejected_sends >= report.attempts)
             .then_some(report.last_rejection)
             .flatten(),
-        _ => judged,
+        _ => judge(),
     }
 }
 

@@ -133,17 +133,20 @@ impl Cooldown {
 /// A rewrite that sets the JSON body's `model` field to `model`: for a
 /// target that serves the same request under another model name (an Azure
 /// deployment, a gateway alias).
+///
+/// It is [`recover::rewrite_body`](crate::recover::rewrite_body) with
+/// [`BodyEdit::Model`](crate::recover::BodyEdit::Model): every other member
+/// keeps its bytes, so provider prompt caches stay warm. A body that names
+/// no model (or is not a JSON object: a `GET`, an upload) has none to
+/// rewrite and is sent as it is.
 pub fn set_model(
     model: impl Into<String>,
 ) -> impl Fn(&mut Parts, &mut Bytes) -> Result<(), BoxError> + Send + Sync + 'static {
-    let model = model.into();
+    let edit = crate::recover::BodyEdit::Model(model.into());
     move |_parts, body| {
-        let mut json: serde_json::Value = serde_json::from_slice(body)?;
-        let object = json
-            .as_object_mut()
-            .ok_or("the request body is not a JSON object")?;
-        object.insert("model".to_owned(), serde_json::Value::String(model.clone()));
-        *body = Bytes::from(serde_json::to_vec(&json)?);
+        if let Ok((rewritten, _)) = crate::recover::rewrite_body(body, &edit) {
+            *body = rewritten;
+        }
         Ok(())
     }
 }

@@ -1055,3 +1055,20 @@ async fn a_cancellation_at_any_moment_around_the_second_dispatch_sends_nothing_a
         );
     }
 }
+
+#[test]
+fn set_model_keeps_every_other_byte_and_leaves_bodies_without_a_model_alone() {
+    let rewrite = set_model("claude-haiku-4-5");
+    let mut parts = Request::new(()).into_parts().0;
+    let mut body = Bytes::from_static(br#"{"z":1,"model":"a","messages":[ {"role":"user"} ]}"#);
+    rewrite(&mut parts, &mut body).unwrap();
+    assert_eq!(
+        &body[..],
+        br#"{"z":1,"model":"claude-haiku-4-5","messages":[ {"role":"user"} ]}"#
+    );
+    for untouched in [&b""[..], b"not json", br#"{"messages":[]}"#, b"[1,2]"] {
+        let mut body = Bytes::copy_from_slice(untouched);
+        rewrite(&mut parts, &mut body).unwrap();
+        assert_eq!(&body[..], untouched);
+    }
+}
