@@ -201,69 +201,52 @@ impl Config {
                 problem: format!("{:?} is not an address and port", listen.get_ref()),
             })?,
         };
-        let shutdown_grace = match &file.shutdown_grace {
-            None => Duration::from_secs(30),
-            Some(grace) => duration::parse(grace.get_ref()).map_err(|problem| ConfigError {
-                line: line_of(grace.span()),
-                field: "shutdown_grace".to_owned(),
-                problem,
-            })?,
-        };
         let at_top = |field: &str, span: Range<usize>, problem: String| ConfigError {
             line: line_of(span),
             field: field.to_owned(),
             problem,
         };
-        let max_body = match &file.max_body {
-            Some(max) if *max.get_ref() == 0 => {
-                return Err(at_top(
-                    "max_body",
-                    max.span(),
-                    "must be more than 0".to_owned(),
-                ))
-            }
-            Some(max) => *max.get_ref(),
-            None => 16 << 20,
-        };
-        let max_in_flight = match &file.max_in_flight {
-            Some(max) if *max.get_ref() == 0 => {
-                return Err(at_top(
-                    "max_in_flight",
-                    max.span(),
-                    "must be more than 0".to_owned(),
-                ))
-            }
-            Some(max) => *max.get_ref(),
-            None => 1024,
-        };
-        let body_timeout = match &file.body_timeout {
-            Some(text) => match duration::parse(text.get_ref()) {
-                Ok(d) if !d.is_zero() => d,
-                Ok(_) => {
-                    return Err(at_top(
-                        "body_timeout",
-                        text.span(),
-                        "must be more than 0".to_owned(),
-                    ))
+        // A top-level duration: its default when absent; zero refused
+        // unless `zero_ok`.
+        let duration_of =
+            |field: &str, value: &Option<Spanned<String>>, default: Duration, zero_ok: bool| {
+                let Some(text) = value else {
+                    return Ok(default);
+                };
+                match duration::parse(text.get_ref()) {
+                    Ok(d) if zero_ok || !d.is_zero() => Ok(d),
+                    Ok(_) => Err(at_top(field, text.span(), "must be more than 0".to_owned())),
+                    Err(problem) => Err(at_top(field, text.span(), problem)),
                 }
-                Err(p) => return Err(at_top("body_timeout", text.span(), p)),
-            },
-            None => Duration::from_secs(60),
+            };
+        // A top-level count: its default when absent; zero refused.
+        let count_of = |field: &str, value: &Option<Spanned<usize>>, default: usize| match value {
+            Some(n) if *n.get_ref() == 0 => {
+                Err(at_top(field, n.span(), "must be more than 0".to_owned()))
+            }
+            Some(n) => Ok(*n.get_ref()),
+            None => Ok(default),
         };
-        let stream_idle_timeout = match &file.stream_idle_timeout {
-            Some(text) => match duration::parse(text.get_ref()) {
-                Ok(d) if !d.is_zero() => d,
-                Ok(_) => {
-                    return Err(at_top(
-                        "stream_idle_timeout",
-                        text.span(),
-                        "must be more than 0".to_owned(),
-                    ))
-                }
-                Err(p) => return Err(at_top("stream_idle_timeout", text.span(), p)),
-            },
-            None => Duration::from_secs(300),
-        };
+        let shutdown_grace = duration_of(
+            "shutdown_grace",
+            &file.shutdown_grace,
+            Duration::from_secs(30),
+            true,
+        )?;
+        let max_body = count_of("max_body", &file.max_body, 16 << 20)?;
+        let max_in_flight = count_of("max_in_flight", &file.max_in_flight, 1024)?;
+        let body_timeout = duration_of(
+            "body_timeout",
+            &file.body_timeout,
+            Duration::from_secs(60),
+            false,
+        )?;
+        let stream_idle_timeout = duration_of(
+            "stream_idle_timeout",
+            &file.stream_idle_timeout,
+            Duration::from_secs(300),
+            false,
+        )?;
         let client_key = match &file.client_key_env {
             Some(var) => match env(var.get_ref()).filter(|key| !key.is_empty()) {
                 Some(key) => Some(ClientKey(key)),
@@ -501,22 +484,16 @@ fn target(
             format!("{max_retries} is more than {MAX_TARGET_RETRIES}"),
         ));
     }
-    let parse = |field: &'static str,
-                 text: &Option<String>|
-     -> Result<Option<Duration>, (&'static str, String)> {
-        text.as_deref()
-            .map(duration::parse)
-            .transpose()
-            .map_err(|p| (field, p))
-    };
-    if file
-        .first_content_timeout
-        .as_deref()
-        .and_then(|t| duration::parse(t).ok())
-        .is_some_and(|d| d.is_zero())
-    {
-        return Err(("first_content_timeout", "must be more than 0".to_owned()));
-    }
+    // A target's timeout: absent, or more than zero.
+    let timeout =
+        |field: &'static str, text: &Option<String>| match text.as_deref().map(duration::parse) {
+            None => Ok(None),
+            Some(Ok(d)) if d.is_zero() => Err((field, "must be more than 0".to_owned())),
+            Some(Ok(d)) => Ok(Some(d)),
+            Some(Err(problem)) => Err((field, problem)),
+        };
+    let attempt_timeout = timeout("attempt_timeout", &file.attempt_timeout)?;
+    let first_content_timeout = timeout("first_content_timeout", &file.first_content_timeout)?;
     if file.requests_per_minute == Some(0) {
         return Err(("requests_per_minute", "must be more than 0".to_owned()));
     }
@@ -526,8 +503,8 @@ fn target(
         credential,
         model: file.model.clone(),
         max_retries,
-        attempt_timeout: parse("attempt_timeout", &file.attempt_timeout)?,
-        first_content_timeout: parse("first_content_timeout", &file.first_content_timeout)?,
+        attempt_timeout,
+        first_content_timeout,
         requests_per_minute: file.requests_per_minute,
         cooldown: file.cooldown,
     })

@@ -6,7 +6,7 @@ use crate::gateway::Shared;
 use crate::idle::Idle;
 use crate::inflight::Counted;
 use crate::route::StateBound;
-use crate::upstream::strip_hop_by_hop;
+use crate::upstream::strip_unforwarded;
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
@@ -60,7 +60,6 @@ pub(crate) async fn forward(State(shared): State<Arc<Shared>>, request: Request)
                     &parts.uri,
                     StatusCode::UNAUTHORIZED,
                     "missing or wrong gateway key",
-                    true,
                 ),
             );
         }
@@ -71,12 +70,7 @@ pub(crate) async fn forward(State(shared): State<Arc<Shared>>, request: Request)
     if !safe_path(parts.uri.path()) {
         return counted(
             "none",
-            error(
-                &parts.uri,
-                StatusCode::BAD_REQUEST,
-                "path not accepted",
-                true,
-            ),
+            error(&parts.uri, StatusCode::BAD_REQUEST, "path not accepted"),
         );
     }
     let body = match tokio::time::timeout(
@@ -91,7 +85,6 @@ pub(crate) async fn forward(State(shared): State<Arc<Shared>>, request: Request)
                 &parts.uri,
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "request body too large or unreadable",
-                true,
             );
             return counted("none", answer);
         }
@@ -102,7 +95,6 @@ pub(crate) async fn forward(State(shared): State<Arc<Shared>>, request: Request)
                     &parts.uri,
                     StatusCode::REQUEST_TIMEOUT,
                     "request body too slow",
-                    true,
                 ),
             )
         }
@@ -120,7 +112,6 @@ pub(crate) async fn forward(State(shared): State<Arc<Shared>>, request: Request)
                 &parts.uri,
                 StatusCode::NOT_FOUND,
                 "no route for this path and model",
-                true,
             ),
         );
     };
@@ -155,7 +146,7 @@ pub(crate) async fn forward(State(shared): State<Arc<Shared>>, request: Request)
             ) {
                 mark_give_up(&report, response.headers_mut());
             }
-            strip_hop_by_hop(response.headers_mut());
+            strip_unforwarded(response.headers_mut());
             let idle = shared.stream_idle_timeout;
             response.map(|body| Body::new(Counted::new(Idle::new(body, idle), guard)))
         }
@@ -220,7 +211,7 @@ fn safe_path(path: &str) -> bool {
 /// already did, with the wait left when a provider named one.
 fn failed(uri: &http::Uri, failure: &llm_retry::BoxError) -> Response {
     let Some(failure) = failure.downcast_ref::<FailoverError>() else {
-        return error(uri, StatusCode::BAD_GATEWAY, "upstream failed", true);
+        return error(uri, StatusCode::BAD_GATEWAY, "upstream failed");
     };
     let (status, message) = match failure.kind() {
         FailoverErrorKind::Deadline => (StatusCode::GATEWAY_TIMEOUT, "the route's deadline passed"),
@@ -237,7 +228,7 @@ fn failed(uri: &http::Uri, failure: &llm_retry::BoxError) -> Response {
         _ => (StatusCode::BAD_GATEWAY, "upstream failed"),
     };
     tracing::info!(report = %failure.report(), "request not answered");
-    let mut answer = error(uri, status, message, true);
+    let mut answer = error(uri, status, message);
     if let Some(wait) = failure.retry_after() {
         let millis = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
         answer
@@ -272,7 +263,8 @@ fn retry_soon(message: &'static str, wait: Duration) -> Response {
 }
 
 /// An error in the shape of the API the path belongs to.
-fn error(uri: &http::Uri, status: StatusCode, message: &str, final_answer: bool) -> Response {
+/// Always final: the gateway already did what retrying could do.
+fn error(uri: &http::Uri, status: StatusCode, message: &str) -> Response {
     let body = if uri.path().starts_with("/v1/messages") {
         serde_json::json!({"type": "error", "error": {"type": "api_error", "message": message}})
     } else {
@@ -284,11 +276,9 @@ fn error(uri: &http::Uri, status: StatusCode, message: &str, final_answer: bool)
         Bytes::from(body.to_string()),
     )
         .into_response();
-    if final_answer {
-        response
-            .headers_mut()
-            .insert("x-should-retry", HeaderValue::from_static("false"));
-    }
+    response
+        .headers_mut()
+        .insert("x-should-retry", HeaderValue::from_static("false"));
     response
 }
 

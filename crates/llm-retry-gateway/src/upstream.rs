@@ -34,7 +34,7 @@ const CREDENTIAL_HEADERS: [HeaderName; 5] = [
 
 /// Headers that belong to one connection (or one side), never forwarded
 /// either way; with them, every header the `Connection` header names.
-const HOP_BY_HOP: [HeaderName; 11] = [
+const NOT_FORWARDED: [HeaderName; 11] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("proxy-connection"),
@@ -50,7 +50,7 @@ const HOP_BY_HOP: [HeaderName; 11] = [
 
 /// Removes the headers that must not cross the gateway: hop-by-hop ones,
 /// those the `Connection` header names, and cookies.
-pub(crate) fn strip_hop_by_hop(headers: &mut http::HeaderMap) {
+pub(crate) fn strip_unforwarded(headers: &mut http::HeaderMap) {
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -58,7 +58,7 @@ pub(crate) fn strip_hop_by_hop(headers: &mut http::HeaderMap) {
         .flat_map(|value| value.split(','))
         .filter_map(|token| HeaderName::try_from(token.trim()).ok())
         .collect();
-    for name in named.iter().chain(&HOP_BY_HOP) {
+    for name in named.iter().chain(&NOT_FORWARDED) {
         headers.remove(name);
     }
 }
@@ -172,7 +172,7 @@ pub(crate) fn rewrite(
         parts.uri = uri.build()?;
         parts.headers.remove(header::HOST);
         parts.headers.remove(header::CONTENT_LENGTH);
-        strip_hop_by_hop(&mut parts.headers);
+        strip_unforwarded(&mut parts.headers);
         if let Some((name, value)) = &credential {
             for header in &CREDENTIAL_HEADERS {
                 parts.headers.remove(header);
