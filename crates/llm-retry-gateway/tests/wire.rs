@@ -6,7 +6,7 @@ mod support;
 
 use llm_retry_mock::{Reply, Route};
 use std::time::Duration;
-use support::{gateway, no_env, post, rate_limited, send, target, two_targets, PROMPT};
+use support::{gateway, no_env, one_target, post, rate_limited, send, target, two_targets, PROMPT};
 
 #[tokio::test]
 async fn a_rate_limited_first_target_fails_over_to_the_second() {
@@ -54,17 +54,10 @@ async fn an_ambiguous_failure_is_not_failed_over_and_is_final() {
 async fn a_target_with_its_own_key_never_sees_the_clients_and_no_header_picks_the_upstream() {
     let a = target(Route::always(Reply::anthropic_ok("a"))).await;
     let decoy = target(Route::always(Reply::anthropic_ok("decoy"))).await;
-    let toml = format!(
-        r#"
-[[route]]
-name = "r"
-[[route.target]]
-name = "a"
-base_url = "{}"
-api_key_env = "TARGET_KEY"
-auth = "x-api-key"
-"#,
-        a.url("")
+    let toml = one_target(
+        &a.url(""),
+        "",
+        "api_key_env = \"TARGET_KEY\"\nauth = \"x-api-key\"",
     );
     let gw = gateway(&toml, |var| {
         (var == "TARGET_KEY").then(|| "target-secret".to_owned())
@@ -180,18 +173,24 @@ async fn draining_lets_streams_finish_and_turns_new_requests_away() {
         .unwrap();
     assert_eq!(gw.gateway.in_flight(), 1);
     gw.signal();
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Draining has begun once health says so: no fixed sleep to guess it.
+    loop {
+        let health = http::Request::get(gw.url("/healthz"))
+            .body(Default::default())
+            .unwrap();
+        if support::client().request(health).await.unwrap().status() == 503 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     let (head, _) = send(post(&gw.url("/v1/messages"), PROMPT)).await;
     assert_eq!(head.status, 503);
     assert_eq!(head.headers["retry-after"], "1");
     use http_body_util::BodyExt;
     let body = response.into_body().collect().await.unwrap().to_bytes();
     assert_eq!(body, expected, "the stream in flight finished whole");
-    tokio::time::timeout(Duration::from_secs(5), gw.served)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    // Once the stream ended the drain is over and serving returns.
+    gw.served.await.unwrap().unwrap();
 }
 
 #[tokio::test]
@@ -223,17 +222,7 @@ async fn health_answers_until_the_drain() {
 #[tokio::test]
 async fn a_gateway_key_is_required_when_configured_and_never_forwarded() {
     let a = target(Route::always(Reply::anthropic_ok("a"))).await;
-    let toml = format!(
-        r#"
-client_key_env = "GW_KEY"
-[[route]]
-name = "r"
-[[route.target]]
-name = "a"
-base_url = "{}"
-"#,
-        a.url("")
-    );
+    let toml = one_target(&a.url(""), "client_key_env = \"GW_KEY\"", "");
     let gw = gateway(&toml, |var| {
         (var == "GW_KEY").then(|| "gw-secret".to_owned())
     })
@@ -256,17 +245,12 @@ base_url = "{}"
 
 #[tokio::test]
 async fn a_non_loopback_listener_with_keyed_targets_needs_a_gateway_key() {
-    let toml = r#"
-listen = "0.0.0.0:8080"
-[[route]]
-name = "r"
-[[route.target]]
-name = "a"
-base_url = "https://api.anthropic.com"
-api_key_env = "K"
-auth = "x-api-key"
-"#;
-    let error = llm_retry_gateway::Config::parse(toml, |_| Some("k".to_owned())).unwrap_err();
+    let toml = one_target(
+        "https://api.anthropic.com",
+        "listen = \"0.0.0.0:8080\"",
+        "api_key_env = \"K\"\nauth = \"x-api-key\"",
+    );
+    let error = llm_retry_gateway::Config::parse(&toml, |_| Some("k".to_owned())).unwrap_err();
     assert_eq!(error.field, "listen", "{error}");
     let with_key = format!("client_key_env = \"GW\"\n{toml}");
     llm_retry_gateway::Config::parse(&with_key, |_| Some("k".to_owned())).unwrap();
@@ -315,18 +299,7 @@ async fn cookies_and_connection_named_headers_do_not_cross() {
 #[tokio::test]
 async fn a_give_up_with_no_answer_to_hand_over_still_says_when_to_come_back() {
     let a = target(Route::always(rate_limited("5"))).await;
-    let toml = format!(
-        r#"
-[[route]]
-name = "r"
-[[route.target]]
-name = "a"
-base_url = "{}"
-max_retries = 0
-cooldown = true
-"#,
-        a.url("")
-    );
+    let toml = one_target(&a.url(""), "", "max_retries = 0\ncooldown = true");
     let gw = gateway(&toml, no_env).await;
     let (head, _) = send(post(&gw.url("/v1/messages"), PROMPT)).await;
     assert_eq!(head.status, 429);
@@ -334,12 +307,13 @@ cooldown = true
     let (head, _) = send(post(&gw.url("/v1/messages"), PROMPT)).await;
     assert_eq!(head.status, 503);
     assert_eq!(head.headers["x-should-retry"], "false");
+    // What is left of the named 5 s, however long the first request took.
     let secs: u64 = head.headers["retry-after"]
         .to_str()
         .unwrap()
         .parse()
         .unwrap();
-    assert!((4..=5).contains(&secs), "{secs}");
+    assert!((1..=5).contains(&secs), "{secs}");
     assert_eq!(a.request_count(), 1);
 }
 
@@ -366,13 +340,10 @@ async fn a_stream_that_stalls_after_its_first_content_is_ended() {
         .await
         .unwrap();
     assert_eq!(response.status(), 200);
-    let started = std::time::Instant::now();
-    let read = tokio::time::timeout(Duration::from_secs(10), response.into_body().collect()).await;
-    assert!(
-        read.expect("the stalled stream was ended").is_err(),
-        "it ends in an error, not a clean end"
-    );
-    assert!(started.elapsed() < Duration::from_secs(10));
+    // Without the idle timeout the stream would end cleanly after 30 s:
+    // an error here is the timeout, with no wall-clock threshold.
+    let read = response.into_body().collect().await;
+    assert!(read.is_err(), "it ends in an error, not a clean end");
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(
         gw.gateway.in_flight(),

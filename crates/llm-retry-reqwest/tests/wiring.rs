@@ -13,7 +13,7 @@ use reqwest_middleware::{ClientBuilder, Middleware, Next};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use support::{fast_policy, mock, post, PROMPT};
+use support::{fast_policy, mock, PROMPT};
 
 /// Counts the calls it sees and tags the extensions with the count.
 #[derive(Clone, Default)]
@@ -74,32 +74,60 @@ async fn the_chain_below_sees_every_attempt_and_the_chain_above_one_call() {
     assert_eq!(extensions.get::<RetryReport>().unwrap().attempts, 3);
 }
 
-// On the real clock: B must be sent after A's 429 came back, which a
-// paused clock (advancing while sockets are busy) cannot promise.
+// On the real clock: B must be sent after A's 429 was judged, which a
+// paused clock (advancing while sockets are busy) cannot promise. The retry
+// hook says when: the gate is told of the hold before the hook fires.
 #[tokio::test]
 async fn the_default_middleware_is_the_whole_client_stack() {
-    // A's 429 names a 2 s wait. With the rate-limit gate, B (sent 200 ms
-    // after A's 429) waits it out in the gate instead of being sent into
-    // the same limit; without the gate it would be sent at once.
+    // A's 429 names a 2 s wait. With the rate-limit gate, B (sent once A's
+    // 429 was judged) waits it out in the gate behind A's resend, instead
+    // of being sent into the same limit; without the gate it would be sent
+    // at once, before A's resend.
     let mock = mock(Route::sequence_then(
         [Reply::rate_limited(Some(2))],
         Reply::anthropic_ok("served"),
     ))
     .await;
-    let client = support::client_with(RetryMiddleware::default());
+    let judged = Arc::new(tokio::sync::Notify::new());
+    let policy = llm_retry::RetryPolicy::default().with_hooks(llm_retry::on_retry({
+        let judged = Arc::clone(&judged);
+        move |_| judged.notify_one()
+    }));
+    let client = support::client_with(RetryMiddleware::new(policy));
+    let url = mock.url("/v1/messages");
     let a = tokio::spawn({
-        let (client, url) = (client.clone(), mock.url("/v1/messages"));
-        async move { client.post(url).body(PROMPT).send().await }
+        let (client, url) = (client.clone(), url.clone());
+        async move {
+            client
+                .post(url)
+                .header("x-who", "a")
+                .body(PROMPT)
+                .send()
+                .await
+        }
     });
-    while mock.request_count() == 0 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let b = post(&client, &mock).await.unwrap();
+    judged.notified().await;
+    let b = client
+        .post(&url)
+        .header("x-who", "b")
+        .body(PROMPT)
+        .send()
+        .await
+        .unwrap();
     let a = a.await.unwrap().unwrap();
     assert_eq!((a.status().as_u16(), b.status().as_u16()), (200, 200));
     let sent = mock.requests();
     assert_eq!(sent.len(), 3, "A twice, B once");
+    let order: Vec<_> = sent
+        .iter()
+        .map(|r| r.header_str("x-who").unwrap_or("?"))
+        .collect();
+    assert_eq!(
+        order,
+        ["a", "a", "b"],
+        "A's resend keeps its place ahead of B"
+    );
+    // A lower bound only: a loaded machine makes these later, never earlier.
     for later in &sent[1..] {
         let after = later.received_at - sent[0].received_at;
         assert!(

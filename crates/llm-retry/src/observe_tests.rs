@@ -6,11 +6,9 @@ use crate::{RetryLayer, RetryPolicy};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use tower::{Layer, ServiceExt};
 
-/// Runs `replies` through a RetryLayer and returns every metric recorded,
-/// as `(name, labels, value)`.
-fn record(
-    replies: Vec<Result<http::Response<http_body_util::Full<bytes::Bytes>>, crate::BoxError>>,
-) -> Vec<(String, Vec<String>, DebugValue)> {
+/// Every metric recorded while `run` runs on a paused current-thread
+/// runtime, as `(name, labels, value)`.
+fn recorded(run: impl std::future::Future<Output = ()>) -> Vec<(String, Vec<String>, DebugValue)> {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     metrics::with_local_recorder(&recorder, || {
@@ -19,14 +17,7 @@ fn record(
             .start_paused(true)
             .build()
             .unwrap();
-        runtime.block_on(async {
-            let budget = crate::budget::RetryBudget::default();
-            let policy = RetryPolicy::builder().budget(budget).build().unwrap();
-            let _ = RetryLayer::new(policy)
-                .layer(Upstream::new(replies))
-                .oneshot(request())
-                .await;
-        });
+        runtime.block_on(run);
     });
     snapshotter
         .snapshot()
@@ -41,6 +32,20 @@ fn record(
             (key.name().to_owned(), labels, value)
         })
         .collect()
+}
+
+/// Runs `replies` through a RetryLayer and returns every metric recorded.
+fn record(
+    replies: Vec<Result<http::Response<http_body_util::Full<bytes::Bytes>>, crate::BoxError>>,
+) -> Vec<(String, Vec<String>, DebugValue)> {
+    recorded(async {
+        let budget = crate::budget::RetryBudget::default();
+        let policy = RetryPolicy::builder().budget(budget).build().unwrap();
+        let _ = RetryLayer::new(policy)
+            .layer(Upstream::new(replies))
+            .oneshot(request())
+            .await;
+    })
 }
 
 #[test]
@@ -91,62 +96,37 @@ fn a_failover_counts_attempts_by_round_waits_and_its_end() {
     use std::sync::Arc;
     use std::time::Duration;
 
-    let recorder = DebuggingRecorder::new();
-    let snapshotter = recorder.snapshotter();
-    metrics::with_local_recorder(&recorder, || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .start_paused(true)
-            .build()
-            .unwrap();
-        runtime.block_on(async {
-            // A 429 naming 1 s, then a success.
-            let calls = Arc::new(AtomicU32::new(0));
-            let target = tower::service_fn(move |_: http::Request<Full<Bytes>>| {
-                let n = calls.fetch_add(1, Ordering::SeqCst);
-                async move {
-                    let status = if n == 0 { 429 } else { 200 };
-                    let response = http::Response::builder()
-                        .status(status)
-                        .header("retry-after", "1")
-                        .body(Full::<Bytes>::default())?;
-                    Ok::<_, crate::BoxError>(response)
-                }
-            });
-            let failover = Failover::builder(vec![Target::new(
-                "a",
-                tower::util::BoxCloneSyncService::new(target),
-            )])
-            .exhaustion_retry(ExhaustionRetry {
-                max_rounds: 1,
-                max_wait: Duration::from_secs(2),
-            })
-            .build()
-            .unwrap();
-            let response = failover
-                .oneshot(http::Request::new(Full::<Bytes>::default()))
-                .await
-                .unwrap();
-            assert_eq!(response.status(), 200);
+    let metrics = recorded(async {
+        // A 429 naming 1 s, then a success.
+        let calls = Arc::new(AtomicU32::new(0));
+        let target = tower::service_fn(move |_: http::Request<Full<Bytes>>| {
+            let n = calls.fetch_add(1, Ordering::SeqCst);
+            async move {
+                let status = if n == 0 { 429 } else { 200 };
+                let response = http::Response::builder()
+                    .status(status)
+                    .header("retry-after", "1")
+                    .body(Full::<Bytes>::default())?;
+                Ok::<_, crate::BoxError>(response)
+            }
         });
+        let failover = Failover::builder(vec![Target::new(
+            "a",
+            tower::util::BoxCloneSyncService::new(target),
+        )])
+        .exhaustion_retry(ExhaustionRetry::new(1, Duration::from_secs(2)))
+        .build()
+        .unwrap();
+        let response = failover
+            .oneshot(http::Request::new(Full::<Bytes>::default()))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
     });
-    let metrics: Vec<(String, Vec<String>)> = snapshotter
-        .snapshot()
-        .into_vec()
-        .into_iter()
-        .map(|(key, _, _, _)| {
-            let key = key.key();
-            let labels = key
-                .labels()
-                .map(|l| format!("{}={}", l.key(), l.value()))
-                .collect();
-            (key.name().to_owned(), labels)
-        })
-        .collect();
     let has = |name: &str, label: Option<&str>| {
         metrics
             .iter()
-            .any(|(n, l)| n == name && label.is_none_or(|label| l.iter().any(|x| x == label)))
+            .any(|(n, l, _)| n == name && label.is_none_or(|label| l.iter().any(|x| x == label)))
     };
     assert!(
         has("llm_retry_failover_attempts_total", Some("round=1")),

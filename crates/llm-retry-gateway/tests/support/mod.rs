@@ -115,3 +115,9 @@ pub fn rate_limited(secs: &str) -> llm_retry_mock::Reply {
     llm_retry_mock::Reply::anthropic_error(429, "rate_limit_error", "Rate limited")
         .header("retry-after", secs)
 }
+
+/// A config with `top` lines, then one route over one target at
+/// `base_url` with `target` lines in its table.
+pub fn one_target(base_url: &str, top: &str, target: &str) -> String {
+    format!("{top}\n[[route]]\nname = \"r\"\n[[route.target]]\nname = \"a\"\nbase_url = \"{base_url}\"\n{target}\n")
+}

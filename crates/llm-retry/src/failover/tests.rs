@@ -72,6 +72,12 @@ fn outcomes(report: &FailoverReport) -> Vec<(&str, u32, String)> {
         .collect()
 }
 
+/// A failover over `targets` allowing one further round after waits of up
+/// to 2 s.
+fn with_round<S>(targets: Vec<Target<S>>) -> FailoverBuilder<S> {
+    Failover::builder(targets).exhaustion_retry(rounds(2))
+}
+
 fn rounds(max_wait_secs: u64) -> ExhaustionRetry {
     ExhaustionRetry::new(1, Duration::from_secs(max_wait_secs))
 }
@@ -228,8 +234,7 @@ async fn a_further_round_starts_at_the_first_target_after_the_named_wait() {
     ]))
     .await;
     let b = upstream(Route::always(rate_limited("1"))).await;
-    let failover = Failover::builder(vec![target("a", &a), target("b", &b)])
-        .exhaustion_retry(rounds(2))
+    let failover = with_round(vec![target("a", &a), target("b", &b)])
         .build()
         .unwrap();
     let started = Instant::now();
@@ -262,8 +267,7 @@ async fn a_further_round_starts_at_the_first_target_after_the_named_wait() {
 async fn both_rounds_exhausted_hand_over_the_final_429_with_the_wait_left() {
     let a = upstream(Route::always(rate_limited("2"))).await;
     let b = upstream(Route::always(rate_limited("1"))).await;
-    let failover = Failover::builder(vec![target("a", &a), target("b", &b)])
-        .exhaustion_retry(rounds(2))
+    let failover = with_round(vec![target("a", &a), target("b", &b)])
         .build()
         .unwrap();
     let response = failover.oneshot(request()).await.unwrap();
@@ -308,10 +312,7 @@ async fn a_missing_or_malformed_wait_is_half_a_second_and_an_excessive_one_ends_
             None => Reply::anthropic_error(429, "rate_limit_error", "Rate limited"),
         };
         let a = upstream(Route::sequence([reply, Reply::anthropic_ok("a")])).await;
-        let failover = Failover::builder(vec![target("a", &a)])
-            .exhaustion_retry(rounds(2))
-            .build()
-            .unwrap();
+        let failover = with_round(vec![target("a", &a)]).build().unwrap();
         let started = Instant::now();
         let response = failover.oneshot(request()).await.unwrap();
         let report = report(&response);
@@ -343,8 +344,7 @@ async fn concurrent_waiters_do_not_wake_together_and_admission_is_bounded() {
         Reply::anthropic_ok("a"),
     ))
     .await;
-    let failover = Failover::builder(vec![target("a", &a)])
-        .exhaustion_retry(rounds(2))
+    let failover = with_round(vec![target("a", &a)])
         .max_waiting_rounds(6)
         .policy(crate::RetryPolicy::builder().seed(7).build().unwrap())
         .build()
@@ -378,8 +378,7 @@ async fn concurrent_waiters_do_not_wake_together_and_admission_is_bounded() {
 #[tokio::test(start_paused = true)]
 async fn dropping_a_waiting_request_gives_its_place_back_and_sends_nothing_more() {
     let a = upstream(Route::always(rate_limited("1"))).await;
-    let failover = Failover::builder(vec![target("a", &a)])
-        .exhaustion_retry(rounds(2))
+    let failover = with_round(vec![target("a", &a)])
         .max_waiting_rounds(1)
         .build()
         .unwrap();
@@ -410,8 +409,7 @@ async fn dropping_a_waiting_request_gives_its_place_back_and_sends_nothing_more(
 async fn shutdown_during_the_wait_hands_over_the_last_rejection_at_once() {
     let a = upstream(Route::always(rate_limited("1"))).await;
     let shutdown = Shutdown::new();
-    let failover = Failover::builder(vec![target("a", &a)])
-        .exhaustion_retry(rounds(2))
+    let failover = with_round(vec![target("a", &a)])
         .shutdown(shutdown.clone())
         .build()
         .unwrap();
@@ -450,8 +448,7 @@ async fn the_deadline_bounds_attempts_and_forbids_a_round_it_cannot_hold() {
         rate_limited("1").delay(Duration::from_millis(1400)),
     ))
     .await;
-    let failover = Failover::builder(vec![target("a", &a)])
-        .exhaustion_retry(rounds(2))
+    let failover = with_round(vec![target("a", &a)])
         .deadline(Duration::from_millis(2500))
         .build()
         .unwrap();
@@ -467,11 +464,10 @@ async fn an_ambiguous_attempt_lets_the_request_move_on_but_not_begin_another_rou
     ))
     .await;
     let b = upstream(Route::always(rate_limited("1"))).await;
-    let failover = Failover::builder(vec![
+    let failover = with_round(vec![
         target("slow", &slow).first_content_timeout(Duration::from_secs(1)),
         target("b", &b),
     ])
-    .exhaustion_retry(rounds(2))
     .build()
     .unwrap();
     let response = failover.oneshot(request()).await.unwrap();
@@ -491,8 +487,7 @@ async fn an_ambiguous_attempt_lets_the_request_move_on_but_not_begin_another_rou
 async fn a_state_bound_request_never_changes_targets() {
     let a = upstream(Route::always(rate_limited("1"))).await;
     let b = upstream(Route::always(Reply::anthropic_ok("b"))).await;
-    let failover = Failover::builder(vec![target("a", &a), target("b", &b)])
-        .exhaustion_retry(rounds(2))
+    let failover = with_round(vec![target("a", &a), target("b", &b)])
         .state_bound(|parts, _| parts.headers.contains_key("x-conversation"))
         .build()
         .unwrap();
@@ -764,8 +759,7 @@ async fn only_rate_limits_and_overloads_let_a_further_round_begin() {
     let dead = format!("http://{}", listener.local_addr().unwrap());
     drop(listener);
     let b = upstream(Route::always(rate_limited("1"))).await;
-    let failover = Failover::builder(vec![target_at("dead", dead), target("b", &b)])
-        .exhaustion_retry(rounds(2))
+    let failover = with_round(vec![target_at("dead", dead), target("b", &b)])
         .build()
         .unwrap();
     let response = failover.oneshot(request()).await.unwrap();
@@ -785,8 +779,7 @@ async fn a_deadline_inside_a_further_round_hands_over_the_kept_rejection() {
         Reply::anthropic_ok("late").delay(Duration::from_secs(30)),
     ]))
     .await;
-    let failover = Failover::builder(vec![target("a", &a)])
-        .exhaustion_retry(rounds(2))
+    let failover = with_round(vec![target("a", &a)])
         .deadline(Duration::from_secs(5))
         .build()
         .unwrap();
@@ -911,10 +904,7 @@ async fn no_rejection_body_is_alive_while_a_request_waits_for_its_next_round() {
         Target::new("a", BoxCloneSyncService::new(service.clone())),
         Target::new("b", BoxCloneSyncService::new(service)),
     ];
-    let failover = Failover::builder(targets)
-        .exhaustion_retry(rounds(2))
-        .build()
-        .unwrap();
+    let failover = with_round(targets).build().unwrap();
     let call = tokio::spawn(failover.oneshot(Request::new(Full::new(Bytes::from_static(b"{}")))));
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(calls.load(Ordering::SeqCst), 2, "round 1 done, waiting");
@@ -965,10 +955,7 @@ async fn a_named_wait_equal_to_max_wait_is_waited_out() {
         Reply::anthropic_ok("a"),
     ]))
     .await;
-    let failover = Failover::builder(vec![target("a", &a)])
-        .exhaustion_retry(rounds(2))
-        .build()
-        .unwrap();
+    let failover = with_round(vec![target("a", &a)]).build().unwrap();
     let response = failover.oneshot(request()).await.unwrap();
     assert_eq!(response.status(), 200);
     assert_eq!(report(&response).rounds, 2);
@@ -1027,8 +1014,7 @@ async fn a_cancellation_at_any_moment_around_the_second_dispatch_sends_nothing_a
             Reply::anthropic_ok("a").delay(Duration::from_secs(1)),
         ]))
         .await;
-        let failover = Failover::builder(vec![target("a", &a)])
-            .exhaustion_retry(rounds(2))
+        let failover = with_round(vec![target("a", &a)])
             .policy(crate::RetryPolicy::builder().seed(step).build().unwrap())
             .build()
             .unwrap();
