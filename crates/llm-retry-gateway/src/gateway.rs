@@ -28,6 +28,8 @@ pub struct Gateway {
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) routes: Vec<Route>,
+    /// Whether a route matches on the body's `model`.
+    pub(crate) routes_by_model: bool,
     pub(crate) max_body: usize,
     pub(crate) max_in_flight: usize,
     pub(crate) body_timeout: Duration,
@@ -70,6 +72,7 @@ impl Gateway {
             .map_err(|e| BuildError(e.to_string()))?;
         Ok(Gateway {
             shared: Arc::new(Shared {
+                routes_by_model: config.routes.iter().any(|r| !r.models.is_empty()),
                 routes,
                 max_body: config.max_body,
                 max_in_flight: config.max_in_flight,

@@ -99,8 +99,14 @@ pub(crate) async fn forward(State(shared): State<Arc<Shared>>, request: Request)
             )
         }
     };
-    let peek: Peek = serde_json::from_slice(&body).unwrap_or_default();
     let path = parts.uri.path().to_owned();
+    // The body is read for a model only when a route matches on one, and
+    // for provider state only on the Responses API.
+    let peek: Peek = if shared.routes_by_model || path.starts_with("/v1/responses") {
+        serde_json::from_slice(&body).unwrap_or_default()
+    } else {
+        Peek::default()
+    };
     let Some(route) = shared
         .routes
         .iter()
