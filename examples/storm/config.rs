@@ -19,6 +19,10 @@ pub(crate) struct Config {
     pub(crate) docs: Option<PathBuf>,
     /// Run only the policies whose label contains this (no docs written).
     pub(crate) only: Option<String>,
+    /// Run only the scenarios whose label contains this (no docs written).
+    pub(crate) scenarios: Option<String>,
+    /// A token quota the known-quota row is told: per minute, burst.
+    pub(crate) known_tokens: Option<(u32, u32)>,
 }
 
 const USAGE: &str = "\
@@ -35,10 +39,12 @@ usage: cargo run --release --example storm -- [options]
   --no-docs        print only, write nothing
   --only TEXT      run only the policies whose label contains TEXT; writes nothing
                                                            (STORM_ONLY)
+  --scenario TEXT  run only the scenarios whose label contains TEXT; writes nothing
+                                                           (STORM_SCENARIO)
 ";
 
 /// Option names and their environment variables.
-const OPTIONS: [(&str, &str); 9] = [
+const OPTIONS: [(&str, &str); 10] = [
     ("capacity", "STORM_CAPACITY"),
     ("burst", "STORM_BURST"),
     ("clients", "STORM_CLIENTS"),
@@ -48,6 +54,7 @@ const OPTIONS: [(&str, &str); 9] = [
     ("outage-secs", "STORM_OUTAGE_SECS"),
     ("docs", "STORM_DOCS"),
     ("only", "STORM_ONLY"),
+    ("scenario", "STORM_SCENARIO"),
 ];
 
 impl Config {
@@ -63,6 +70,8 @@ impl Config {
             outage: Duration::from_secs(3),
             docs: None,
             only: None,
+            scenarios: None,
+            known_tokens: None,
         }
     }
 
@@ -130,7 +139,12 @@ impl Config {
             latency: Duration::from_millis(num(&values, "latency-ms", 20)?),
             outage: Duration::from_secs_f64(num(&values, "outage-secs", 3.0)?),
             only: values.get("only").filter(|o| !o.is_empty()).cloned(),
-            docs: match (no_docs || values.contains_key("only"), values.get("docs")) {
+            scenarios: values.get("scenario").filter(|o| !o.is_empty()).cloned(),
+            known_tokens: None,
+            docs: match (
+                no_docs || values.contains_key("only") || values.contains_key("scenario"),
+                values.get("docs"),
+            ) {
                 (true, _) => None,
                 (false, Some(dir)) if dir.is_empty() => None,
                 (false, Some(dir)) => Some(PathBuf::from(dir)),
@@ -152,6 +166,13 @@ impl Config {
     /// Whether `label`'s policy runs.
     pub(crate) fn runs(&self, label: &str) -> bool {
         self.only
+            .as_ref()
+            .is_none_or(|only| label.contains(only.as_str()))
+    }
+
+    /// Whether `label`'s scenario runs.
+    pub(crate) fn runs_scenario(&self, label: &str) -> bool {
+        self.scenarios
             .as_ref()
             .is_none_or(|only| label.contains(only.as_str()))
     }

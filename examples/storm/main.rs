@@ -48,6 +48,8 @@ mod config;
 mod findings;
 mod findings_outage;
 mod markdown;
+mod matrix;
+mod matrix_report;
 mod models;
 mod policies;
 #[path = "../support/progress.rs"]
@@ -63,6 +65,7 @@ mod upstream;
 
 use config::Config;
 use llm_retry::BoxError;
+use matrix::Shaped;
 use policies::Policy;
 use scenario::Scenario;
 
@@ -95,8 +98,10 @@ async fn main() -> Result<(), BoxError> {
         config.logical_requests()
     );
     let mut rate = Vec::new();
-    for policy in Policy::ALL.into_iter().filter(|p| config.runs(p.label())) {
-        rate.push(run::run(&config, policy, Scenario::RateLimit).await?);
+    if config.runs_scenario(Scenario::RateLimit.label()) {
+        for policy in Policy::ALL.into_iter().filter(|p| config.runs(p.label())) {
+            rate.push(run::run(&config, policy, Scenario::RateLimit).await?);
+        }
     }
     eprintln!(
         "outage ({:.0} s closed loop, 503 from {:.1} s to {:.1} s):",
@@ -105,11 +110,31 @@ async fn main() -> Result<(), BoxError> {
         window.end.as_secs_f64()
     );
     let mut outage = Vec::new();
-    for policy in Policy::ALL.into_iter().filter(|p| config.runs(p.label())) {
-        outage.push(run::run(&config, policy, Scenario::Outage).await?);
+    if config.runs_scenario(Scenario::Outage.label()) {
+        for policy in Policy::ALL.into_iter().filter(|p| config.runs(p.label())) {
+            outage.push(run::run(&config, policy, Scenario::Outage).await?);
+        }
+    }
+    let mut shaped = Vec::new();
+    for scenario in Shaped::ALL
+        .into_iter()
+        .filter(|s| config.runs_scenario(s.label()))
+    {
+        let cell_config = scenario.config(&config);
+        eprintln!("{} ({}):", scenario.label(), cell_config.logical_requests());
+        let mut runs = Vec::new();
+        for policy in Policy::ALL.into_iter().filter(|p| config.runs(p.label())) {
+            runs.push(run::run(&cell_config, policy, Scenario::Shaped(scenario)).await?);
+        }
+        eprint!("{}", matrix_report::brief(&cell_config, scenario, &runs));
+        shaped.push((scenario, cell_config, runs));
+    }
+    if rate.is_empty() || outage.is_empty() {
+        return Ok(());
     }
 
-    let md = markdown::markdown(&config, &machine, &rate, &outage);
+    let mut md = markdown::markdown(&config, &machine, &rate, &outage);
+    md.push_str(&matrix_report::matrix(&config, &rate, &outage, &shaped));
     println!("{md}");
     if let Some(dir) = &config.docs {
         std::fs::create_dir_all(dir)?;

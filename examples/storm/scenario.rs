@@ -2,6 +2,7 @@
 //! sending.
 
 use crate::config::Config;
+use crate::matrix::Shaped;
 use crate::upstream::PATH;
 use llm_retry_mock::{Reply, Route, Script};
 use tokio::time::Instant;
@@ -13,6 +14,8 @@ pub(crate) enum Scenario {
     RateLimit,
     /// Closed loop for the ideal duration, 503 for a window in the middle.
     Outage,
+    /// Fixed requests per client against a provider-shaped limit.
+    Shaped(Shaped),
 }
 
 impl Scenario {
@@ -20,12 +23,16 @@ impl Scenario {
         match self {
             Scenario::RateLimit => "rate limit",
             Scenario::Outage => "outage",
+            Scenario::Shaped(shaped) => shaped.label(),
         }
     }
 
     /// The mock upstream's script: C requests/s with a burst, each reply
     /// after the fixed response time; in the outage, 503 inside the window.
     pub(crate) fn script(self, config: &Config) -> Script {
+        if let Scenario::Shaped(shaped) = self {
+            return shaped.script(config);
+        }
         let latency = config.latency;
         let ok = Route::always(Reply::anthropic_ok("Hello! How can I help?").delay(latency));
         let limited = Route::capacity(
@@ -36,7 +43,7 @@ impl Scenario {
         );
         let route = match self {
             Scenario::RateLimit => limited,
-            Scenario::Outage => Route::outage(
+            Scenario::Outage | Scenario::Shaped(_) => Route::outage(
                 config.outage_window(),
                 Reply::anthropic_error(503, "api_error", "Service unavailable").delay(latency),
                 limited,
@@ -49,7 +56,7 @@ impl Scenario {
     /// started at `t0`: `None` is after a fixed count each.
     pub(crate) fn deadline(self, config: &Config, t0: Instant) -> Option<Instant> {
         match self {
-            Scenario::RateLimit => None,
+            Scenario::RateLimit | Scenario::Shaped(_) => None,
             Scenario::Outage => Some(t0 + config.ideal_duration()),
         }
     }
@@ -57,7 +64,7 @@ impl Scenario {
     /// How many logical requests the run will have, if known up front.
     pub(crate) fn total(self, config: &Config) -> Option<usize> {
         match self {
-            Scenario::RateLimit => Some(config.logical_requests()),
+            Scenario::RateLimit | Scenario::Shaped(_) => Some(config.logical_requests()),
             Scenario::Outage => None,
         }
     }

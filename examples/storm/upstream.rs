@@ -17,6 +17,25 @@ use std::task::{Context, Poll};
 pub(crate) const PATH: &str = "/v1/messages";
 const ID_HEADER: &str = "x-storm-request";
 const PROMPT: &str = r#"{"model":"claude-sonnet-4-5","max_tokens":256,"messages":[{"role":"user","content":"Hello"}]}"#;
+/// One request in ten asks for a long answer: what a tokens-per-minute
+/// quota notices.
+const LARGE_PROMPT: &str = r#"{"model":"claude-sonnet-4-5","max_tokens":8192,"messages":[{"role":"user","content":"Write the report"}]}"#;
+
+/// The body of request `id`: every tenth is large.
+pub(crate) fn prompt(id: u64) -> &'static str {
+    if id % 10 == 9 {
+        LARGE_PROMPT
+    } else {
+        PROMPT
+    }
+}
+
+/// The token costs of a small and a large request, as the mock counts
+/// them (`max_tokens` plus a quarter of the bytes).
+pub(crate) fn token_costs() -> (u64, u64) {
+    let cost = |body: &str, max: u64| max + (body.len() as u64).div_ceil(4);
+    (cost(PROMPT, 256), cost(LARGE_PROMPT, 8192))
+}
 
 /// One logical request's HTTP request, tagged with its id.
 pub(crate) fn request(url: &str, id: u64) -> Result<Request<Full<Bytes>>, BoxError> {
@@ -25,7 +44,7 @@ pub(crate) fn request(url: &str, id: u64) -> Result<Request<Full<Bytes>>, BoxErr
         .header("anthropic-version", "2023-06-01")
         .header("x-api-key", "sk-ant-storm-not-a-real-key")
         .header(ID_HEADER, id.to_string())
-        .body(Full::new(Bytes::from_static(PROMPT.as_bytes())))?)
+        .body(Full::new(Bytes::from_static(prompt(id).as_bytes())))?)
 }
 
 /// The logical request a send belongs to.

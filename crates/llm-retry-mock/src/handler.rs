@@ -67,6 +67,17 @@ where
         .and_then(|v| v.parse::<usize>().ok());
     let (bytes, read) = read_body(body, cap, hint).await;
     let path = parts.uri.path().to_owned();
+    let reply = match read {
+        BodyRead::Complete => Some(shared.router.select(&path, &bytes)),
+        BodyRead::TooLarge => {
+            let reply = shared.router.too_large();
+            Some(match parts.version {
+                Version::HTTP_10 | Version::HTTP_11 => reply.header("connection", "close"),
+                _ => reply,
+            })
+        }
+        BodyRead::Broken => None,
+    };
     shared.records.push(RecordedRequest {
         method: parts.method,
         path,
@@ -74,16 +85,8 @@ where
         body: bytes,
         received_at,
     });
-    let reply = match read {
-        BodyRead::Complete => shared.router.select(parts.uri.path()),
-        BodyRead::TooLarge => {
-            let reply = shared.router.too_large();
-            match parts.version {
-                Version::HTTP_10 | Version::HTTP_11 => reply.header("connection", "close"),
-                _ => reply,
-            }
-        }
-        BodyRead::Broken => return Err(NoResponse::BrokenRequest),
+    let Some(reply) = reply else {
+        return Err(NoResponse::BrokenRequest);
     };
     match reply {
         Reply::ResetBeforeHeaders { delay } => {

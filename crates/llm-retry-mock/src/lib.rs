@@ -94,6 +94,8 @@ mod bucket;
 mod canned;
 mod conn;
 mod handler;
+mod limit;
+mod limiter;
 mod record;
 mod reply;
 mod router;
@@ -101,6 +103,7 @@ mod script;
 mod server;
 mod sse;
 
+pub use limit::{Limit, Quota, Shape};
 pub use record::RecordedRequest;
 pub use reply::{Reply, ResponseReply};
 pub use script::{Route, Script, DEFAULT_MAX_REQUEST_BODY};

@@ -10,8 +10,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::bucket::TokenBucket;
+use crate::limiter::{token_cost, Limiter, Verdict};
 use crate::reply::Reply;
-use crate::script::{path_salt, Capacity, Outage, Picker, Route, RouteKind, Script};
+use crate::script::{path_salt, Capacity, Limited, Outage, Picker, Route, RouteKind, Script};
 
 /// Salt for the fallback route, distinct from any path's FNV hash in practice.
 const FALLBACK_SALT: u64 = 0x6C6C_6D2D_6D6F_636B;
@@ -39,6 +40,11 @@ enum Node {
         window: Range<Duration>,
         during: Reply,
         otherwise: Box<Node>,
+    },
+    Limited {
+        limiter: Limiter,
+        when_limited: Reply,
+        admitted: Box<Node>,
     },
 }
 
@@ -74,10 +80,22 @@ impl Node {
                     otherwise: Box::new(Node::new(otherwise, started)),
                 }
             }
+            RouteKind::Limited(l) => {
+                let Limited {
+                    limit,
+                    when_limited,
+                    admitted,
+                } = *l;
+                Node::Limited {
+                    limiter: Limiter::new(&limit, started),
+                    when_limited,
+                    admitted: Box::new(Node::new(admitted, started)),
+                }
+            }
         }
     }
 
-    fn next(&self, seed: u64, salt: u64, started: Instant) -> Reply {
+    fn next(&self, body: &[u8], seed: u64, salt: u64, started: Instant) -> Reply {
         match self {
             Node::Pick { picker, hits } => {
                 let nth = hits.fetch_add(1, Ordering::Relaxed);
@@ -94,7 +112,7 @@ impl Node {
                 when_empty,
                 admitted,
             } => match bucket.take(Instant::now()) {
-                Ok(()) => admitted.next(seed, salt, started),
+                Ok(()) => admitted.next(body, seed, salt, started),
                 Err(wait) => with_wait_headers(when_empty.clone(), wait),
             },
             Node::Outage {
@@ -106,7 +124,30 @@ impl Node {
                 if window.contains(&since_start) {
                     during.clone()
                 } else {
-                    otherwise.next(seed, salt, started)
+                    otherwise.next(body, seed, salt, started)
+                }
+            }
+            Node::Limited {
+                limiter,
+                when_limited,
+                admitted,
+            } => {
+                let cost = if limiter.counts_tokens() {
+                    token_cost(body)
+                } else {
+                    0
+                };
+                let now = Instant::now();
+                match limiter.decide(cost, now, when_limited) {
+                    Verdict::Refused(reply) => reply,
+                    Verdict::Admitted(headers) => {
+                        let mut reply = admitted.next(body, seed, salt, started);
+                        limiter.busy_until(now + reply.busy_for());
+                        for (name, value) in headers {
+                            reply = reply.header(name, &value);
+                        }
+                        reply
+                    }
                 }
             }
         }
@@ -175,10 +216,11 @@ impl Router {
         self.max_request_body
     }
 
-    /// The reply for the next request to `path`; counts it.
-    pub(crate) fn select(&self, path: &str) -> Reply {
+    /// The reply for the next request to `path`, whose body is `body`;
+    /// counts it.
+    pub(crate) fn select(&self, path: &str, body: &[u8]) -> Reply {
         match self.routes.get(path).or(self.fallback.as_ref()) {
-            Some(slot) => slot.node.next(self.seed, slot.salt, self.started),
+            Some(slot) => slot.node.next(body, self.seed, slot.salt, self.started),
             None => Reply::anthropic_error(
                 404,
                 "not_found_error",

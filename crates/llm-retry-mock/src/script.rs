@@ -8,6 +8,7 @@
 use std::ops::Range;
 use std::time::Duration;
 
+use crate::limit::Limit;
 use crate::reply::Reply;
 
 /// Default cap on a request body: 64 MiB.
@@ -122,6 +123,8 @@ pub(crate) enum RouteKind {
     Capacity(Box<Capacity>),
     /// A window of `during` replies in front of `otherwise`.
     Outage(Box<Outage>),
+    /// A provider-shaped limit in front of `admitted`.
+    Limited(Box<Limited>),
 }
 
 /// The nth reply of a sequence or a mix.
@@ -143,6 +146,14 @@ pub(crate) struct Capacity {
     pub(crate) per_second: u32,
     pub(crate) burst: u32,
     pub(crate) when_empty: Reply,
+    pub(crate) admitted: Route,
+}
+
+/// See [`Route::limited`].
+#[derive(Debug, Clone)]
+pub(crate) struct Limited {
+    pub(crate) limit: Limit,
+    pub(crate) when_limited: Reply,
     pub(crate) admitted: Route,
 }
 
@@ -270,6 +281,47 @@ impl Route {
                 window,
                 during,
                 otherwise,
+            })),
+        }
+    }
+}
+
+impl Route {
+    /// An upstream limited the way a provider limits an API key: a request
+    /// quota, optionally a token quota and a ceiling on requests in flight,
+    /// each stated in every answer's headers in the [`Shape`](crate::Shape)
+    /// of one provider ([`Limit`]).
+    ///
+    /// A request over the in-flight ceiling gets `529 overloaded_error`
+    /// with no wait. One the quotas cannot admit gets `when_limited` with
+    /// the shape's rate-limit headers and its wait headers for the time
+    /// until both quotas admit it (none when its token cost exceeds what
+    /// the token quota ever holds). One admitted is answered by `admitted`,
+    /// with the shape's rate-limit headers added. Quota units are taken
+    /// when the request's body has arrived; a request is in flight from
+    /// then until its reply's delays are over. Each
+    /// [`MockServer`](crate::MockServer) has its own limits; time is the
+    /// tokio clock.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use llm_retry_mock::{Limit, Quota, Reply, Route, Shape};
+    ///
+    /// // Azure-shaped: 600 requests per minute window.
+    /// let route = Route::limited(
+    ///     Limit::new(Quota::Window { limit: 600, length: Duration::from_secs(60) })
+    ///         .shape(Shape::Azure),
+    ///     Reply::rate_limited(None),
+    ///     Route::always(Reply::openai_ok("hi")),
+    /// );
+    /// # let _ = route;
+    /// ```
+    pub fn limited(limit: Limit, when_limited: Reply, admitted: Route) -> Route {
+        Route {
+            kind: RouteKind::Limited(Box::new(Limited {
+                limit,
+                when_limited,
+                admitted,
             })),
         }
     }

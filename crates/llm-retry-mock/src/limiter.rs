@@ -1,0 +1,529 @@
+//! A running [`Limit`]: quota levels, windows and requests in flight on the
+//! tokio clock, and the headers each answer carries.
+//!
+//! Bucket levels are kept in nano-units (one unit = 10⁹), as in
+//! `bucket.rs`, so refills are exact for every rate.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, SystemTime};
+
+use tokio::time::Instant;
+
+use crate::limit::{Limit, Quota, Shape};
+use crate::reply::Reply;
+
+const UNIT: u128 = 1_000_000_000;
+
+/// One quota's state.
+#[derive(Debug)]
+enum Level {
+    Bucket {
+        per_second: u128,
+        capacity: u128,
+        /// Nano-units at `at`.
+        level: u128,
+        at: Instant,
+    },
+    Window {
+        limit: u64,
+        length: Duration,
+        start: Instant,
+        used: u64,
+    },
+}
+
+impl Level {
+    fn new(quota: Quota, spent: bool, now: Instant) -> Level {
+        match quota {
+            Quota::Bucket { per_second, burst } => {
+                let capacity = u128::from(burst.max(1)) * UNIT;
+                Level::Bucket {
+                    per_second: u128::from(per_second),
+                    capacity,
+                    level: if spent { 0 } else { capacity },
+                    at: now,
+                }
+            }
+            Quota::Window { limit, length } => Level::Window {
+                limit,
+                length: length.max(Duration::from_millis(1)),
+                start: now,
+                used: if spent { limit } else { 0 },
+            },
+        }
+    }
+
+    /// Brings the level to `now`: refill, or a new window.
+    fn advance(&mut self, now: Instant) {
+        match self {
+            Level::Bucket {
+                per_second,
+                capacity,
+                level,
+                at,
+            } => {
+                if now > *at {
+                    let refill = now
+                        .duration_since(*at)
+                        .as_nanos()
+                        .saturating_mul(*per_second);
+                    *level = level.saturating_add(refill).min(*capacity);
+                    *at = now;
+                }
+            }
+            Level::Window {
+                length,
+                start,
+                used,
+                ..
+            } => {
+                let elapsed = now.saturating_duration_since(*start);
+                if elapsed >= *length {
+                    let windows = elapsed.as_nanos() / length.as_nanos();
+                    let step = length.as_nanos().saturating_mul(windows);
+                    *start += Duration::from_nanos(u64::try_from(step).unwrap_or(u64::MAX));
+                    *used = 0;
+                }
+            }
+        }
+    }
+
+    /// Whole units left.
+    fn remaining(&self) -> u64 {
+        match self {
+            Level::Bucket { level, .. } => u64::try_from(level / UNIT).unwrap_or(u64::MAX),
+            Level::Window { limit, used, .. } => limit.saturating_sub(*used),
+        }
+    }
+
+    /// The most the quota ever holds.
+    fn limit(&self) -> u64 {
+        match self {
+            Level::Bucket { capacity, .. } => u64::try_from(capacity / UNIT).unwrap_or(u64::MAX),
+            Level::Window { limit, .. } => *limit,
+        }
+    }
+
+    /// Until the quota is full again (a bucket refilled, a window reset).
+    fn reset_in(&self, now: Instant) -> Duration {
+        match self {
+            Level::Bucket {
+                per_second,
+                capacity,
+                level,
+                ..
+            } => match *per_second {
+                0 => Duration::ZERO,
+                rate => nanos((capacity - level).div_ceil(rate)),
+            },
+            Level::Window { length, start, .. } => {
+                (*start + *length).saturating_duration_since(now)
+            }
+        }
+    }
+
+    /// Until `cost` units are there, if ever (zero when they are now).
+    fn wait_for(&self, cost: u64, now: Instant) -> Option<Duration> {
+        if cost > self.limit() {
+            return None;
+        }
+        match self {
+            Level::Bucket {
+                per_second, level, ..
+            } => {
+                let need = u128::from(cost) * UNIT;
+                match (need.saturating_sub(*level), *per_second) {
+                    (0, _) => Some(Duration::ZERO),
+                    (_, 0) => None,
+                    (missing, rate) => Some(nanos(missing.div_ceil(rate))),
+                }
+            }
+            Level::Window { limit, used, .. } => {
+                if used.saturating_add(cost) <= *limit {
+                    Some(Duration::ZERO)
+                } else {
+                    Some(self.reset_in(now))
+                }
+            }
+        }
+    }
+
+    fn take(&mut self, cost: u64) {
+        match self {
+            Level::Bucket { level, .. } => {
+                *level = level.saturating_sub(u128::from(cost) * UNIT);
+            }
+            Level::Window { used, .. } => *used = used.saturating_add(cost),
+        }
+    }
+}
+
+fn nanos(n: u128) -> Duration {
+    Duration::from_nanos(u64::try_from(n).unwrap_or(u64::MAX))
+}
+
+#[derive(Debug)]
+struct State {
+    requests: Level,
+    tokens: Option<Level>,
+    /// When each admitted request's reply is over, soonest first.
+    in_flight: BinaryHeap<Reverse<Instant>>,
+}
+
+/// A [`Limit`] in force on one server.
+#[derive(Debug)]
+pub(crate) struct Limiter {
+    shape: Shape,
+    max_in_flight: Option<u32>,
+    state: Mutex<State>,
+}
+
+/// What the limiter made of one request.
+pub(crate) enum Verdict {
+    /// Admitted: answer with the admitted route, adding these headers; call
+    /// [`Limiter::busy_until`] once the reply is known.
+    Admitted(Vec<(&'static str, String)>),
+    /// Refused: this reply.
+    Refused(Reply),
+}
+
+impl Limiter {
+    pub(crate) fn new(limit: &Limit, now: Instant) -> Limiter {
+        let spent = limit.first_window_spent;
+        Limiter {
+            shape: limit.shape,
+            max_in_flight: limit.max_in_flight,
+            state: Mutex::new(State {
+                requests: Level::new(limit.requests, spent, now),
+                tokens: limit.tokens.map(|q| Level::new(q, spent, now)),
+                in_flight: BinaryHeap::new(),
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Every update is a few integer stores; a panic elsewhere cannot
+        // leave the state torn.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether the limiter counts tokens (and so needs a request's cost).
+    pub(crate) fn counts_tokens(&self) -> bool {
+        self.lock().tokens.is_some()
+    }
+
+    /// Admits or refuses a request costing `cost` tokens at `now`.
+    /// `when_limited` is the 429 to send; its wait headers are added here.
+    pub(crate) fn decide(&self, cost: u64, now: Instant, when_limited: &Reply) -> Verdict {
+        let mut state = self.lock();
+        state.requests.advance(now);
+        if let Some(tokens) = &mut state.tokens {
+            tokens.advance(now);
+        }
+        if let Some(max) = self.max_in_flight {
+            while state.in_flight.peek().is_some_and(|end| end.0 <= now) {
+                state.in_flight.pop();
+            }
+            if state.in_flight.len() >= usize::try_from(max).unwrap_or(usize::MAX) {
+                return Verdict::Refused(Reply::overloaded());
+            }
+        }
+        let request_wait = state.requests.wait_for(1, now);
+        let token_wait = state.tokens.as_ref().map(|t| t.wait_for(cost, now));
+        let wait = match (request_wait, token_wait) {
+            (Some(r), None) => Some(r),
+            (Some(r), Some(Some(t))) => Some(r.max(t)),
+            (None, _) | (_, Some(None)) => None,
+        };
+        if wait != Some(Duration::ZERO) {
+            let mut reply = when_limited.clone();
+            for (name, value) in self.headers(&state, now) {
+                reply = reply.header(name, &value);
+            }
+            return Verdict::Refused(self.with_wait(reply, wait));
+        }
+        state.requests.take(1);
+        if let Some(tokens) = &mut state.tokens {
+            tokens.take(cost);
+        }
+        Verdict::Admitted(self.headers(&state, now))
+    }
+
+    /// An admitted request's reply is over at `end`.
+    pub(crate) fn busy_until(&self, end: Instant) {
+        if self.max_in_flight.is_some() {
+            self.lock().in_flight.push(Reverse(end));
+        }
+    }
+
+    /// The headers every answer carries in this shape.
+    fn headers(&self, state: &State, now: Instant) -> Vec<(&'static str, String)> {
+        let quotas = [
+            ("requests", Some(&state.requests)),
+            ("tokens", state.tokens.as_ref()),
+        ];
+        let mut headers = Vec::new();
+        for (what, level) in quotas {
+            let Some(level) = level else { continue };
+            let (limit, remaining) = (level.limit().to_string(), level.remaining().to_string());
+            let reset = level.reset_in(now);
+            match (self.shape, what) {
+                (Shape::Exact, _) => {}
+                (Shape::Anthropic, "requests") => {
+                    headers.push(("anthropic-ratelimit-requests-limit", limit));
+                    headers.push(("anthropic-ratelimit-requests-remaining", remaining));
+                    headers.push(("anthropic-ratelimit-requests-reset", rfc3339(reset)));
+                }
+                (Shape::Anthropic, _) => {
+                    headers.push(("anthropic-ratelimit-tokens-limit", limit));
+                    headers.push(("anthropic-ratelimit-tokens-remaining", remaining));
+                    headers.push(("anthropic-ratelimit-tokens-reset", rfc3339(reset)));
+                }
+                (Shape::OpenAi, "requests") => {
+                    headers.push(("x-ratelimit-limit-requests", limit));
+                    headers.push(("x-ratelimit-remaining-requests", remaining));
+                    headers.push(("x-ratelimit-reset-requests", go_duration(reset)));
+                }
+                (Shape::OpenAi, _) => {
+                    headers.push(("x-ratelimit-limit-tokens", limit));
+                    headers.push(("x-ratelimit-remaining-tokens", remaining));
+                    headers.push(("x-ratelimit-reset-tokens", go_duration(reset)));
+                }
+                (Shape::Azure, "requests") => {
+                    headers.push(("x-ratelimit-remaining-requests", remaining));
+                }
+                (Shape::Azure, _) => headers.push(("x-ratelimit-remaining-tokens", remaining)),
+            }
+        }
+        headers
+    }
+
+    /// The wait headers of a 429 in this shape, each unless the reply
+    /// already carries it.
+    fn with_wait(&self, reply: Reply, wait: Option<Duration>) -> Reply {
+        let Some(wait) = wait else { return reply };
+        let nanos = wait.as_nanos();
+        let ms = nanos.div_ceil(1_000_000).max(1).to_string();
+        let secs = nanos.div_ceil(1_000_000_000).max(1).to_string();
+        let mut reply = reply;
+        let with_ms = !matches!(self.shape, Shape::Anthropic);
+        if with_ms && !reply.has_header("retry-after-ms") {
+            reply = reply.header("retry-after-ms", &ms);
+        }
+        if !reply.has_header("retry-after") {
+            reply = reply.header("retry-after", &secs);
+        }
+        reply
+    }
+}
+
+/// The wall-clock instant `after` from now, as RFC 3339 (UTC, whole seconds
+/// rounded up, as Anthropic sends it).
+fn rfc3339(after: Duration) -> String {
+    let at = SystemTime::now() + after;
+    let rounded = match at.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(since) => {
+            SystemTime::UNIX_EPOCH
+                + Duration::from_secs(since.as_secs() + u64::from(since.subsec_nanos() > 0))
+        }
+        Err(_) => at,
+    };
+    humantime::format_rfc3339_seconds(rounded).to_string()
+}
+
+/// A Go duration as OpenAI sends it: `120ms`, `1.5s`, `6m0s`.
+fn go_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1000 {
+        return format!("{ms}ms");
+    }
+    let (mins, rest_ms) = (ms / 60_000, ms % 60_000);
+    let secs = format!("{}.{:03}", rest_ms / 1000, rest_ms % 1000);
+    let secs = secs.trim_end_matches('0').trim_end_matches('.');
+    if mins == 0 {
+        format!("{secs}s")
+    } else {
+        format!("{mins}m{secs}s")
+    }
+}
+
+/// What a request body costs in tokens: its output cap plus a quarter of
+/// its bytes.
+pub(crate) fn token_cost(body: &[u8]) -> u64 {
+    let input = u64::try_from(body.len().div_ceil(4)).unwrap_or(u64::MAX);
+    let output = serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| {
+            ["max_tokens", "max_output_tokens", "max_completion_tokens"]
+                .iter()
+                .find_map(|k| v.get(k).and_then(serde_json::Value::as_u64))
+        })
+        .unwrap_or(0);
+    input.saturating_add(output)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    fn header<'a>(headers: &'a [(&'static str, String)], name: &str) -> Option<&'a str> {
+        headers
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn refused_headers(verdict: Verdict) -> http::HeaderMap {
+        match verdict {
+            Verdict::Refused(Reply::Response(r)) => r.headers(),
+            _ => panic!("expected a refusal"),
+        }
+    }
+
+    #[test]
+    fn go_durations_read_like_openais() {
+        assert_eq!(go_duration(ms(120)), "120ms");
+        assert_eq!(go_duration(ms(0)), "0ms");
+        assert_eq!(go_duration(ms(1500)), "1.5s");
+        assert_eq!(go_duration(ms(1000)), "1s");
+        assert_eq!(go_duration(ms(360_000)), "6m0s");
+        assert_eq!(go_duration(ms(61_250)), "1m1.25s");
+    }
+
+    #[test]
+    fn token_cost_is_output_cap_plus_a_quarter_of_the_bytes() {
+        let body = br#"{"max_tokens":100,"x":"aaaa"}"#;
+        assert_eq!(token_cost(body), 100 + body.len().div_ceil(4) as u64);
+        assert_eq!(token_cost(b"not json"), 2);
+        assert_eq!(token_cost(br#"{"max_output_tokens":7}"#), 7 + 6);
+    }
+
+    #[test]
+    fn a_window_resets_whole_and_names_its_end() {
+        let t0 = Instant::now();
+        let limit = Limit::new(Quota::Window {
+            limit: 2,
+            length: ms(1000),
+        })
+        .shape(Shape::Azure);
+        let limiter = Limiter::new(&limit, t0);
+        let when = Reply::rate_limited(None);
+        for left in ["1", "0"] {
+            match limiter.decide(0, t0 + ms(100), &when) {
+                Verdict::Admitted(h) => {
+                    assert_eq!(header(&h, "x-ratelimit-remaining-requests"), Some(left));
+                }
+                Verdict::Refused(_) => panic!("the window admits two"),
+            }
+        }
+        let h = refused_headers(limiter.decide(0, t0 + ms(250), &when));
+        assert_eq!(h["retry-after-ms"], "750");
+        assert_eq!(h["retry-after"], "1");
+        assert!(matches!(
+            limiter.decide(0, t0 + ms(1000), &when),
+            Verdict::Admitted(_)
+        ));
+    }
+
+    #[test]
+    fn a_spent_first_window_tells_everyone_the_same_reset() {
+        let t0 = Instant::now();
+        let limit = Limit::new(Quota::Window {
+            limit: 100,
+            length: ms(1000),
+        })
+        .first_window_spent();
+        let limiter = Limiter::new(&limit, t0);
+        let when = Reply::rate_limited(None);
+        for at in [0, 300, 999] {
+            let h = refused_headers(limiter.decide(0, t0 + ms(at), &when));
+            assert_eq!(h["retry-after"], "1");
+        }
+        assert!(matches!(
+            limiter.decide(0, t0 + ms(1000), &when),
+            Verdict::Admitted(_)
+        ));
+    }
+
+    #[test]
+    fn anthropic_shape_rounds_the_wait_up_to_seconds_and_states_the_bucket() {
+        let t0 = Instant::now();
+        let limit = Limit::new(Quota::Bucket {
+            per_second: 10,
+            burst: 1,
+        })
+        .shape(Shape::Anthropic);
+        let limiter = Limiter::new(&limit, t0);
+        let when = Reply::rate_limited(None);
+        let Verdict::Admitted(h) = limiter.decide(0, t0, &when) else {
+            panic!("a full bucket admits");
+        };
+        assert_eq!(
+            header(&h, "anthropic-ratelimit-requests-remaining"),
+            Some("0")
+        );
+        assert_eq!(header(&h, "anthropic-ratelimit-requests-limit"), Some("1"));
+        assert!(header(&h, "anthropic-ratelimit-requests-reset").is_some_and(|v| v.ends_with('Z')));
+        let h = refused_headers(limiter.decide(0, t0 + ms(10), &when));
+        assert_eq!(h["retry-after"], "1");
+        assert!(!h.contains_key("retry-after-ms"));
+    }
+
+    #[test]
+    fn tokens_bind_large_requests_only() {
+        let t0 = Instant::now();
+        let limit = Limit::new(Quota::Bucket {
+            per_second: 1000,
+            burst: 1000,
+        })
+        .tokens(Quota::Bucket {
+            per_second: 100,
+            burst: 1000,
+        })
+        .shape(Shape::OpenAi);
+        let limiter = Limiter::new(&limit, t0);
+        let when = Reply::rate_limited(None);
+        assert!(matches!(
+            limiter.decide(900, t0, &when),
+            Verdict::Admitted(_)
+        ));
+        let h = refused_headers(limiter.decide(900, t0, &when));
+        assert_eq!(h["retry-after-ms"], "8000");
+        assert_eq!(h["x-ratelimit-remaining-tokens"], "100");
+        assert!(matches!(
+            limiter.decide(50, t0, &when),
+            Verdict::Admitted(_)
+        ));
+        // More than the bucket ever holds: refused with no wait named.
+        let h = refused_headers(limiter.decide(5000, t0, &when));
+        assert!(!h.contains_key("retry-after"));
+    }
+
+    #[test]
+    fn past_the_in_flight_ceiling_the_answer_is_529() {
+        let t0 = Instant::now();
+        let limit = Limit::new(Quota::Bucket {
+            per_second: 1000,
+            burst: 1000,
+        })
+        .max_in_flight(1);
+        let limiter = Limiter::new(&limit, t0);
+        let when = Reply::rate_limited(None);
+        assert!(matches!(limiter.decide(0, t0, &when), Verdict::Admitted(_)));
+        limiter.busy_until(t0 + ms(100));
+        match limiter.decide(0, t0 + ms(50), &when) {
+            Verdict::Refused(Reply::Response(r)) => assert_eq!(r.status().as_u16(), 529),
+            _ => panic!("expected 529"),
+        }
+        assert!(matches!(
+            limiter.decide(0, t0 + ms(100), &when),
+            Verdict::Admitted(_)
+        ));
+    }
+}

@@ -1,0 +1,245 @@
+//! The provider-shaped half of the report: one table per scenario, the
+//! targets of the recommended stack in each, and a summary matrix.
+
+use crate::config::Config;
+use crate::matrix::Shaped;
+use crate::policies::Policy;
+use crate::stacks::Stack;
+use crate::stats::Run;
+use crate::tables::{integrity, ms, pct};
+use std::fmt::Write as _;
+use std::time::Duration;
+
+/// Served share the recommended stack must reach.
+const TARGET_SERVED: f64 = 1.0;
+/// Sends per request, as a multiple of what the scenario forces.
+const TARGET_SENDS: f64 = 1.1;
+/// Completion time, as a multiple of the capacity bound.
+const TARGET_TIME: f64 = 1.2;
+
+/// One run against what its scenario allows.
+struct Cell<'a> {
+    run: &'a Run,
+    forced: f64,
+    bound: Duration,
+}
+
+impl Cell<'_> {
+    fn sends_ratio(&self) -> f64 {
+        self.run.amplification() / self.forced
+    }
+
+    fn time_ratio(&self) -> f64 {
+        self.run.duration.as_secs_f64() / self.bound.as_secs_f64().max(1e-9)
+    }
+
+    /// Whether each target is met: served, sends, time, integrity.
+    fn verdicts(&self) -> [bool; 4] {
+        [
+            self.run.success_rate() >= TARGET_SERVED,
+            self.sends_ratio() <= TARGET_SENDS,
+            self.time_ratio() <= TARGET_TIME,
+            self.run.clean(),
+        ]
+    }
+}
+
+/// The classic rate-limit scenario, in the matrix's terms.
+fn classic(config: &Config) -> (f64, Duration) {
+    let logical = config.logical_requests() as f64;
+    let burst = f64::from(config.burst);
+    let forced = 1.0 + (config.clients as f64 - burst).max(0.0) / logical;
+    let secs =
+        (logical - burst).max(0.0) / f64::from(config.capacity) + config.latency.as_secs_f64();
+    (forced, Duration::from_secs_f64(secs))
+}
+
+fn mark(text: String, ok: bool) -> String {
+    if ok {
+        format!("{text} ✓")
+    } else {
+        format!("**{text} ✗**")
+    }
+}
+
+fn cells<'a>(runs: &'a [Run], forced: f64, bound: Duration) -> Vec<Cell<'a>> {
+    runs.iter().map(|run| Cell { run, forced, bound }).collect()
+}
+
+fn table(cells: &[Cell<'_>]) -> String {
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "| policy | served | sends per request (÷ forced) | completion (÷ bound) | p50 | p99 | lost / duplicated |"
+    );
+    let _ = writeln!(t, "|---|--:|--:|--:|--:|--:|--:|");
+    for cell in cells {
+        let run = cell.run;
+        let defaults = run.policy == Policy::Middleware(Stack::Defaults);
+        let [served, sends, time, clean] = cell.verdicts();
+        let show = |text: String, ok: bool| if defaults { mark(text, ok) } else { text };
+        let _ = writeln!(
+            t,
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            run.policy.label(),
+            show(
+                format!(
+                    "{} ({}/{})",
+                    pct(run.success_rate()),
+                    run.succeeded,
+                    run.logical
+                ),
+                served
+            ),
+            show(
+                format!("{:.2} ({:.2}×)", run.amplification(), cell.sends_ratio()),
+                sends
+            ),
+            show(
+                format!(
+                    "{:.1} s ({:.2}×)",
+                    run.duration.as_secs_f64(),
+                    cell.time_ratio()
+                ),
+                time
+            ),
+            ms(run.p50),
+            ms(run.p99),
+            show(integrity(run), clean),
+        );
+    }
+    t
+}
+
+/// A short table for the terminal, after each scenario.
+pub(crate) fn brief(config: &Config, scenario: Shaped, runs: &[Run]) -> String {
+    let forced = scenario.forced_sends(config);
+    let bound = scenario.bound(config);
+    let mut t = format!(
+        "  forced {:.2} sends per request, bound {:.2} s\n",
+        forced,
+        bound.as_secs_f64()
+    );
+    for cell in cells(runs, forced, bound) {
+        let run = cell.run;
+        let _ = writeln!(
+            t,
+            "    {:<34} served {:>6}  sends {:.2} ({:.2}×)  time {:>5.1} s ({:.2}×)  p99 {}  {}",
+            run.policy.label(),
+            pct(run.success_rate()),
+            run.amplification(),
+            cell.sends_ratio(),
+            run.duration.as_secs_f64(),
+            cell.time_ratio(),
+            ms(run.p99),
+            integrity(run),
+        );
+    }
+    t
+}
+
+/// The matrix section of docs/storm.md.
+pub(crate) fn matrix(
+    config: &Config,
+    rate: &[Run],
+    outage: &[Run],
+    shaped: &[(Shaped, Config, Vec<Run>)],
+) -> String {
+    let mut md = String::new();
+    let _ = writeln!(md, "\n## Provider-shaped scenarios\n");
+    let _ = writeln!(
+        md,
+        "Real providers do not answer like scenario 1's bucket. Each scenario below is one \
+         `Route::limited` upstream of `llm-retry-mock`, shaped like a provider, with its own \
+         clients and capacity; every row runs against a fresh upstream, in the same run. \
+         *Forced* is the fewest sends per request any client can make: the first wave goes \
+         out before any answer came back, and what the upstream cannot admit at once is \
+         refused. The *bound* is the shortest time the work can take: the requests (or \
+         tokens) beyond what is admitted at once over the capacity, plus the waits the \
+         scenario forces, plus one reply. Targets for **llm-retry defaults**, marked in its \
+         row: {} served, sends ≤ {TARGET_SENDS} × forced, completion ≤ {TARGET_TIME} × the \
+         bound, nothing lost or duplicated. Every request honours a deadline of 300 s, so \
+         every bound fits.\n",
+        pct(TARGET_SERVED)
+    );
+    let mut summary: Vec<(String, Vec<Cell<'_>>)> = Vec::new();
+    if !rate.is_empty() {
+        let (forced, bound) = classic(config);
+        summary.push(("1. exact bucket".to_owned(), cells(rate, forced, bound)));
+    }
+    for (scenario, cell_config, runs) in shaped {
+        let forced = scenario.forced_sends(cell_config);
+        let bound = scenario.bound(cell_config);
+        let _ = writeln!(md, "### {}. {}\n", scenario.number(), scenario.label());
+        let _ = writeln!(md, "{}\n", scenario.describe());
+        let _ = writeln!(
+            md,
+            "Forced: {forced:.2} sends per request; bound: {:.2} s.\n",
+            bound.as_secs_f64()
+        );
+        let row = cells(runs, forced, bound);
+        md.push_str(&table(&row));
+        md.push('\n');
+        summary.push((format!("{}. {}", scenario.number(), scenario.label()), row));
+    }
+    summary.sort_by_key(|(name, _)| name.split('.').next().and_then(|n| n.parse::<u32>().ok()));
+
+    let _ = writeln!(md, "### Summary\n");
+    let _ = writeln!(
+        md,
+        "Each cell: served · sends per request ÷ forced · completion ÷ bound. Scenario 8, the \
+         outage, is measured by its own table above{}.\n",
+        if outage.is_empty() {
+            ""
+        } else {
+            " (load during the window)"
+        }
+    );
+    let mut header = "| policy |".to_owned();
+    let mut rule = "|---|".to_owned();
+    for (name, _) in &summary {
+        let _ = write!(header, " {name} |");
+        rule.push_str("--:|");
+    }
+    let _ = writeln!(md, "{header}\n{rule}");
+    for (i, policy) in Policy::ALL.iter().enumerate() {
+        let mut line = format!("| {} |", policy.label());
+        for (_, row) in &summary {
+            match row.iter().find(|c| c.run.policy == *policy) {
+                Some(c) => {
+                    let text = format!(
+                        "{} · {:.2} · {:.2}",
+                        pct(c.run.success_rate()),
+                        c.sends_ratio(),
+                        c.time_ratio()
+                    );
+                    let all = c.verdicts().iter().all(|v| *v);
+                    let _ = write!(line, " {} |", if i == 0 { mark(text, all) } else { text });
+                }
+                None => line.push_str(" — |"),
+            }
+        }
+        let _ = writeln!(md, "{line}");
+    }
+    let missed: Vec<&str> = summary
+        .iter()
+        .filter(|(_, row)| {
+            row.iter()
+                .find(|c| c.run.policy == Policy::Middleware(Stack::Defaults))
+                .is_some_and(|c| !c.verdicts().iter().all(|v| *v))
+        })
+        .map(|(name, _)| name.as_str())
+        .collect();
+    let _ = writeln!(
+        md,
+        "\n**llm-retry defaults** misses a target in {} of {} scenarios{}.",
+        missed.len(),
+        summary.len(),
+        if missed.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", missed.join("; "))
+        }
+    );
+    md
+}
