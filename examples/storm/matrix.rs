@@ -229,6 +229,18 @@ impl Shaped {
         Script::new().route(PATH, Route::limited(limit, when_limited, ok))
     }
 
+    /// The largest share of requests any client can have served: behind a
+    /// gateway that forbids retrying, the first wave's refusals are final.
+    pub(crate) fn most_served(self, config: &Config) -> f64 {
+        match (self, self.capacity()) {
+            (Shaped::Gateway, Capacity::Rate { initial, .. }) => {
+                let logical = config.logical_requests() as f64;
+                1.0 - (config.clients as f64 - initial).max(0.0) / logical
+            }
+            _ => 1.0,
+        }
+    }
+
     /// Sends per request any client must make: the first wave, sent before
     /// anything came back, gets what the upstream cannot admit at once.
     pub(crate) fn forced_sends(self, config: &Config) -> f64 {

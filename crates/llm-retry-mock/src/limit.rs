@@ -34,12 +34,14 @@ pub enum Shape {
     /// `retry-after` (whole seconds, rounded up); no headers on successes.
     Exact,
     /// Anthropic: `anthropic-ratelimit-{requests,tokens}-{limit,remaining,reset}`
-    /// on every answer (reset as RFC 3339, when the quota is full again); a
-    /// 429 carries `retry-after` in whole seconds, rounded up.
+    /// on every answer (limit per minute, reset as RFC 3339 in whole seconds,
+    /// when the quota is full again); a 429 carries `retry-after` in whole
+    /// seconds, rounded up.
     Anthropic,
     /// OpenAI: `x-ratelimit-{limit,remaining,reset}-{requests,tokens}` on
-    /// every answer (reset as a Go duration, until the quota is full
-    /// again); a 429 carries `retry-after-ms` and `retry-after`.
+    /// every answer (limit per minute, reset as a Go duration until the
+    /// quota is full again); a 429 carries `retry-after-ms` and
+    /// `retry-after`.
     OpenAi,
     /// Azure OpenAI: `x-ratelimit-remaining-{requests,tokens}` on every
     /// answer, no reset; a 429 carries `retry-after` and `retry-after-ms`

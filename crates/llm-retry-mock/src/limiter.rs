@@ -106,6 +106,19 @@ impl Level {
         }
     }
 
+    /// The quota per minute, as providers state it in their `limit` headers.
+    fn per_minute(&self) -> u64 {
+        match self {
+            Level::Bucket { per_second, .. } => {
+                u64::try_from(per_second.saturating_mul(60)).unwrap_or(u64::MAX)
+            }
+            Level::Window { limit, length, .. } => {
+                let per_minute = u128::from(*limit) * 60_000 / length.as_millis().max(1);
+                u64::try_from(per_minute).unwrap_or(u64::MAX)
+            }
+        }
+    }
+
     /// Until the quota is full again (a bucket refilled, a window reset).
     fn reset_in(&self, now: Instant) -> Duration {
         match self {
@@ -267,7 +280,8 @@ impl Limiter {
         let mut headers = Vec::new();
         for (what, level) in quotas {
             let Some(level) = level else { continue };
-            let (limit, remaining) = (level.limit().to_string(), level.remaining().to_string());
+            let limit = level.per_minute().to_string();
+            let remaining = level.remaining().to_string();
             let reset = level.reset_in(now);
             match (self.shape, what) {
                 (Shape::Exact, _) => {}
@@ -468,7 +482,11 @@ mod tests {
             header(&h, "anthropic-ratelimit-requests-remaining"),
             Some("0")
         );
-        assert_eq!(header(&h, "anthropic-ratelimit-requests-limit"), Some("1"));
+        // The limit is stated per minute, as providers state it.
+        assert_eq!(
+            header(&h, "anthropic-ratelimit-requests-limit"),
+            Some("600")
+        );
         assert!(header(&h, "anthropic-ratelimit-requests-reset").is_some_and(|v| v.ends_with('Z')));
         let h = refused_headers(limiter.decide(0, t0 + ms(10), &when));
         assert_eq!(h["retry-after"], "1");

@@ -98,8 +98,14 @@ pub struct ServerWait {
 pub struct RequestWindow {
     /// Requests the window still admits.
     pub remaining: u64,
-    /// Time until the window resets.
+    /// Time until the window resets. Anthropic and OpenAI both mean the
+    /// time until the quota is full again: their quotas are buckets that
+    /// refill continuously, so capacity returns sooner, a little at a time.
     pub reset_in: Duration,
+    /// The request quota per minute, when the answer states it
+    /// (`x-ratelimit-limit-requests`, `anthropic-ratelimit-requests-limit`):
+    /// the key's sustained rate is this over 60 s.
+    pub per_minute: Option<u64>,
 }
 
 /// The request window named by `headers` (OpenAI's

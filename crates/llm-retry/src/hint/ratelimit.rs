@@ -80,20 +80,26 @@ pub(crate) fn request_window(headers: &HeaderMap, now: SystemTime) -> Option<Req
         HeaderName::from_static("anthropic-ratelimit-requests-remaining");
     const ANTHROPIC_RESET: HeaderName =
         HeaderName::from_static("anthropic-ratelimit-requests-reset");
-    let remaining =
-        |name: &HeaderName| first_valid(headers, name, |v| text(v)?.parse::<u64>().ok());
-    let openai = remaining(&OPENAI_LEFT).and_then(|remaining| {
+    const OPENAI_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit-requests");
+    const ANTHROPIC_LIMIT: HeaderName =
+        HeaderName::from_static("anthropic-ratelimit-requests-limit");
+    let count = |name: &HeaderName| first_valid(headers, name, |v| text(v)?.parse::<u64>().ok());
+    // A quota of zero per minute states no rate.
+    let per_minute = |name: &HeaderName| count(name).filter(|n| *n > 0);
+    let openai = count(&OPENAI_LEFT).and_then(|remaining| {
         let reset = first_valid(headers, &OPENAI_RESET, |v| parse_go_duration(text(v)?))?;
         Some(RequestWindow {
             remaining,
             reset_in: reset,
+            per_minute: per_minute(&OPENAI_LIMIT),
         })
     });
-    let anthropic = remaining(&ANTHROPIC_LEFT).and_then(|remaining| {
+    let anthropic = count(&ANTHROPIC_LEFT).and_then(|remaining| {
         let at = first_valid(headers, &ANTHROPIC_RESET, |v| parse_rfc3339(text(v)?))?;
         Some(RequestWindow {
             remaining,
             reset_in: until(at, now),
+            per_minute: per_minute(&ANTHROPIC_LIMIT),
         })
     });
     match (openai, anthropic) {
@@ -291,6 +297,36 @@ mod window_tests {
         for (pairs, want) in cases {
             assert_eq!(window(pairs), *want, "{pairs:?}");
         }
+    }
+
+    #[test]
+    fn a_window_carries_the_quota_per_minute_its_answer_states() {
+        let per_minute = |pairs: &[(&'static str, &str)]| {
+            let mut headers = HeaderMap::new();
+            for (name, value) in pairs {
+                headers.append(*name, HeaderValue::from_str(value).expect("valid"));
+            }
+            let now = UNIX_EPOCH + Duration::from_secs(1_795_988_400);
+            request_window(&headers, now).map(|w| w.per_minute)
+        };
+        let oai = [
+            ("x-ratelimit-limit-requests", "5000"),
+            ("x-ratelimit-remaining-requests", "4999"),
+            ("x-ratelimit-reset-requests", "12ms"),
+        ];
+        assert_eq!(per_minute(&oai), Some(Some(5000)));
+        let ant = [
+            ("anthropic-ratelimit-requests-limit", "50"),
+            ("anthropic-ratelimit-requests-remaining", "0"),
+            ("anthropic-ratelimit-requests-reset", "2026-11-29T21:40:02Z"),
+        ];
+        assert_eq!(per_minute(&ant), Some(Some(50)));
+        // Missing, zero or malformed: the window stands, with no rate.
+        for limit in ["0", "many", "-5"] {
+            let with = [("x-ratelimit-limit-requests", limit), oai[1], oai[2]];
+            assert_eq!(per_minute(&with), Some(None), "{limit}");
+        }
+        assert_eq!(per_minute(&oai[1..]), Some(None));
     }
 }
 

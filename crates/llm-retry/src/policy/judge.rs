@@ -182,6 +182,18 @@ impl RetryPolicy {
                 KeyNews::Throttled {
                     wait: wait.map(|w| w.duration),
                     rate: !evidence.headers.is_some_and(token_quota_only),
+                    whole_seconds: wait.is_some_and(|w| {
+                        matches!(
+                            w.source,
+                            WaitSource::RetryAfterSeconds
+                                | WaitSource::RetryAfterDate
+                                | WaitSource::AnthropicRateLimitReset
+                        )
+                    }),
+                    window: evidence
+                        .headers
+                        .filter(|_| state.gated())
+                        .and_then(|headers| request_window(headers, self.now())),
                 }
             }
             _ => KeyNews::None,

@@ -368,6 +368,8 @@ fn a_429_that_may_not_be_retried_still_tells_the_key_its_wait() {
         crate::rate_limit::KeyNews::Throttled {
             wait: Some(Duration::from_secs(30)),
             rate: true,
+            whole_seconds: true,
+            window: None,
         }
     );
 }
@@ -425,6 +427,8 @@ fn a_stream_rate_limit_the_server_forbids_retrying_still_holds_the_key() {
         crate::rate_limit::KeyNews::Throttled {
             wait: Some(Duration::from_secs(30)),
             rate: true,
+            whole_seconds: true,
+            window: None,
         }
     );
 }

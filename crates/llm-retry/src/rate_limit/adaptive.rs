@@ -54,10 +54,20 @@ const SLOW_START_MEASURED: f64 = 1.25;
 /// not read as an infinite rate.
 const MIN_SPAN: Duration = Duration::from_millis(10);
 
-/// A wait named to the millisecond, under a second: a token bucket's time
-/// to its next token. Whole-second waits say little about a rate.
+/// Longest wait read as a token bucket's time to its next token. Longer
+/// waits (a window's reset, every waiting request told the same instant)
+/// say when capacity returns, not at what rate.
+const LONGEST_TOKEN_WAIT: Duration = Duration::from_millis(250);
+
+/// Sends a second released after a window's reset on a key whose rate is
+/// not measured yet: a millisecond apart, so they leave in order, and fast
+/// enough for any window.
+const RELEASE_AFTER_RESET: f64 = 1000.0;
+
+/// A wait named to the millisecond and short: a token bucket's time to its
+/// next token.
 fn precise(named_wait: Option<Duration>) -> Option<Duration> {
-    named_wait.filter(|wait| *wait >= Duration::from_millis(1) && *wait < Duration::from_secs(1))
+    named_wait.filter(|wait| *wait >= Duration::from_millis(1) && *wait < LONGEST_TOKEN_WAIT)
 }
 
 /// How much a first estimate rests on.
@@ -89,6 +99,9 @@ pub(super) struct Learned {
     /// grows by each second of successes (2 when the estimate rests on
     /// little and may be far too low).
     slow_start: Option<f64>,
+    /// The sustained rate the provider's answers state (its quota per
+    /// minute over 60 s): the rate starts there and never rises above it.
+    stated: Option<f64>,
 }
 
 impl AdaptiveRate {
@@ -110,6 +123,7 @@ impl AdaptiveRate {
             first: None,
             slow_start: None,
             refining: false,
+            stated: None,
         }
     }
 }
@@ -128,6 +142,36 @@ impl Learned {
     /// Whether the key is still unpaced: no ceiling and no 429 yet.
     fn unmeasured(&self) -> bool {
         self.per_sec.is_infinite()
+    }
+
+    /// Whether the key has a rate: measured, stated, or a ceiling.
+    pub(super) fn has_rate(&self) -> bool {
+        !self.unmeasured()
+    }
+
+    /// The provider stated the key's sustained rate at `now`: an unpaced
+    /// key starts there (the 429s of sends that went before belong to no
+    /// decrease), and no key rises above it. Whether the rate changed.
+    pub(super) fn on_stated(&mut self, per_sec: f64, now: Instant) -> bool {
+        if !(per_sec.is_finite() && per_sec > 0.0) {
+            return false;
+        }
+        self.stated = Some(per_sec);
+        if self.unmeasured() {
+            self.per_sec = per_sec;
+            self.first = None;
+            self.slow_start = None;
+            self.refining = false;
+            self.quiet_until = Some(now);
+            self.changed = Some(now);
+            return true;
+        }
+        if self.per_sec > per_sec {
+            self.per_sec = per_sec;
+            self.changed = Some(now);
+            return true;
+        }
+        false
     }
 
     /// A send booked at `now`: an unmeasured key's measurement starts.
@@ -192,6 +236,7 @@ impl Learned {
         // "not measured yet" and must not come back.
         self.per_sec = (self.per_sec + probe.max(regain).max(doubling))
             .min(bounds.max_per_sec)
+            .min(self.stated.unwrap_or(MAX_LEARNED))
             .min(MAX_LEARNED);
         self.changed = Some(now);
     }
@@ -218,6 +263,24 @@ impl Learned {
                 }
             }
             return false;
+        }
+        if self.unmeasured()
+            && named_wait.is_some_and(|wait| wait >= LONGEST_TOKEN_WAIT)
+            && self
+                .first
+                .is_none_or(|(_, successes)| successes < MIN_SUCCESSES)
+        {
+            // A window's reset with little measured: the hold covers the
+            // wait, and the sends queued behind it leave in order, fast,
+            // and faster while they are served.
+            self.first = None;
+            self.refining = false;
+            self.last_throttled = None;
+            self.per_sec = RELEASE_AFTER_RESET.max(bounds.min_per_sec);
+            self.slow_start = Some(2.0);
+            self.quiet_until = Some(now);
+            self.changed = Some(now);
+            return true;
         }
         self.refining = self.unmeasured();
         if self.unmeasured() {

@@ -405,11 +405,35 @@ impl Gate {
     /// or huge `Retry-After` must not freeze the key for hours. Until the
     /// hold ends, a send that honours less than what is left of the named
     /// wait is refused at once.
-    pub(super) fn hold(&self, key: u64, now: Instant, wait: Duration, limit: Duration) {
-        let Some(until) = now.checked_add(wait.min(limit)) else {
-            return;
-        };
+    ///
+    /// A wait named in whole seconds is rounded up: on a key with a rate
+    /// (learned or stated) only its whole seconds past the first hold the
+    /// key, and the rate paces the rest. Whether the key is now held for
+    /// all of `wait` (else the request that met it waits out its own).
+    pub(super) fn hold(
+        &self,
+        key: u64,
+        now: Instant,
+        wait: Duration,
+        limit: Duration,
+        whole_seconds: bool,
+    ) -> bool {
         let mut keys = self.lock();
+        let has_rate = keys
+            .get(&key)
+            .and_then(|state| state.learned.as_ref())
+            .is_some_and(|l| l.rate.has_rate());
+        let (hold, full) = if whole_seconds && has_rate {
+            (wait.saturating_sub(Duration::from_secs(1)), false)
+        } else {
+            (wait, true)
+        };
+        if hold.is_zero() {
+            return false;
+        }
+        let Some(until) = now.checked_add(hold.min(limit)) else {
+            return false;
+        };
         // Amortized O(1): a sweep only when the map has doubled (one that
         // drops this key, idle, only means it is made anew below).
         keys.make_room(now);
@@ -417,7 +441,7 @@ impl Gate {
             .entry(key)
             .or_insert_with(|| KeyState::new(self.adaptive.as_ref(), now));
         if state.held_until.is_some_and(|held| held >= until) {
-            return;
+            return full;
         }
         state.asked = Some((now, wait));
         // The queue behind the quotas starts at the hold's end now, in the
@@ -438,6 +462,7 @@ impl Gate {
         if let Some(l) = &mut state.learned {
             l.schedule.rebase(l.rate.interval(), until);
         }
+        full
     }
 
     /// Adaptive mode: a send that went at `sent` was answered 429, naming
@@ -464,6 +489,11 @@ impl Gate {
     /// Like a hold, the wait for the reset is capped at `limit`, the
     /// longest wait the request that read it honours: a bogus reset must
     /// not block the key for hours.
+    ///
+    /// A window that states its quota per minute is a bucket refilling
+    /// continuously (Anthropic's and OpenAI's): a learned rate paces the key
+    /// at that quota instead, and the reset (when the bucket is full again)
+    /// is no floor.
     pub(super) fn observed_window(
         &self,
         key: u64,
@@ -472,6 +502,13 @@ impl Gate {
         window: crate::hint::RequestWindow,
         limit: Duration,
     ) {
+        if let (Some(per_minute), Some(_)) = (window.per_minute, &self.adaptive) {
+            let per_sec = per_minute as f64 / 60.0;
+            self.learn(key, now, |rate, _| {
+                rate.on_stated(per_sec, now);
+            });
+            return;
+        }
         let mut keys = self.lock();
         let Some(state) = keys.get_mut(&key) else {
             return;

@@ -33,6 +33,11 @@ pub enum KeyNews {
         /// headers say only a token quota is exhausted is not: the gate
         /// holds the key but keeps its learned rate.
         rate: bool,
+        /// Whether the wait was named in whole seconds (`Retry-After`, an
+        /// HTTP-date, Anthropic's reset): an upper bound, rounded up.
+        whole_seconds: bool,
+        /// The window the refusal's rate-limit headers stated, if any.
+        window: Option<RequestWindow>,
     },
 }
 
@@ -132,8 +137,9 @@ impl Sent {
     }
 
     /// Hands the key what the policy made of the send's outcome; a named
-    /// wait holds the key, up to `max_server_wait`.
-    pub(crate) fn report(self, news: KeyNews, now: Instant, max_server_wait: Duration) {
+    /// wait holds the key, up to `max_server_wait`. Whether the key is now
+    /// held for all of the named wait (else the request waits its own).
+    pub(crate) fn report(self, news: KeyNews, now: Instant, max_server_wait: Duration) -> bool {
         let Sent {
             gate,
             key,
@@ -141,20 +147,33 @@ impl Sent {
             order,
         } = self;
         match news {
-            KeyNews::None => {}
+            KeyNews::None => false,
             KeyNews::Served { window } => {
                 gate.succeeded(key, now);
                 if let Some(window) = window {
                     gate.observed_window(key, order, now, window, max_server_wait);
                 }
+                false
             }
-            KeyNews::Throttled { wait, rate } => {
+            KeyNews::Throttled {
+                wait,
+                rate,
+                whole_seconds,
+                window,
+            } => {
+                // A stated quota first: it is the key's rate, and the rest
+                // of the first wave's 429s are no decrease.
+                if let Some(window) = window.filter(|w| w.per_minute.is_some()) {
+                    gate.observed_window(key, order, now, window, max_server_wait);
+                }
+                // The hold before the rate: a whole-second wait is rounded
+                // only on a key that had a rate before this refusal.
+                let held = wait
+                    .is_some_and(|wait| gate.hold(key, now, wait, max_server_wait, whole_seconds));
                 if rate {
                     gate.throttled(key, at, now, wait);
                 }
-                if let Some(wait) = wait {
-                    gate.hold(key, now, wait, max_server_wait);
-                }
+                held
             }
         }
     }

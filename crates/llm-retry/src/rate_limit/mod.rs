@@ -72,4 +72,6 @@ pub use link::KeyNews;
 pub use service::RateLimit;
 
 #[cfg(test)]
+mod provider_tests;
+#[cfg(test)]
 mod tests;

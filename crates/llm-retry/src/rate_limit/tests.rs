@@ -472,7 +472,13 @@ async fn a_rise_wakes_the_waiting_sends_and_a_hold_moves_them_back() {
         Ok(gate::Check::WaitUntil(slot)) if slot - start < Duration::from_secs(1)
     ));
     // A 429 naming 10 s holds the key: both now wait for the hold, in order.
-    gate.hold(1, now, Duration::from_secs(10), Duration::from_secs(120));
+    gate.hold(
+        1,
+        now,
+        Duration::from_secs(10),
+        Duration::from_secs(120),
+        false,
+    );
     let a = gate.check(1, &mut waiting[1], now).unwrap();
     let b = gate.check(1, &mut waiting[2], now).unwrap();
     match (a, b) {
@@ -508,6 +514,7 @@ async fn a_hold_moves_the_quota_queue_back_in_order_and_spacing() {
         Instant::now(),
         Duration::from_secs(5),
         Duration::from_secs(120),
+        false,
     );
     tokio::time::advance(Duration::from_millis(500)).await;
     let late = queue(&gate, 1);
@@ -811,7 +818,7 @@ async fn many_held_keys_cost_a_send_no_scan_and_the_map_stays_bounded() {
     let limit = Duration::from_secs(120);
     // 20,000 keys, every one held: nothing is idle, nothing can be swept.
     for key in 0..20_000 {
-        gate.hold(key, now, Duration::from_secs(60), limit);
+        gate.hold(key, now, Duration::from_secs(60), limit, false);
     }
     let (held, sweeps) = gate.key_stats();
     assert_eq!(held, 20_000);
@@ -824,7 +831,7 @@ async fn many_held_keys_cost_a_send_no_scan_and_the_map_stays_bounded() {
     assert!(after <= sweeps + 1, "{after} sweeps after 1,000 more sends");
     // Past the hard cap the least recently used keys go: memory is bounded.
     for key in 21_000..200_000 {
-        gate.hold(key, now, Duration::from_secs(60), limit);
+        gate.hold(key, now, Duration::from_secs(60), limit, false);
     }
     let (kept, total_sweeps) = gate.key_stats();
     assert!(kept <= super::keys::HARD_CAP, "{kept} keys kept");
@@ -1021,6 +1028,7 @@ async fn sends_past_an_exhausted_window_leave_paced_by_the_quota_and_give_their_
     let window = |remaining| crate::hint::RequestWindow {
         remaining,
         reset_in: Duration::from_secs(10),
+        per_minute: None,
     };
     // The key's first send, then an answer: nothing more until the reset.
     let first = gate.reserve(1, 0, now, gate::Bounds::default()).unwrap();
@@ -1065,6 +1073,7 @@ async fn a_bogus_window_reset_blocks_the_key_no_longer_than_the_longest_wait() {
     let window = crate::hint::RequestWindow {
         remaining: 0,
         reset_in: Duration::from_secs(9_999 * 3_600),
+        per_minute: None,
     };
     gate.observed_window(1, first.order, now, window, Duration::from_secs(120));
     let next = gate.reserve(1, 0, now, gate::Bounds::default()).unwrap();
@@ -1177,7 +1186,7 @@ mod gate_properties {
                     }
                     Op::Hold(ms) => {
                         let wait = Duration::from_millis(ms);
-                        gate.hold(1, now, wait, Duration::from_secs(120));
+                        gate.hold(1, now, wait, Duration::from_secs(120), false);
                         // A 429 also says the upstream's bucket is empty:
                         // one period after the hold at the earliest.
                         held_until = held_until.max(now + wait + Duration::from_millis(100));

@@ -131,10 +131,10 @@ impl Account {
             .judge(&self.state, outcome, self.state.elapsed());
         // The gate below (if any) learns what the answer meant for its key:
         // a 429's named wait holds the key.
-        if let Some(sent) = sent {
+        let held = sent.is_some_and(|sent| {
             let limit = self.policy.limits().max_server_wait;
-            sent.report(judgement.key, Instant::now(), limit);
-        }
+            sent.report(judgement.key, Instant::now(), limit)
+        });
         self.state.record_outcome(status, &judgement);
         let (delay, server_wait, charged, scope) = match judgement.decision {
             Decision::Accept => return Step::Finish(self.finish(StopReason::Succeeded)),
@@ -156,7 +156,7 @@ impl Account {
         // A gate that only holds does not pace the release: the request
         // sleeps its own spread wait, as without a gate.
         let sleep = match scope {
-            WaitScope::Key if paced => Duration::ZERO,
+            WaitScope::Key if paced && held => Duration::ZERO,
             _ => delay,
         };
         // Prepare first: a resend that cannot happen spends no budget.

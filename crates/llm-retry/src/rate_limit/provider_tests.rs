@@ -1,0 +1,218 @@
+//! The learned gate against upstreams shaped like real providers, on the
+//! paused clock: a window that resets for everyone at once, and a bucket
+//! that states its quota per minute but names waits in whole seconds.
+#![allow(clippy::unwrap_used)]
+
+use super::*;
+use crate::{RetryLayer, RetryPolicy};
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response, StatusCode};
+use http_body_util::Full;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::time::Instant;
+use tower::{Layer, ServiceExt};
+
+/// Every answer's response time: the first wave is out before the first
+/// answer is back.
+const LATENCY: Duration = Duration::from_millis(20);
+
+/// Arrival time and verdict of every send.
+type Sends = Arc<Mutex<Vec<(Instant, bool)>>>;
+
+type Upstream = tower::util::BoxCloneSyncService<
+    Request<crate::ReplayBody<Full<Bytes>>>,
+    Response<Full<Bytes>>,
+    crate::BoxError,
+>;
+
+fn answer(ok: bool, headers: &[(&'static str, String)]) -> Response<Full<Bytes>> {
+    let mut res = Response::new(Full::new(Bytes::new()));
+    if !ok {
+        *res.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+    }
+    for (name, value) in headers {
+        res.headers_mut()
+            .insert(*name, HeaderValue::from_str(value).unwrap());
+    }
+    res
+}
+
+/// Every request before `reset` is refused, each told the same instant
+/// (`retry-after-ms` to it, `retry-after: 1`); every request after is served.
+fn window_reset(reset: Duration, sends: Sends) -> Upstream {
+    let start = Instant::now();
+    tower::util::BoxCloneSyncService::new(tower::service_fn(move |_req| {
+        let sends = Arc::clone(&sends);
+        async move {
+            tokio::time::sleep(LATENCY).await;
+            let now = Instant::now();
+            let left = (start + reset).saturating_duration_since(now);
+            let ok = left.is_zero();
+            sends.lock().unwrap().push((now, ok));
+            let wait = [
+                ("retry-after-ms", left.as_millis().to_string()),
+                ("retry-after", "1".to_owned()),
+            ];
+            Ok::<_, crate::BoxError>(answer(ok, if ok { &[] } else { &wait }))
+        }
+    }))
+}
+
+/// A bucket of `per_sec` a second in bursts of `burst`, stated the way
+/// Anthropic states it: `anthropic-ratelimit-requests-limit` per minute on
+/// every answer, and a 429's wait as `retry-after` in whole seconds.
+fn anthropic_bucket(per_sec: u32, burst: u32, sends: Sends) -> Upstream {
+    let level = Arc::new(Mutex::new((f64::from(burst), Instant::now())));
+    tower::util::BoxCloneSyncService::new(tower::service_fn(move |_req| {
+        let (sends, level) = (Arc::clone(&sends), Arc::clone(&level));
+        async move {
+            tokio::time::sleep(LATENCY).await;
+            let now = Instant::now();
+            let (ok, left) = {
+                let mut level = level.lock().unwrap();
+                let refill = (now - level.1).as_secs_f64() * f64::from(per_sec);
+                level.0 = (level.0 + refill).min(f64::from(burst));
+                level.1 = now;
+                let ok = level.0 >= 1.0;
+                if ok {
+                    level.0 -= 1.0;
+                }
+                (ok, level.0.floor())
+            };
+            sends.lock().unwrap().push((now, ok));
+            let mut headers = vec![
+                (
+                    "anthropic-ratelimit-requests-limit",
+                    (per_sec * 60).to_string(),
+                ),
+                ("anthropic-ratelimit-requests-remaining", left.to_string()),
+                (
+                    "anthropic-ratelimit-requests-reset",
+                    humantime::format_rfc3339_seconds(
+                        std::time::SystemTime::now() + Duration::from_secs(1),
+                    )
+                    .to_string(),
+                ),
+            ];
+            if !ok {
+                headers.push(("retry-after", "1".to_owned()));
+            }
+            Ok::<_, crate::BoxError>(answer(ok, &headers))
+        }
+    }))
+}
+
+/// `clients` closed-loop clients sending `each` requests through the
+/// default gate; returns when the last ended, and every answer's status.
+async fn run(upstream: Upstream, clients: usize, each: usize) -> (Duration, Vec<StatusCode>) {
+    let policy = RetryPolicy::builder().no_budget().build().unwrap();
+    let svc = RetryLayer::new(policy).layer(RateLimitLayer::learned().layer(upstream));
+    let start = Instant::now();
+    let clients = (0..clients).map(|_| {
+        let svc = svc.clone();
+        async move {
+            let mut statuses = Vec::new();
+            for _ in 0..each {
+                let req = Request::post("http://a.test/v1/messages")
+                    .body(Full::default())
+                    .unwrap();
+                statuses.push(svc.clone().oneshot(req).await.unwrap().status());
+            }
+            statuses
+        }
+    });
+    let statuses = futures_util::future::join_all(clients).await.concat();
+    (start.elapsed(), statuses)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_window_reset_releases_the_waiting_sends_together_not_one_per_named_wait() {
+    // 50 requests at once, each told to come back at the same instant
+    // 800 ms away: a window's reset, not a rate of one send per 800 ms.
+    let sends = Sends::default();
+    let (took, statuses) = run(
+        window_reset(Duration::from_millis(800), sends.clone()),
+        50,
+        1,
+    )
+    .await;
+    assert!(
+        statuses.iter().all(|s| *s == StatusCode::OK),
+        "{statuses:?}"
+    );
+    let sends = sends.lock().unwrap().clone();
+    assert_eq!(sends.len(), 100, "each request refused once, then served");
+    // In order, a millisecond apart, from the reset on (with the 10 %
+    // jitter of a server-named wait at most, had each waited its own).
+    assert!(took < Duration::from_millis(1000), "took {took:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stated_quota_paces_the_key_and_a_whole_second_wait_does_not_hold_it() {
+    // 10 requests/s in bursts of 2, 20 clients × 3 requests: at the quota
+    // the 60 take (60 − 2) / 10 = 5.8 s. Holding the key for every
+    // rounded-up second instead leaves the bucket refilling unused.
+    let sends = Sends::default();
+    let (took, statuses) = run(anthropic_bucket(10, 2, sends.clone()), 20, 3).await;
+    assert!(
+        statuses.iter().all(|s| *s == StatusCode::OK),
+        "{statuses:?}"
+    );
+    let sends = sends.lock().unwrap().clone();
+    let refused = sends.iter().filter(|(_, ok)| !ok).count();
+    // The first wave goes before any answer came back: 18 of its 20 are
+    // refused; the quota, once stated, keeps the rest from being refused.
+    assert!(refused <= 20, "{refused} refused");
+    // 6.3 s on the paused clock; holding the key for each rounded-up
+    // second takes 6.7 s.
+    assert!(took <= Duration::from_millis(6_500), "took {took:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_told_whole_seconds_still_waits_them_on_a_paced_key() {
+    // The key is paced at its stated quota, so the rounded-up second does
+    // not hold it; the request that was told it still honours it.
+    let sends = Sends::default();
+    let (_, statuses) = run(anthropic_bucket(10, 1, sends.clone()), 2, 1).await;
+    assert_eq!(statuses, [StatusCode::OK, StatusCode::OK]);
+    let sends = sends.lock().unwrap().clone();
+    let refused = sends.iter().position(|(_, ok)| !ok).unwrap();
+    let resent = sends[refused + 1..].iter().find(|(_, ok)| *ok).unwrap();
+    assert!(
+        resent.0 - sends[refused].0 >= Duration::from_secs(1),
+        "{sends:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn only_the_whole_seconds_past_the_first_hold_a_key_that_has_a_rate() {
+    let gate = RateLimitLayer::learned().gate;
+    let now = Instant::now();
+    let limit = Duration::from_secs(120);
+    let s = Duration::from_secs;
+    let reserve = |key| gate.reserve(key, 0, now, gate::Bounds::default()).unwrap();
+    // No rate yet: a whole-second wait holds the key for all of it.
+    reserve(1);
+    assert!(gate.hold(1, now, s(1), limit, true));
+    assert_eq!(reserve(1).slot - now, s(1));
+    // A stated quota of 600 a minute: the rounded-up second is the rate's
+    // to pace, and the request that was told it waits it out itself.
+    let sent = reserve(2);
+    let window = crate::hint::RequestWindow {
+        remaining: 0,
+        reset_in: s(1),
+        per_minute: Some(600),
+    };
+    gate.observed_window(2, sent.order, now, window, limit);
+    assert!(!gate.hold(2, now, s(1), limit, true));
+    let next = reserve(2).slot - now;
+    assert!(next <= Duration::from_millis(100), "{next:?}");
+    // A 3 s wait still holds the key for its first 2 s.
+    assert!(!gate.hold(2, now, s(3), limit, true));
+    let held = reserve(2).slot - now;
+    assert!(held >= s(2) && held < s(3), "{held:?}");
+    // A wait named to the millisecond holds for all of it.
+    assert!(gate.hold(2, now, Duration::from_millis(3_500), limit, false));
+    assert!(reserve(2).slot - now >= Duration::from_millis(3_500));
+}
