@@ -196,6 +196,9 @@ impl RetryPolicy {
                         .and_then(|headers| request_window(headers, self.now())),
                 }
             }
+            // Too much of ours in flight at once: a concurrency signal,
+            // not a rate signal.
+            Classification::Retryable(RetryableKind::Overloaded) => KeyNews::Overloaded,
             _ => KeyNews::None,
         };
         let rejection = self.rejection(&evidence);

@@ -1,5 +1,6 @@
 //! [`ResponseFuture`]: wait for the slot, send, learn from a 429.
 
+use super::concurrency::{Flight, InFlight};
 use super::error::GateError;
 use super::gate::{Booking, Check, Gate};
 use super::link::GateLink;
@@ -8,8 +9,11 @@ use http::Response;
 use pin_project_lite::pin_project;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{ready, Context, Poll};
+use std::time::Duration;
 use tokio::sync::futures::OwnedNotified;
+use tokio::sync::{AcquireError, OwnedSemaphorePermit};
 use tokio::time::{Instant, Sleep};
 use tower::Service;
 
@@ -24,8 +28,13 @@ pin_project! {
         state: State<S::Future>,
         pending: Option<(S, Req)>,
         gate: Option<Ticket>,
+        // The slot under the key's in-flight ceiling, once taken.
+        slot: Option<OwnedSemaphorePermit>,
     }
 }
+
+/// Waiting for a slot under an overloaded key's in-flight ceiling.
+type Acquire = Pin<Box<dyn Future<Output = Result<OwnedSemaphorePermit, AcquireError>> + Send>>;
 
 /// What a send needs to check its place again, and to tell the retry loop
 /// above that it went.
@@ -34,6 +43,8 @@ struct Ticket {
     key: u64,
     booking: Booking,
     link: Option<GateLink>,
+    /// The key's sends in flight, which this one joins when it goes.
+    flight: Arc<Flight>,
 }
 
 impl Drop for Ticket {
@@ -52,12 +63,19 @@ pin_project! {
             // Fires when the key's learned rate rose: the slot may be earlier.
             #[pin] rose: Option<OwnedNotified>,
         },
+        // Its turn came; an overloaded key also needs a slot in flight.
+        Admitting {
+            acquire: Option<Acquire>,
+            deadline: Option<Pin<Box<Sleep>>>,
+        },
         Readying,
         Calling {
             #[pin] future: F,
             // The attempt's time limit, counted from its send.
             // Boxed: only with an attempt timeout, and the future stays small.
             timeout: Option<Pin<Box<Sleep>>>,
+            // Counts the send in flight, when no retry loop above judges it.
+            in_flight: Option<InFlight>,
         },
         Refused { error: Option<GateError> },
     }
@@ -71,10 +89,11 @@ impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
         gate: Gate,
         key: u64,
         booking: Booking,
+        flight: Arc<Flight>,
         link: Option<GateLink>,
     ) -> Self {
         let state = if booking.is_released() {
-            State::Readying
+            State::admitting()
         } else {
             State::Waiting {
                 sleep: tokio::time::sleep_until(booking.slot),
@@ -89,7 +108,9 @@ impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
                 key,
                 booking,
                 link,
+                flight,
             }),
+            slot: None,
         }
     }
 
@@ -98,6 +119,17 @@ impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
             state: State::Refused { error: Some(error) },
             pending: None,
             gate: None,
+            slot: None,
+        }
+    }
+}
+
+impl<F> State<F> {
+    /// The send's turn came: take a slot in flight if the key needs one.
+    fn admitting() -> Self {
+        State::Admitting {
+            acquire: None,
+            deadline: None,
         }
     }
 }
@@ -138,7 +170,7 @@ where
                         return Poll::Pending;
                     }
                     let Some(ticket) = this.gate.as_mut() else {
-                        this.state.set(State::Readying);
+                        this.state.set(State::admitting());
                         continue;
                     };
                     if woken {
@@ -153,7 +185,7 @@ where
                     // was computed: look again.
                     let now = Instant::now();
                     match ticket.gate.check(ticket.key, &mut ticket.booking, now) {
-                        Ok(Check::Go) => this.state.set(State::Readying),
+                        Ok(Check::Go) => this.state.set(State::admitting()),
                         Ok(Check::WaitUntil(slot)) => sleep.reset(slot),
                         Err(refused) => {
                             tracing::warn!(error = %refused, "llm-retry: rate limit refused a send");
@@ -162,6 +194,41 @@ where
                             return Poll::Ready(Err(refused.into()));
                         }
                     }
+                }
+                StateProj::Admitting { acquire, deadline } => {
+                    if acquire.is_none() {
+                        let slots = this.gate.as_ref().and_then(|t| t.flight.slots());
+                        let Some(slots) = slots else {
+                            this.state.set(State::Readying);
+                            continue;
+                        };
+                        // First in, first out among the key's waiting sends.
+                        *acquire = Some(Box::pin(slots.acquire_owned()));
+                        *deadline = this
+                            .gate
+                            .as_ref()
+                            .and_then(|t| t.booking.bounds.deadline)
+                            .map(|at| Box::pin(tokio::time::sleep_until(at)));
+                    }
+                    if let Some(waiting) = acquire.as_mut() {
+                        if let Poll::Ready(permit) = waiting.as_mut().poll(cx) {
+                            // The semaphore is never closed.
+                            *this.slot = permit.ok();
+                            this.state.set(State::Readying);
+                            continue;
+                        }
+                    }
+                    if let Some(deadline) = deadline.as_mut() {
+                        if deadline.as_mut().poll(cx).is_ready() {
+                            let refused = GateError::PastDeadline {
+                                wait: Duration::ZERO,
+                            };
+                            crate::observe::gate_refusal(refused.label());
+                            this.pending.take();
+                            return Poll::Ready(Err(refused.into()));
+                        }
+                    }
+                    return Poll::Pending;
                 }
                 StateProj::Readying => {
                     let Some((service, _)) = this.pending.as_mut() else {
@@ -175,22 +242,47 @@ where
                             Err("rate limit future polled after completion".into()),
                         );
                     };
+                    let in_flight = this
+                        .gate
+                        .as_ref()
+                        .map(|t| InFlight::start(Arc::clone(&t.flight), this.slot.take()));
                     let future = service.call(request);
                     // The retry loop above judges the answer and tells the
-                    // key what it meant (a 429's named wait holds the key).
-                    let link = this.gate.as_ref().and_then(|ticket| {
-                        let link = ticket.link.as_ref()?;
-                        let booking = &ticket.booking;
-                        link.sent(&ticket.gate, ticket.key, booking.slot, booking.order);
-                        Some(link)
-                    });
+                    // key what it meant (a 429's named wait holds the key);
+                    // the send counts in flight until then.
+                    let (link, in_flight) = match (this.gate.as_ref(), in_flight) {
+                        (Some(ticket), Some(in_flight)) => match ticket.link.as_ref() {
+                            Some(link) => {
+                                let booking = &ticket.booking;
+                                link.sent(
+                                    &ticket.gate,
+                                    ticket.key,
+                                    booking.slot,
+                                    booking.order,
+                                    in_flight,
+                                );
+                                (Some(link), None)
+                            }
+                            None => (None, Some(in_flight)),
+                        },
+                        (_, in_flight) => (None, in_flight),
+                    };
                     let timeout = link
                         .and_then(GateLink::attempt_timeout)
                         .map(|d| Box::pin(tokio::time::sleep(d)));
-                    this.state.set(State::Calling { future, timeout });
+                    this.state.set(State::Calling {
+                        future,
+                        timeout,
+                        in_flight,
+                    });
                 }
-                StateProj::Calling { future, timeout } => {
+                StateProj::Calling {
+                    future,
+                    timeout,
+                    in_flight,
+                } => {
                     if let Poll::Ready(response) = future.poll(cx) {
+                        in_flight.take();
                         return Poll::Ready(response.map_err(Into::into));
                     }
                     if let Some(timeout) = timeout {

@@ -8,6 +8,7 @@
 //! when the learned rate rises enough to be worth waking for.
 
 use super::adaptive::{AdaptiveRate, Learned};
+use super::concurrency::Flight;
 use super::error::GateError;
 use super::gcra::{Pace, Tat};
 use super::keys::{Keys, Sweepable};
@@ -58,6 +59,8 @@ struct KeyState {
     booked: u64,
     /// The provider's request window, as its last answer stated it.
     window: Option<Window>,
+    /// Sends in flight, and their ceiling once the key was overloaded.
+    flight: Arc<Flight>,
 }
 
 /// What the provider's headers said is left of its request window.
@@ -92,6 +95,7 @@ impl KeyState {
             last_used: now,
             booked: 0,
             window: None,
+            flight: Arc::default(),
             learned: adaptive.map(|bounds| {
                 let rate = bounds.start();
                 LearnedKey {
@@ -149,6 +153,7 @@ impl Sweepable for KeyState {
             && self.tokens.idle(now)
             && self.held_until.is_none_or(|t| t <= now)
             && self.window.is_none_or(|w| w.resets_at <= now)
+            && self.flight.in_flight() == 0
             && self
                 .learned
                 .as_ref()
@@ -184,7 +189,7 @@ pub(super) struct Booking {
     /// The key state it was made under.
     key_id: u64,
     cost: u64,
-    bounds: Bounds,
+    pub(super) bounds: Bounds,
 }
 
 /// What a send may wait for: no later than its deadline, and no hold for
@@ -233,6 +238,7 @@ impl Gate {
 
     /// Queues a send of `cost` tokens on `key`, unless it would start
     /// past its bounds. Sends are queued in call order.
+    #[cfg(test)]
     pub(super) fn reserve(
         &self,
         key: u64,
@@ -240,6 +246,19 @@ impl Gate {
         now: Instant,
         bounds: Bounds,
     ) -> Result<Booking, GateError> {
+        self.reserve_send(key, cost, now, bounds)
+            .map(|(booking, _)| booking)
+    }
+
+    /// [`Gate::reserve`], and the key's sends in flight, which the send
+    /// joins when it goes.
+    pub(super) fn reserve_send(
+        &self,
+        key: u64,
+        cost: u64,
+        now: Instant,
+        bounds: Bounds,
+    ) -> Result<(Booking, Arc<Flight>), GateError> {
         let deadline = bounds.deadline;
         if let Some(pace) = &self.tokens {
             let capacity = pace.capacity();
@@ -298,7 +317,7 @@ impl Gate {
                 l.schedule.release(ticket, now);
             }
         }
-        Ok(Booking {
+        let booking = Booking {
             slot,
             quota_slot,
             shift: state.shift,
@@ -311,7 +330,8 @@ impl Gate {
             key_id: state.id,
             cost,
             bounds,
-        })
+        };
+        Ok((booking, Arc::clone(&state.flight)))
     }
 
     /// A waiting send looks again at `now`: go, or wait until when? Its
@@ -525,6 +545,15 @@ impl Gate {
             resets_at,
             allowance: window.remaining.saturating_sub(since),
         });
+    }
+
+    /// A send that went at `sent` was answered with an overload: the key
+    /// holds too much in flight.
+    pub(super) fn overloaded(&self, key: u64, sent: Instant, now: Instant) {
+        let flight = self.lock().get(&key).map(|state| Arc::clone(&state.flight));
+        if let Some(flight) = flight {
+            flight.overloaded(sent, now);
+        }
     }
 
     /// Adaptive mode: a send succeeded.

@@ -5,6 +5,7 @@
 //! through. Once the retry policy has judged the attempt, the loop hands the
 //! gate the policy's [`KeyNews`]: the gate never reads a response itself.
 
+use super::concurrency::InFlight;
 use super::gate::Gate;
 use crate::hint::RequestWindow;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -39,6 +40,10 @@ pub enum KeyNews {
         /// The window the refusal's rate-limit headers stated, if any.
         window: Option<RequestWindow>,
     },
+    /// The key is overloaded (a `529`, an `overloaded_error`): it holds
+    /// too many of the key's sends at once. The gate lowers how many may be
+    /// in flight, not the send rate.
+    Overloaded,
 }
 
 /// Shared by the retry loop and the gate for one logical request.
@@ -61,6 +66,8 @@ pub(crate) struct Sent {
     at: Instant,
     /// The send's place among the key's bookings.
     order: u64,
+    /// Counts the send in flight until its answer is judged.
+    in_flight: InFlight,
 }
 
 impl GateLink {
@@ -107,12 +114,13 @@ impl GateLink {
     }
 
     /// The gate let a send of `key` through at `at`.
-    pub(super) fn sent(&self, gate: &Gate, key: u64, at: Instant, order: u64) {
+    pub(super) fn sent(&self, gate: &Gate, key: u64, at: Instant, order: u64, in_flight: InFlight) {
         let sent = Sent {
             gate: gate.clone(),
             key,
             at,
             order,
+            in_flight,
         };
         *self.lock() = Some(sent);
     }
@@ -145,10 +153,16 @@ impl Sent {
             key,
             at,
             order,
+            in_flight,
         } = self;
         match news {
             KeyNews::None => false,
+            KeyNews::Overloaded => {
+                gate.overloaded(key, at, now);
+                false
+            }
             KeyNews::Served { window } => {
+                in_flight.served();
                 gate.succeeded(key, now);
                 if let Some(window) = window {
                     gate.observed_window(key, order, now, window, max_server_wait);

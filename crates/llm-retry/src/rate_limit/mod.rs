@@ -53,6 +53,7 @@
 //! is not handed back.
 
 mod adaptive;
+mod concurrency;
 mod error;
 pub mod future;
 mod gate;

@@ -67,8 +67,8 @@ where
         // The send's own clone, readied by its future when the slot comes.
         let ready = self.inner.clone();
         let now = Instant::now();
-        match self.gate.reserve(key, cost, now, bounds) {
-            Ok(booking) => {
+        match self.gate.reserve_send(key, cost, now, bounds) {
+            Ok((booking, flight)) => {
                 let wait = booking.slot.saturating_duration_since(now);
                 if !wait.is_zero() {
                     tracing::debug!(
@@ -77,7 +77,15 @@ where
                     );
                 }
                 crate::observe::gate_wait(wait);
-                ResponseFuture::queued(ready, request, self.gate.clone(), key, booking, link)
+                ResponseFuture::queued(
+                    ready,
+                    request,
+                    self.gate.clone(),
+                    key,
+                    booking,
+                    flight,
+                    link,
+                )
             }
             Err(refused) => {
                 tracing::warn!(error = %refused, "llm-retry: rate limit refused a send");

@@ -1,0 +1,290 @@
+//! Adaptive concurrency per key: an overload (`529`, `overloaded_error`)
+//! is the provider saying it holds too much of ours at once, not that we
+//! send too often. So it cuts how many of the key's sends may be in flight,
+//! not the send rate: additive increase, multiplicative decrease, as TCP
+//! does with its window.
+//!
+//! Every send is counted while in flight, from its call until the retry
+//! policy has judged its answer (for a stream, its head or first event).
+//! A key has no ceiling until its first overload: the ceiling then starts
+//! a little under what was in flight, falls by a fifth once per congestion
+//! event (the overloads of sends that went before the last decrease belong
+//! to it), and rises by one over a ceiling's worth of served sends. Sends
+//! over the ceiling wait their turn, first in, first out (tokio's fair
+//! semaphore), bounded by the request's deadline.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+
+/// Share of the ceiling kept after an overload.
+const DECREASE: f64 = 0.8;
+/// Share of the sends in flight at the first overload the ceiling starts at.
+const FIRST: f64 = 0.9;
+
+/// One key's sends in flight, and its ceiling once it has one.
+#[derive(Debug, Default)]
+pub(super) struct Flight {
+    in_flight: AtomicUsize,
+    /// Whether `ceiling` is set: checked without the lock on every send.
+    limited: AtomicBool,
+    ceiling: Mutex<Option<Ceiling>>,
+}
+
+#[derive(Debug)]
+struct Ceiling {
+    /// The slots: one permit per send that may still go.
+    slots: Arc<Semaphore>,
+    limit: f64,
+    /// Slots to swallow as sends end: the ceiling fell below what was in
+    /// flight.
+    debt: usize,
+    /// Overloads of sends that went before this belong to the last decrease.
+    quiet_until: Instant,
+}
+
+impl Ceiling {
+    /// The ceiling moves from `self.limit` to `limit`: slots are added, or
+    /// taken back (now if free, else as sends end).
+    fn resize(&mut self, limit: f64) {
+        let (from, to) = (self.limit as usize, limit as usize);
+        self.limit = limit;
+        if to > from {
+            let mut grow = to - from;
+            let paid = grow.min(self.debt);
+            self.debt -= paid;
+            grow -= paid;
+            self.slots.add_permits(grow);
+        } else if to < from {
+            let shrink = from - to;
+            let forgotten = self.slots.forget_permits(shrink);
+            self.debt += shrink - forgotten;
+        }
+    }
+}
+
+fn lock(ceiling: &Mutex<Option<Ceiling>>) -> MutexGuard<'_, Option<Ceiling>> {
+    // Every update is a few integer stores; a panic elsewhere cannot leave
+    // the state torn.
+    ceiling.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Flight {
+    /// The slots a send must take one of before it goes, once the key has
+    /// a ceiling.
+    pub(super) fn slots(&self) -> Option<Arc<Semaphore>> {
+        if !self.limited.load(Ordering::Acquire) {
+            return None;
+        }
+        lock(&self.ceiling).as_ref().map(|c| Arc::clone(&c.slots))
+    }
+
+    /// Sends in flight now.
+    pub(super) fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// A send that went at `sent` was answered with an overload at `now`
+    /// (it still counts in flight). Each such send says the provider holds
+    /// fewer than the others in flight with it: the ceiling is never above
+    /// that. One decrease of a fifth per congestion event besides.
+    pub(super) fn overloaded(&self, sent: Instant, now: Instant) {
+        let others = self.in_flight().saturating_sub(1) as f64;
+        let mut ceiling = lock(&self.ceiling);
+        match ceiling.as_mut() {
+            None => {
+                let in_flight = self.in_flight();
+                let limit = (others * FIRST).max(1.0);
+                let slots = limit as usize;
+                *ceiling = Some(Ceiling {
+                    slots: Arc::new(Semaphore::new(slots.saturating_sub(in_flight))),
+                    limit,
+                    debt: in_flight.saturating_sub(slots),
+                    quiet_until: now,
+                });
+                self.limited.store(true, Ordering::Release);
+                tracing::debug!(limit, "llm-retry: key overloaded, in-flight ceiling set");
+            }
+            Some(c) => {
+                let mut limit = c.limit.min(others.max(1.0));
+                if sent > c.quiet_until {
+                    limit = (limit * DECREASE).max(1.0);
+                    c.quiet_until = now;
+                }
+                if limit < c.limit {
+                    c.resize(limit);
+                    tracing::debug!(limit, "llm-retry: key overloaded, ceiling lowered");
+                }
+            }
+        }
+    }
+
+    /// A send was served: the ceiling rises by one over a ceiling's worth.
+    pub(super) fn served(&self) {
+        if !self.limited.load(Ordering::Acquire) {
+            return;
+        }
+        if let Some(c) = lock(&self.ceiling).as_mut() {
+            let limit = c.limit + 1.0 / c.limit.max(1.0);
+            c.resize(limit);
+        }
+    }
+}
+
+/// One send in flight on a key: counted from its call until dropped.
+#[derive(Debug)]
+pub(super) struct InFlight(Arc<Flight>);
+
+impl InFlight {
+    /// Counts a send going now with `slot`, the permit it took from the
+    /// key's ceiling; one going without (the ceiling came after it was let
+    /// through) is over the ceiling, and owes the slot it will give back.
+    pub(super) fn start(flight: Arc<Flight>, slot: Option<OwnedSemaphorePermit>) -> InFlight {
+        flight.in_flight.fetch_add(1, Ordering::Relaxed);
+        match slot {
+            Some(permit) => permit.forget(),
+            None if flight.limited.load(Ordering::Acquire) => {
+                if let Some(c) = lock(&flight.ceiling).as_mut() {
+                    c.debt += 1;
+                }
+            }
+            None => {}
+        }
+        InFlight(flight)
+    }
+
+    /// The send was served.
+    pub(super) fn served(&self) {
+        self.0.served();
+    }
+}
+
+impl Drop for InFlight {
+    /// The send's slot goes back, or pays a debt of a lowered ceiling.
+    fn drop(&mut self) {
+        let flight = &self.0;
+        flight.in_flight.fetch_sub(1, Ordering::Relaxed);
+        if !flight.limited.load(Ordering::Acquire) {
+            return;
+        }
+        if let Some(c) = lock(&flight.ceiling).as_mut() {
+            if c.debt > 0 {
+                c.debt -= 1;
+            } else {
+                c.slots.add_permits(1);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn take(slots: &Arc<Semaphore>) -> Option<OwnedSemaphorePermit> {
+        Arc::clone(slots).try_acquire_owned().ok()
+    }
+
+    fn limit(flight: &Flight) -> f64 {
+        lock(&flight.ceiling).as_ref().unwrap().limit
+    }
+
+    fn start(flight: &Arc<Flight>, n: usize) -> Vec<InFlight> {
+        (0..n)
+            .map(|_| InFlight::start(Arc::clone(flight), None))
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_first_overload_sets_a_ceiling_under_what_was_in_flight() {
+        let flight = Arc::new(Flight::default());
+        assert!(flight.slots().is_none(), "no ceiling before an overload");
+        let sent = Instant::now();
+        let sends = start(&flight, 10);
+        // Refused with 9 others in flight: the ceiling starts at 8.1.
+        flight.overloaded(sent, Instant::now());
+        let slots = flight.slots().unwrap();
+        assert!(
+            take(&slots).is_none(),
+            "nothing goes until three have ended"
+        );
+        drop(sends);
+        let mut taken = Vec::new();
+        while let Some(permit) = take(&slots) {
+            taken.push(permit);
+        }
+        assert_eq!(taken.len(), 8);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_refusal_of_a_wave_says_the_provider_holds_fewer_than_the_others_in_flight() {
+        // 40 sent at once to room for 10: as the 30 refusals come back,
+        // each with fewer others in flight, the ceiling follows them down.
+        let flight = Arc::new(Flight::default());
+        let t0 = Instant::now();
+        let mut sends = start(&flight, 40);
+        for _ in 0..30 {
+            flight.overloaded(t0, t0);
+            sends.pop();
+        }
+        assert!((limit(&flight) - 10.0).abs() < 1e-9, "{}", limit(&flight));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_decrease_per_congestion_event_and_a_slow_rise() {
+        let flight = Arc::new(Flight::default());
+        let t0 = Instant::now();
+        let _sends = start(&flight, 20);
+        flight.overloaded(t0, t0);
+        // The rest of the burst, sent before the decrease, with as many
+        // still in flight: no news.
+        for _ in 0..10 {
+            flight.overloaded(t0, t0);
+        }
+        assert!((limit(&flight) - 19.0 * FIRST).abs() < 1e-9);
+        tokio::time::advance(std::time::Duration::from_millis(1)).await;
+        flight.overloaded(Instant::now(), Instant::now());
+        assert!((limit(&flight) - 19.0 * FIRST * DECREASE).abs() < 1e-9);
+        // About one more slot per ceiling's worth of served sends.
+        let before = limit(&flight);
+        for _ in 0..14 {
+            flight.served();
+        }
+        assert!(limit(&flight) > before + 0.9 && limit(&flight) < before + 1.1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_ceiling_lowered_below_what_is_in_flight_takes_slots_back_as_sends_end() {
+        let flight = Arc::new(Flight::default());
+        let t0 = Instant::now();
+        let first = start(&flight, 10);
+        flight.overloaded(t0, t0); // ceiling 8.1 with 10 in flight: 2 owed
+        drop(first);
+        let slots = flight.slots().unwrap();
+        assert_eq!(slots.available_permits(), 8);
+        // Eight go; one is refused with 7 others in flight, later: the
+        // ceiling falls to 7 × 0.8 = 5.6, and three slots are owed.
+        let mut held = Vec::new();
+        for _ in 0..8 {
+            let permit = take(&slots).unwrap();
+            held.push(InFlight::start(Arc::clone(&flight), Some(permit)));
+        }
+        tokio::time::advance(std::time::Duration::from_millis(1)).await;
+        flight.overloaded(Instant::now(), Instant::now());
+        held.truncate(4);
+        assert_eq!(
+            slots.available_permits(),
+            1,
+            "three of four ended sends paid the debt"
+        );
+        // A send let through without a slot owes one.
+        let over = InFlight::start(Arc::clone(&flight), None);
+        drop(over);
+        assert_eq!(slots.available_permits(), 1);
+        let last = take(&slots).unwrap();
+        assert!(take(&slots).is_none());
+        drop(last);
+    }
+}
