@@ -6,7 +6,7 @@ use crate::matrix::Shaped;
 use crate::policies::Policy;
 use crate::stacks::Stack;
 use crate::stats::Run;
-use crate::tables::{integrity, ms, pct};
+use crate::tables::{integrity, ms, outcomes_list, pct};
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -130,6 +130,12 @@ pub(crate) fn brief(config: &Config, scenario: Shaped, runs: &[Run]) -> String {
     );
     for cell in cells(runs, forced, bound, scenario.most_served(config)) {
         let run = cell.run;
+        let failed: Vec<String> = run
+            .outcomes
+            .iter()
+            .filter(|(why, _)| why.as_str() != "200")
+            .map(|(why, n)| format!("{n} × {why}"))
+            .collect();
         let _ = writeln!(
             t,
             "    {:<34} served {:>6}  sends {:.2} ({:.2}×)  time {:>5.1} s ({:.2}×)  p99 {}  {}",
@@ -142,6 +148,9 @@ pub(crate) fn brief(config: &Config, scenario: Shaped, runs: &[Run]) -> String {
             ms(run.p99),
             integrity(run),
         );
+        if !failed.is_empty() {
+            let _ = writeln!(t, "      {}", failed.join(", "));
+        }
     }
     t
 }
@@ -198,7 +207,7 @@ pub(crate) fn matrix(
         }
         let row = cells(runs, forced, bound, most_served);
         md.push_str(&table(&row));
-        md.push('\n');
+        let _ = writeln!(md, "\nOutcomes:\n\n{}", outcomes_list(runs));
         summary.push((format!("{}. {}", scenario.number(), scenario.label()), row));
     }
     summary.sort_by_key(|(name, _)| name.split('.').next().and_then(|n| n.parse::<u32>().ok()));

@@ -108,9 +108,11 @@ pub(crate) fn request_window(headers: &HeaderMap, now: SystemTime) -> Option<Req
     }
 }
 
-/// Whether the headers say a token quota is exhausted while the request
-/// quota is not: the 429 is about what the requests carry, not how often
-/// they come.
+/// Whether the headers say a token quota, not the request quota, refused
+/// the request: requests are left and a token count is stated (a request
+/// is refused when its tokens exceed what is left, which need not be
+/// zero), or, with no request count, a token quota is at zero. The 429 is
+/// about what the requests carry, not how often they come.
 pub(crate) fn token_quota_only(headers: &HeaderMap) -> bool {
     let tokens = [
         "x-ratelimit-remaining-tokens",
@@ -122,8 +124,13 @@ pub(crate) fn token_quota_only(headers: &HeaderMap) -> bool {
         "x-ratelimit-remaining-requests",
         "anthropic-ratelimit-requests-remaining",
     ];
-    tokens.iter().any(|name| known_zero(headers, name))
-        && !requests.iter().any(|name| known_zero(headers, name))
+    let count = |name: &str| first_valid(headers, name, |v| text(v)?.parse::<u64>().ok());
+    let requests_left = requests.iter().filter_map(|name| count(name)).min();
+    match requests_left {
+        Some(0) => false,
+        Some(_) => tokens.iter().any(|name| count(name).is_some()),
+        None => tokens.iter().any(|name| known_zero(headers, name)),
+    }
 }
 
 /// Longest reset among exhausted limits, else longest among all.
@@ -336,7 +343,7 @@ mod token_quota_tests {
     use http::HeaderValue;
 
     #[test]
-    fn only_an_exhausted_token_quota_beside_a_live_request_quota_counts() {
+    fn a_token_quota_refused_the_request_when_requests_are_left_or_tokens_are_gone() {
         let cases: &[(&[(&'static str, &'static str)], bool)] = &[
             (&[("x-ratelimit-remaining-tokens", "0")], true),
             (
@@ -357,8 +364,18 @@ mod token_quota_tests {
                 &[("anthropic-ratelimit-output-tokens-remaining", "0")],
                 true,
             ),
+            // Tokens left, but fewer than the request needed: with
+            // requests left, the tokens refused it; alone, nothing says so.
+            (
+                &[
+                    ("x-ratelimit-remaining-tokens", "12"),
+                    ("x-ratelimit-remaining-requests", "10"),
+                ],
+                true,
+            ),
             (&[("x-ratelimit-remaining-tokens", "12")], false),
             (&[("x-ratelimit-remaining-requests", "0")], false),
+            (&[("x-ratelimit-remaining-requests", "10")], false),
             (&[], false),
         ];
         for (pairs, want) in cases {
