@@ -108,6 +108,25 @@ pub struct RequestWindow {
     pub per_minute: Option<u64>,
 }
 
+/// A provider's token quota as its rate-limit headers state it on an
+/// answer: `remaining` tokens now, refilling at `per_minute`
+/// (`x-ratelimit-{limit,remaining}-tokens`,
+/// `anthropic-ratelimit-tokens-{limit,remaining}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TokenWindow {
+    /// Tokens the quota holds now.
+    pub remaining: u64,
+    /// The quota per minute: it refills at this over 60 s, up to this.
+    pub per_minute: u64,
+}
+
+/// The token quota named by `headers`, the tighter when both providers'
+/// headers are present. Malformed values, or a zero quota, name none.
+pub fn token_window(headers: &HeaderMap) -> Option<TokenWindow> {
+    ratelimit::token_window(headers)
+}
+
 /// The request window named by `headers` (OpenAI's
 /// `x-ratelimit-{remaining,reset}-requests`, Anthropic's
 /// `anthropic-ratelimit-requests-{remaining,reset}`), the tighter when both

@@ -10,7 +10,7 @@ use super::go_duration::parse_go_duration;
 use super::headers::{first_valid, known_zero, text};
 use super::retry_after::until;
 use super::rfc3339::parse_rfc3339;
-use super::{RequestWindow, ServerWait, WaitSource};
+use super::{RequestWindow, ServerWait, TokenWindow, WaitSource};
 use http::{HeaderMap, HeaderName};
 use std::time::{Duration, SystemTime};
 
@@ -106,6 +106,32 @@ pub(crate) fn request_window(headers: &HeaderMap, now: SystemTime) -> Option<Req
         (Some(a), Some(b)) => Some(if b.remaining < a.remaining { b } else { a }),
         (one, other) => one.or(other),
     }
+}
+
+/// The token quota, as OpenAI's `x-ratelimit-*-tokens` and Anthropic's
+/// `anthropic-ratelimit-tokens-*` headers state it on every answer: the
+/// one with fewer tokens left when both are present.
+pub(crate) fn token_window(headers: &HeaderMap) -> Option<TokenWindow> {
+    const PAIRS: [(HeaderName, HeaderName); 2] = [
+        (
+            HeaderName::from_static("x-ratelimit-limit-tokens"),
+            HeaderName::from_static("x-ratelimit-remaining-tokens"),
+        ),
+        (
+            HeaderName::from_static("anthropic-ratelimit-tokens-limit"),
+            HeaderName::from_static("anthropic-ratelimit-tokens-remaining"),
+        ),
+    ];
+    let count = |name: &HeaderName| first_valid(headers, name, |v| text(v)?.parse::<u64>().ok());
+    PAIRS
+        .iter()
+        .filter_map(|(limit, remaining)| {
+            Some(TokenWindow {
+                per_minute: count(limit).filter(|n| *n > 0)?,
+                remaining: count(remaining)?,
+            })
+        })
+        .min_by_key(|w| w.remaining)
 }
 
 /// Whether the headers say a token quota, not the request quota, refused
@@ -334,6 +360,41 @@ mod window_tests {
             assert_eq!(per_minute(&with), Some(None), "{limit}");
         }
         assert_eq!(per_minute(&oai[1..]), Some(None));
+    }
+}
+
+#[cfg(test)]
+mod token_window_tests {
+    use super::*;
+    use http::HeaderValue;
+
+    #[test]
+    fn a_token_window_needs_its_quota_and_what_is_left() {
+        let window = |pairs: &[(&'static str, &'static str)]| {
+            let mut headers = HeaderMap::new();
+            for (name, value) in pairs {
+                headers.insert(*name, HeaderValue::from_static(value));
+            }
+            token_window(&headers).map(|w| (w.remaining, w.per_minute))
+        };
+        let oai = [
+            ("x-ratelimit-limit-tokens", "600000"),
+            ("x-ratelimit-remaining-tokens", "4200"),
+        ];
+        assert_eq!(window(&oai), Some((4200, 600_000)));
+        let both = [
+            oai[0],
+            oai[1],
+            ("anthropic-ratelimit-tokens-limit", "80000"),
+            ("anthropic-ratelimit-tokens-remaining", "900"),
+        ];
+        assert_eq!(window(&both), Some((900, 80_000)), "fewer left wins");
+        assert_eq!(window(&oai[1..]), None, "no quota");
+        assert_eq!(window(&oai[..1]), None, "nothing left stated");
+        let zero = [("x-ratelimit-limit-tokens", "0"), oai[1]];
+        assert_eq!(window(&zero), None);
+        let bad = [oai[0], ("x-ratelimit-remaining-tokens", "-3")];
+        assert_eq!(window(&bad), None);
     }
 }
 

@@ -8,7 +8,8 @@ use crate::classify::{
     Classification, FatalKind, ProviderError, RetryableKind,
 };
 use crate::hint::{
-    named_wait, request_window, token_quota_only, ServerHint, ServerWait, Signals, WaitSource,
+    named_wait, request_window, token_quota_only, token_window, ServerHint, ServerWait, Signals,
+    WaitSource,
 };
 use crate::rate_limit::KeyNews;
 use crate::report::StopReason;
@@ -168,12 +169,13 @@ impl RetryPolicy {
         let key = match &evidence.base {
             _ if !evidence.reached_upstream => KeyNews::None,
             // Only a send a gate took needs its window read.
-            Classification::Success => KeyNews::Served {
-                window: evidence
-                    .headers
-                    .filter(|_| state.gated())
-                    .and_then(|headers| request_window(headers, self.now())),
-            },
+            Classification::Success => {
+                let headers = evidence.headers.filter(|_| state.gated());
+                KeyNews::Served {
+                    window: headers.and_then(|headers| request_window(headers, self.now())),
+                    tokens: headers.and_then(token_window),
+                }
+            }
             Classification::Retryable(RetryableKind::RateLimited) => {
                 let wait = match evidence.class {
                     Classification::Retryable(_) => wait,
@@ -194,6 +196,10 @@ impl RetryPolicy {
                         .headers
                         .filter(|_| state.gated())
                         .and_then(|headers| request_window(headers, self.now())),
+                    tokens: evidence
+                        .headers
+                        .filter(|_| state.gated())
+                        .and_then(token_window),
                 }
             }
             // Too much of ours in flight at once: a concurrency signal,

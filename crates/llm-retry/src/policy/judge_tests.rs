@@ -370,6 +370,7 @@ fn a_429_that_may_not_be_retried_still_tells_the_key_its_wait() {
             rate: true,
             whole_seconds: true,
             window: None,
+            tokens: None,
         }
     );
 }
@@ -429,6 +430,7 @@ fn a_stream_rate_limit_the_server_forbids_retrying_still_holds_the_key() {
             rate: true,
             whole_seconds: true,
             window: None,
+            tokens: None,
         }
     );
 }

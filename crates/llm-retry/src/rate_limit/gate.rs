@@ -14,6 +14,7 @@ use super::gcra::{Pace, Tat};
 use super::keys::{Keys, Sweepable};
 use super::refund::Refunds;
 use super::schedule::Schedule;
+use super::stated_tokens::StatedTokens;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -61,6 +62,8 @@ struct KeyState {
     window: Option<Window>,
     /// Sends in flight, and their ceiling once the key was overloaded.
     flight: Arc<Flight>,
+    /// The token quota the provider's answers state, once one did.
+    stated_tokens: Option<StatedTokens>,
 }
 
 /// What the provider's headers said is left of its request window.
@@ -96,6 +99,7 @@ impl KeyState {
             booked: 0,
             window: None,
             flight: Arc::default(),
+            stated_tokens: None,
             learned: adaptive.map(|bounds| {
                 let rate = bounds.start();
                 LearnedKey {
@@ -183,6 +187,9 @@ pub(super) struct Booking {
     window_floor: Option<Instant>,
     /// The reset of the window whose allowance it took, to give it back.
     window_taken: Option<Instant>,
+    /// Its tokens under the provider's stated token quota, and when they
+    /// are there.
+    stated: Option<(u64, Instant)>,
     /// Whether the send may go already: its ticket was released (or it
     /// has none) when it was queued.
     released: bool,
@@ -246,16 +253,20 @@ impl Gate {
         now: Instant,
         bounds: Bounds,
     ) -> Result<Booking, GateError> {
-        self.reserve_send(key, cost, now, bounds)
+        self.reserve_send(key, cost, || 0, now, bounds)
             .map(|(booking, _)| booking)
     }
 
     /// [`Gate::reserve`], and the key's sends in flight, which the send
     /// joins when it goes.
+    ///
+    /// Under a token quota its provider states, a send is booked for its
+    /// tokens: `cost`, or when that is 0, what `estimate` makes of it.
     pub(super) fn reserve_send(
         &self,
         key: u64,
         cost: u64,
+        estimate: impl FnOnce() -> u64,
         now: Instant,
         bounds: Bounds,
     ) -> Result<(Booking, Arc<Flight>), GateError> {
@@ -292,11 +303,24 @@ impl Gate {
             slot = slot.max(l.schedule.time_of(ticket, interval));
             ticket
         });
+        let stated = match &mut state.stated_tokens {
+            Some(tokens) => {
+                let cost = if cost > 0 { cost } else { estimate() };
+                (cost > 0 && tokens.fits(cost)).then(|| (cost, tokens.slot(cost, now, base)))
+            }
+            None => None,
+        };
+        if let Some((_, at)) = stated {
+            slot = slot.max(at);
+        }
         if deadline.is_some_and(|deadline| slot > deadline) {
             if let Some(l) = &mut state.learned {
                 l.schedule.untake();
             }
             return Err(GateError::PastDeadline { wait: slot - now });
+        }
+        if let (Some(tokens), Some((cost, _))) = (&mut state.stated_tokens, stated) {
+            tokens.book(cost);
         }
         let before = [state.requests, state.tokens];
         state.book_quotas(self, cost, quota_slot);
@@ -326,6 +350,7 @@ impl Gate {
             order,
             window_floor,
             window_taken,
+            stated,
             released,
             key_id: state.id,
             cost,
@@ -358,6 +383,9 @@ impl Gate {
         let mut slot = state.floor(now).max(quota_slot);
         if let Some(floor) = booking.window_floor {
             slot = slot.max(floor);
+        }
+        if let Some((_, at)) = booking.stated {
+            slot = slot.max(at);
         }
         if let (Some(l), Some(ticket)) = (&state.learned, booking.ticket) {
             slot = slot.max(l.schedule.time_of(ticket, l.rate.interval()));
@@ -410,6 +438,32 @@ impl Gate {
         if let (Some(l), Some(ticket)) = (&mut state.learned, booking.ticket) {
             l.schedule.abandon(ticket);
         }
+        if let (Some(tokens), Some((cost, _))) = (&mut state.stated_tokens, booking.stated) {
+            tokens.refund(cost);
+        }
+    }
+
+    /// An answer stated `key`'s token quota: its costed sends book tokens
+    /// from now on.
+    pub(super) fn observed_tokens(&self, key: u64, window: crate::hint::TokenWindow, now: Instant) {
+        let mut keys = self.lock();
+        let Some(state) = keys.get_mut(&key) else {
+            return;
+        };
+        match &mut state.stated_tokens {
+            Some(tokens) => tokens.observed(window.per_minute, window.remaining, now),
+            None => {
+                state.stated_tokens =
+                    Some(StatedTokens::new(window.per_minute, window.remaining, now));
+            }
+        }
+    }
+
+    /// Whether `key`'s sends book tokens under a quota its provider stated.
+    pub(super) fn paces_tokens(&self, key: u64) -> bool {
+        self.lock()
+            .get(&key)
+            .is_some_and(|state| state.stated_tokens.is_some())
     }
 
     /// What wakes a send waiting on `key`'s learned rate, if it has one.

@@ -7,7 +7,8 @@
 
 use super::concurrency::InFlight;
 use super::gate::Gate;
-use crate::hint::RequestWindow;
+use crate::hint::{RequestWindow, TokenWindow};
+use bytes::Bytes;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -24,6 +25,8 @@ pub enum KeyNews {
     Served {
         /// The window the answer's rate-limit headers stated, if any.
         window: Option<RequestWindow>,
+        /// The token quota they stated, if any.
+        tokens: Option<TokenWindow>,
     },
     /// The key refused the send.
     Throttled {
@@ -39,6 +42,8 @@ pub enum KeyNews {
         whole_seconds: bool,
         /// The window the refusal's rate-limit headers stated, if any.
         window: Option<RequestWindow>,
+        /// The token quota they stated, if any.
+        tokens: Option<TokenWindow>,
     },
     /// The key is overloaded (a `529`, an `overloaded_error`): it holds
     /// too many of the key's sends at once. The gate lowers how many may be
@@ -57,6 +62,11 @@ struct Shared {
     /// A gate took the last attempt: it times the attempt from its send.
     gated: AtomicBool,
     sent: Mutex<Option<Sent>>,
+    /// The request body, when it was whole before the first send: what a
+    /// token-paced key estimates the send's cost from.
+    body: Mutex<Option<Bytes>>,
+    /// That estimate, once made.
+    cost: std::sync::OnceLock<u64>,
 }
 
 /// A send the gate let through, waiting for the policy's verdict.
@@ -78,7 +88,26 @@ impl GateLink {
             attempt_timeout: limits.attempt_timeout,
             gated: AtomicBool::new(false),
             sent: Mutex::new(None),
+            body: Mutex::new(None),
+            cost: std::sync::OnceLock::new(),
         }))
+    }
+
+    /// The request body is `bytes`, whole.
+    pub(crate) fn set_body(&self, bytes: Bytes) {
+        *self.0.body.lock().unwrap_or_else(|p| p.into_inner()) = Some(bytes);
+    }
+
+    /// The request's token cost, estimated from its body once (its output
+    /// cap plus a token per four bytes, as [`TokenCost::estimate`](super::TokenCost::estimate)),
+    /// or 0 when the body was not whole or names no output cap.
+    pub(super) fn estimated_cost(&self) -> u64 {
+        *self.0.cost.get_or_init(|| {
+            let body = self.0.body.lock().unwrap_or_else(|p| p.into_inner());
+            body.as_deref()
+                .and_then(super::TokenCost::estimate)
+                .map_or(0, |c| c.0)
+        })
     }
 
     /// The longest an attempt may take from its send to its response head.
@@ -161,9 +190,12 @@ impl Sent {
                 gate.overloaded(key, at, now);
                 false
             }
-            KeyNews::Served { window } => {
+            KeyNews::Served { window, tokens } => {
                 in_flight.served();
                 gate.succeeded(key, now);
+                if let Some(tokens) = tokens {
+                    gate.observed_tokens(key, tokens, now);
+                }
                 if let Some(window) = window {
                     gate.observed_window(key, order, now, window, max_server_wait);
                 }
@@ -174,7 +206,11 @@ impl Sent {
                 rate,
                 whole_seconds,
                 window,
+                tokens,
             } => {
+                if let Some(tokens) = tokens {
+                    gate.observed_tokens(key, tokens, now);
+                }
                 // A stated quota first: it is the key's rate, and the rest
                 // of the first wave's 429s are no decrease.
                 if let Some(window) = window.filter(|w| w.per_minute.is_some()) {
@@ -182,8 +218,13 @@ impl Sent {
                 }
                 // The hold before the rate: a whole-second wait is rounded
                 // only on a key that had a rate before this refusal.
-                let held = wait
-                    .is_some_and(|wait| gate.hold(key, now, wait, max_server_wait, whole_seconds));
+                // A token quota's refusal under a stated token quota holds
+                // only the request: the key's costed sends book tokens, and
+                // small ones keep flowing.
+                let for_tokens = !rate && gate.paces_tokens(key);
+                let held = wait.is_some_and(|wait| {
+                    !for_tokens && gate.hold(key, now, wait, max_server_wait, whole_seconds)
+                });
                 if rate {
                     gate.throttled(key, at, now, wait);
                 }

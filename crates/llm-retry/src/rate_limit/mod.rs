@@ -65,6 +65,7 @@ pub(crate) mod link;
 mod refund;
 mod schedule;
 mod service;
+mod stated_tokens;
 
 pub use error::GateError;
 pub use key::{RateKey, TokenCost};

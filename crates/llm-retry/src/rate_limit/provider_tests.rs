@@ -260,3 +260,87 @@ async fn overloads_cap_the_keys_sends_in_flight_not_its_rate() {
     // last request to be refused waits its backoff.
     assert!(took <= Duration::from_millis(6_000), "took {took:?}");
 }
+
+/// A token bucket of `per_sec` tokens a second (as much in a burst),
+/// requests unlimited, stated as OpenAI states it on every answer; a
+/// request costs its `max_tokens` plus a quarter of its bytes.
+fn token_bucket(per_sec: u64, sends: Sends) -> Upstream {
+    let level = Arc::new(Mutex::new((per_sec as f64, Instant::now())));
+    tower::util::BoxCloneSyncService::new(tower::service_fn(
+        move |req: Request<crate::ReplayBody<Full<Bytes>>>| {
+            let (sends, level) = (Arc::clone(&sends), Arc::clone(&level));
+            async move {
+                use http_body_util::BodyExt;
+                let body = req.into_body().collect().await?.to_bytes();
+                let cost = crate::recover::requested_max_tokens(&body).unwrap_or(0) as f64
+                    + (body.len() / 4) as f64;
+                tokio::time::sleep(LATENCY).await;
+                let now = Instant::now();
+                let (ok, left, wait) = {
+                    let mut level = level.lock().unwrap();
+                    let refill = (now - level.1).as_secs_f64() * per_sec as f64;
+                    level.0 = (level.0 + refill).min(per_sec as f64);
+                    level.1 = now;
+                    let ok = level.0 >= cost;
+                    if ok {
+                        level.0 -= cost;
+                    }
+                    let wait = ((cost - level.0).max(0.0) / per_sec as f64 * 1000.0).ceil();
+                    (ok, level.0.floor(), wait)
+                };
+                sends.lock().unwrap().push((now, ok));
+                let mut headers = vec![
+                    ("x-ratelimit-limit-requests", "1000000".to_owned()),
+                    ("x-ratelimit-remaining-requests", "999999".to_owned()),
+                    ("x-ratelimit-reset-requests", "0ms".to_owned()),
+                    ("x-ratelimit-limit-tokens", (per_sec * 60).to_string()),
+                    ("x-ratelimit-remaining-tokens", left.to_string()),
+                ];
+                if !ok {
+                    headers.push(("retry-after-ms", wait.to_string()));
+                }
+                Ok::<_, crate::BoxError>(answer(ok, &headers))
+            }
+        },
+    ))
+}
+
+#[tokio::test(start_paused = true)]
+async fn under_a_stated_token_quota_large_requests_wait_their_turn_and_small_ones_flow() {
+    // 20 000 tokens a second; 40 clients, one request in ten asking for
+    // 8 000 tokens, the rest for 100: about 900 tokens a request, so the
+    // 200 requests take about 9 s, most of it for the large ones. Unpaced,
+    // the small ones take every token as it comes and the large ones run
+    // out of retries.
+    let sends = Sends::default();
+    let policy = RetryPolicy::builder().no_budget().build().unwrap();
+    let svc = RetryLayer::new(policy)
+        .layer(RateLimitLayer::learned().layer(token_bucket(20_000, sends.clone())));
+    let clients = (0..40u64).map(|c| {
+        let svc = svc.clone();
+        async move {
+            let mut statuses = Vec::new();
+            for n in 0..5u64 {
+                let max_tokens = if (c * 5 + n) % 10 == 9 { 8_000 } else { 100 };
+                let body = format!(r#"{{"model":"m","max_tokens":{max_tokens}}}"#);
+                let req = Request::post("http://a.test/v1/chat/completions")
+                    .body(Full::new(Bytes::from(body)))
+                    .unwrap();
+                statuses.push(svc.clone().oneshot(req).await.unwrap().status());
+            }
+            statuses
+        }
+    });
+    let start = Instant::now();
+    let statuses = futures_util::future::join_all(clients).await.concat();
+    let took = start.elapsed();
+    assert!(
+        statuses.iter().all(|s| *s == StatusCode::OK),
+        "{statuses:?}"
+    );
+    let sends = sends.lock().unwrap().clone();
+    let refused = sends.iter().filter(|(_, ok)| !ok).count();
+    // 1 refused and 8.2 s on the paused clock.
+    assert!(refused <= 10, "{refused} refused");
+    assert!(took <= Duration::from_secs(10), "took {took:?}");
+}

@@ -67,7 +67,8 @@ where
         // The send's own clone, readied by its future when the slot comes.
         let ready = self.inner.clone();
         let now = Instant::now();
-        match self.gate.reserve_send(key, cost, now, bounds) {
+        let estimate = || link.as_ref().map_or(0, GateLink::estimated_cost);
+        match self.gate.reserve_send(key, cost, estimate, now, bounds) {
             Ok((booking, flight)) => {
                 let wait = booking.slot.saturating_duration_since(now);
                 if !wait.is_zero() {

@@ -82,6 +82,58 @@ impl<B> ReplayBody<B> {
         lock(&self.shared).whole()
     }
 
+    /// Reads what the source has ready now, without waiting, when nothing
+    /// was read yet and its exact size fits the cap: a buffered body
+    /// (`Full`, `Bytes`) is then known before its first send, and that send
+    /// replays it from here at no cost. Returns the whole body if that was
+    /// all of it. A source that is not ready is left as it was; the first
+    /// send reads it as usual.
+    pub(crate) fn fill_ready(&self) -> Option<Bytes>
+    where
+        B: Body<Data = Bytes>,
+        B::Error: Into<BoxError>,
+    {
+        let mut shared = lock(&self.shared);
+        let cap = shared.cap;
+        let fits = |inner: &Pin<Box<B>>| inner.size_hint().exact().is_some_and(|n| n <= cap as u64);
+        if shared.source != Source::Streaming || shared.seen() > 0 {
+            return shared.whole();
+        }
+        let waker = noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        while let Some(inner) = shared.inner.as_mut().filter(|inner| fits(inner)) {
+            let polled = inner.as_mut().poll_frame(&mut cx);
+            let ended = inner.is_end_stream();
+            match polled {
+                Poll::Pending => break,
+                Poll::Ready(None) => {
+                    shared.source = Source::Done;
+                    shared.inner = None;
+                }
+                Poll::Ready(Some(Err(_))) => {
+                    // Every clone reports the failure as the source's.
+                    shared.source = Source::Failed;
+                    shared.inner = None;
+                }
+                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(chunk) => {
+                        shared.keep(&chunk, ended);
+                        if ended {
+                            shared.source = Source::Done;
+                            shared.inner = None;
+                        }
+                    }
+                    Err(frame) => {
+                        if let Some(trailers) = frame.trailers_ref() {
+                            shared.trailers = Some(trailers.clone());
+                        }
+                    }
+                },
+            }
+        }
+        shared.whole()
+    }
+
     /// A body of exactly `bytes`, with the same cap, sharing nothing with
     /// `self`: the next attempts send the rewritten body while an earlier
     /// attempt still reading the old one is unaffected.
@@ -123,6 +175,17 @@ impl<B> fmt::Debug for ReplayBody<B> {
 
 /// Locks the shared state; a poisoned lock still holds consistent data
 /// because no method panics while holding it.
+/// A waker that does nothing: for reading what a source has ready now.
+fn noop_waker() -> std::task::Waker {
+    struct Noop;
+    impl std::task::Wake for Noop {
+        fn wake(self: Arc<Self>) {}
+    }
+    static NOOP: std::sync::OnceLock<std::task::Waker> = std::sync::OnceLock::new();
+    NOOP.get_or_init(|| std::task::Waker::from(Arc::new(Noop)))
+        .clone()
+}
+
 fn lock<B>(shared: &Mutex<Shared<B>>) -> MutexGuard<'_, Shared<B>> {
     shared
         .lock()

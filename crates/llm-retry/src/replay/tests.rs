@@ -269,3 +269,44 @@ mod properties {
         }
     }
 }
+
+#[tokio::test]
+async fn a_buffered_body_is_known_before_its_first_send_and_sent_whole() {
+    let body = ReplayBody::new(Full::new(Bytes::from_static(b"{\"max_tokens\":5}")), 1024);
+    let replica = body.replica();
+    assert_eq!(
+        replica.fill_ready().as_deref(),
+        Some(&b"{\"max_tokens\":5}"[..])
+    );
+    assert_eq!(body.size_hint().exact(), Some(16));
+    assert_eq!(&collect(body).await.unwrap()[..], b"{\"max_tokens\":5}");
+    assert_eq!(
+        &collect(replica.try_clone().unwrap()).await.unwrap()[..],
+        b"{\"max_tokens\":5}"
+    );
+}
+
+#[tokio::test]
+async fn a_body_not_ready_or_over_the_cap_is_left_to_its_first_send() {
+    // A stream whose chunks are not there yet: nothing is read early.
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, BoxError>>(4);
+    let stream = StreamBody::new(tokio_stream_from(rx));
+    let body = ReplayBody::new(stream, 1024);
+    assert_eq!(body.replica().fill_ready(), None);
+    tx.send(Ok(Frame::data(Bytes::from_static(b"late"))))
+        .await
+        .unwrap();
+    drop(tx);
+    assert_eq!(&collect(body).await.unwrap()[..], b"late");
+    // Over the cap: the first send streams it, as without the early read.
+    let body = ReplayBody::new(Full::new(Bytes::from_static(b"0123456789")), 4);
+    assert_eq!(body.replica().fill_ready(), None);
+    assert_eq!(&collect(body).await.unwrap()[..], b"0123456789");
+}
+
+/// A stream of the frames sent on `rx`.
+fn tokio_stream_from(
+    mut rx: tokio::sync::mpsc::Receiver<Result<Frame<Bytes>, BoxError>>,
+) -> impl futures_util::Stream<Item = Result<Frame<Bytes>, BoxError>> {
+    futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}

@@ -56,9 +56,18 @@ impl<B> AttemptCtx<B> {
         mut parts: request::Parts,
         body: ReplayBody<B>,
         policy: RetryPolicy,
-    ) -> (AttemptCtx<B>, Request<ReplayBody<B>>) {
+    ) -> (AttemptCtx<B>, Request<ReplayBody<B>>)
+    where
+        B: http_body::Body<Data = bytes::Bytes>,
+        B::Error: Into<crate::BoxError>,
+    {
         let account = Account::open(policy, &parts.method, &parts.uri);
         account.stamp_attempt(&mut parts.headers);
+        // A buffered body is known before its first send: a token-paced
+        // key estimates the send's cost from it.
+        if let Some(bytes) = body.fill_ready() {
+            account.link.set_body(bytes);
+        }
         let template = Template {
             parts: parts.clone(),
             body: body.replica(),

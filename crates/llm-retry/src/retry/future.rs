@@ -81,6 +81,8 @@ where
 impl<S, B, ResBody> ResponseFuture<S, B, ResBody>
 where
     S: Service<Request<ReplayBody<B>>> + Clone,
+    B: http_body::Body<Data = bytes::Bytes>,
+    B::Error: Into<BoxError>,
 {
     pub(super) fn start(
         ready: &mut S,
