@@ -169,13 +169,13 @@ pub(crate) fn matrix(
         "Real providers do not answer like scenario 1's bucket. Each scenario below is one \
          `Route::limited` upstream of `llm-retry-mock`, shaped like a provider, with its own \
          clients and capacity; every row runs against a fresh upstream, in the same run. \
-         *Forced* is the fewest sends per request any client can make: the first wave goes \
-         out before any answer came back, and what the upstream cannot admit at once is \
+         *Forced* is the fewest sends per request a client that is not told the quota can \
+         make: the first wave goes out before any answer came back, and what the upstream cannot admit at once is \
          refused. The *bound* is the shortest time the work can take: the requests (or \
          tokens) beyond what is admitted at once over the capacity, plus the waits the \
          scenario forces, plus one reply. Targets for **llm-retry defaults**, marked in its \
-         row: every request served that any client could have served, sends ≤ \
-         {TARGET_SENDS} × forced, completion ≤ {TARGET_TIME} × the bound, nothing lost or \
+         row: every request served that a client not told the quota could have served, \
+         sends ≤ {TARGET_SENDS} × forced, completion ≤ {TARGET_TIME} × the bound, nothing lost or \
          duplicated. Every request honours a deadline of 300 s, so every bound fits.\n"
     );
     let mut summary: Vec<(String, Vec<Cell<'_>>)> = Vec::new();
@@ -200,8 +200,8 @@ pub(crate) fn matrix(
         if most_served < 1.0 {
             let _ = writeln!(
                 md,
-                "No client can have more than {} served here: the first wave's refusals are \
-                 final.\n",
+                "A client not told the quota can have no more than {} served here: its \
+                 first wave's refusals are final.\n",
                 pct(most_served)
             );
         }
