@@ -171,9 +171,13 @@ impl RetryPolicy {
             // Only a send a gate took needs its window read.
             Classification::Success => {
                 let headers = evidence.headers.filter(|_| state.gated());
+                let window = headers.and_then(|headers| request_window(headers, self.now()));
                 KeyNews::Served {
-                    window: headers.and_then(|headers| request_window(headers, self.now())),
-                    tokens: headers.and_then(token_window),
+                    window,
+                    // Providers that state a token quota state the request
+                    // window beside it: the common answer, which states
+                    // neither, pays for one look only.
+                    tokens: headers.filter(|_| window.is_some()).and_then(token_window),
                 }
             }
             Classification::Retryable(RetryableKind::RateLimited) => {

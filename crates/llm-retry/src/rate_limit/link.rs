@@ -64,7 +64,7 @@ struct Shared {
     sent: Mutex<Option<Sent>>,
     /// The request body, when it was whole before the first send: what a
     /// token-paced key estimates the send's cost from.
-    body: Mutex<Option<Bytes>>,
+    body: std::sync::OnceLock<Bytes>,
     /// That estimate, once made.
     cost: std::sync::OnceLock<u64>,
 }
@@ -88,14 +88,14 @@ impl GateLink {
             attempt_timeout: limits.attempt_timeout,
             gated: AtomicBool::new(false),
             sent: Mutex::new(None),
-            body: Mutex::new(None),
+            body: std::sync::OnceLock::new(),
             cost: std::sync::OnceLock::new(),
         }))
     }
 
     /// The request body is `bytes`, whole.
     pub(crate) fn set_body(&self, bytes: Bytes) {
-        *self.0.body.lock().unwrap_or_else(|p| p.into_inner()) = Some(bytes);
+        let _ = self.0.body.set(bytes);
     }
 
     /// The request's token cost, estimated from its body once (its output
@@ -103,9 +103,10 @@ impl GateLink {
     /// or 0 when the body was not whole or names no output cap.
     pub(super) fn estimated_cost(&self) -> u64 {
         *self.0.cost.get_or_init(|| {
-            let body = self.0.body.lock().unwrap_or_else(|p| p.into_inner());
-            body.as_deref()
-                .and_then(super::TokenCost::estimate)
+            self.0
+                .body
+                .get()
+                .and_then(|body| super::TokenCost::estimate(body))
                 .map_or(0, |c| c.0)
         })
     }
