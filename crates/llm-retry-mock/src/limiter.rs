@@ -255,7 +255,8 @@ impl Limiter {
             for (name, value) in self.headers(&state, now) {
                 reply = reply.header(name, &value);
             }
-            return Verdict::Refused(self.with_wait(reply, wait));
+            let with_ms = !matches!(self.shape, Shape::Anthropic);
+            return Verdict::Refused(reply.with_wait(wait, with_ms));
         }
         state.requests.take(1);
         if let Some(tokens) = &mut state.tokens {
@@ -312,24 +313,6 @@ impl Limiter {
             }
         }
         headers
-    }
-
-    /// The wait headers of a 429 in this shape, each unless the reply
-    /// already carries it.
-    fn with_wait(&self, reply: Reply, wait: Option<Duration>) -> Reply {
-        let Some(wait) = wait else { return reply };
-        let nanos = wait.as_nanos();
-        let ms = nanos.div_ceil(1_000_000).max(1).to_string();
-        let secs = nanos.div_ceil(1_000_000_000).max(1).to_string();
-        let mut reply = reply;
-        let with_ms = !matches!(self.shape, Shape::Anthropic);
-        if with_ms && !reply.has_header("retry-after-ms") {
-            reply = reply.header("retry-after-ms", &ms);
-        }
-        if !reply.has_header("retry-after") {
-            reply = reply.header("retry-after", &secs);
-        }
-        reply
     }
 }
 

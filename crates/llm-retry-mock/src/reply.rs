@@ -236,6 +236,24 @@ impl Reply {
 
     /// Whether the reply already sends a header called `name` (any case);
     /// always `false` for [`Reply::reset_before_headers`].
+    /// Adds the wait headers for `wait`, each unless the reply already has
+    /// it: `Retry-After` in whole seconds, and with `with_ms`
+    /// `retry-after-ms` (both rounded up, at least 1).
+    pub(crate) fn with_wait(self, wait: Option<Duration>, with_ms: bool) -> Reply {
+        let Some(wait) = wait else { return self };
+        let nanos = wait.as_nanos();
+        let mut reply = self;
+        if with_ms && !reply.has_header("retry-after-ms") {
+            let ms = nanos.div_ceil(1_000_000).max(1);
+            reply = reply.header("retry-after-ms", &ms.to_string());
+        }
+        if !reply.has_header("retry-after") {
+            let secs = nanos.div_ceil(1_000_000_000).max(1);
+            reply = reply.header("retry-after", &secs.to_string());
+        }
+        reply
+    }
+
     /// How long the reply keeps its request in flight: its delay before the
     /// head, and its events' delays.
     pub(crate) fn busy_for(&self) -> Duration {

@@ -113,7 +113,7 @@ impl Node {
                 admitted,
             } => match bucket.take(Instant::now()) {
                 Ok(()) => admitted.next(body, seed, salt, started),
-                Err(wait) => with_wait_headers(when_empty.clone(), wait),
+                Err(wait) => when_empty.clone().with_wait(wait, true),
             },
             Node::Outage {
                 window,
@@ -152,25 +152,6 @@ impl Node {
             }
         }
     }
-}
-
-/// Adds `retry-after-ms` and `Retry-After` (both rounded up) for `wait`,
-/// each unless the reply already has it.
-fn with_wait_headers(reply: Reply, wait: Option<Duration>) -> Reply {
-    let Some(wait) = wait else {
-        return reply;
-    };
-    let nanos = wait.as_nanos();
-    let ms = nanos.div_ceil(1_000_000).max(1);
-    let secs = nanos.div_ceil(1_000_000_000).max(1);
-    let mut reply = reply;
-    if !reply.has_header("retry-after-ms") {
-        reply = reply.header("retry-after-ms", &ms.to_string());
-    }
-    if !reply.has_header("retry-after") {
-        reply = reply.header("retry-after", &secs.to_string());
-    }
-    reply
 }
 
 /// Chooses the reply for each request of one server.
