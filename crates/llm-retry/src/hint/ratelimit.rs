@@ -134,11 +134,11 @@ pub(crate) fn token_window(headers: &HeaderMap) -> Option<TokenWindow> {
         .min_by_key(|w| w.remaining)
 }
 
-/// Whether the headers say a token quota, not the request quota, refused
-/// the request: requests are left and a token count is stated (a request
-/// is refused when its tokens exceed what is left, which need not be
-/// zero), or, with no request count, a token quota is at zero. The 429 is
-/// about what the requests carry, not how often they come.
+/// Whether the headers say a token quota is exhausted while the request
+/// quota is not: the 429 is about what the requests carry, not how often
+/// they come. (A token quota can also refuse a request with tokens left,
+/// fewer than it needs; the gate, which knows the send's cost, tells that
+/// case from the stated token count.)
 pub(crate) fn token_quota_only(headers: &HeaderMap) -> bool {
     let tokens = [
         "x-ratelimit-remaining-tokens",
@@ -150,13 +150,8 @@ pub(crate) fn token_quota_only(headers: &HeaderMap) -> bool {
         "x-ratelimit-remaining-requests",
         "anthropic-ratelimit-requests-remaining",
     ];
-    let count = |name: &str| first_valid(headers, name, |v| text(v)?.parse::<u64>().ok());
-    let requests_left = requests.iter().filter_map(|name| count(name)).min();
-    match requests_left {
-        Some(0) => false,
-        Some(_) => tokens.iter().any(|name| count(name).is_some()),
-        None => tokens.iter().any(|name| known_zero(headers, name)),
-    }
+    tokens.iter().any(|name| known_zero(headers, name))
+        && !requests.iter().any(|name| known_zero(headers, name))
 }
 
 /// Longest reset among exhausted limits, else longest among all.
@@ -404,7 +399,7 @@ mod token_quota_tests {
     use http::HeaderValue;
 
     #[test]
-    fn a_token_quota_refused_the_request_when_requests_are_left_or_tokens_are_gone() {
+    fn only_an_exhausted_token_quota_beside_a_live_request_quota_counts() {
         let cases: &[(&[(&'static str, &'static str)], bool)] = &[
             (&[("x-ratelimit-remaining-tokens", "0")], true),
             (
@@ -425,18 +420,8 @@ mod token_quota_tests {
                 &[("anthropic-ratelimit-output-tokens-remaining", "0")],
                 true,
             ),
-            // Tokens left, but fewer than the request needed: with
-            // requests left, the tokens refused it; alone, nothing says so.
-            (
-                &[
-                    ("x-ratelimit-remaining-tokens", "12"),
-                    ("x-ratelimit-remaining-requests", "10"),
-                ],
-                true,
-            ),
             (&[("x-ratelimit-remaining-tokens", "12")], false),
             (&[("x-ratelimit-remaining-requests", "0")], false),
-            (&[("x-ratelimit-remaining-requests", "10")], false),
             (&[], false),
         ];
         for (pairs, want) in cases {

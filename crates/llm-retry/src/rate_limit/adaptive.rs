@@ -151,7 +151,9 @@ impl Learned {
 
     /// The provider stated the key's sustained rate at `now`: an unpaced
     /// key starts there (the 429s of sends that went before belong to no
-    /// decrease), and no key rises above it. Whether the rate changed.
+    /// decrease), and no key rises above it. A stated rate below the
+    /// bounds' floor is taken as stated: the floor bounds what 429s teach.
+    /// Whether the rate changed.
     pub(super) fn on_stated(&mut self, per_sec: f64, now: Instant) -> bool {
         if !(per_sec.is_finite() && per_sec > 0.0) {
             return false;

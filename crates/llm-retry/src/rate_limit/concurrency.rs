@@ -5,7 +5,9 @@
 //! does with its window.
 //!
 //! Every send is counted while in flight, from its call until the retry
-//! policy has judged its answer (for a stream, its head or first event).
+//! policy has judged its answer (for a stream, its head or first event: a
+//! stream still generating does not hold its slot, so for streams the
+//! ceiling bounds how many start at once, not how many run).
 //! A key has no ceiling until its first overload: the ceiling then starts
 //! a little under what was in flight, falls by a fifth once per congestion
 //! event (the overloads of sends that went before the last decrease belong
@@ -13,7 +15,7 @@
 //! over the ceiling wait their turn, first in, first out (tokio's fair
 //! semaphore), bounded by the request's deadline.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
@@ -23,12 +25,17 @@ const DECREASE: f64 = 0.8;
 /// Share of the sends in flight at the first overload the ceiling starts at.
 const FIRST: f64 = 0.9;
 
+/// The bit of [`Flight::state`] that says the key has a ceiling.
+const LIMITED: u64 = 1 << 63;
+
 /// One key's sends in flight, and its ceiling once it has one.
 #[derive(Debug, Default)]
 pub(super) struct Flight {
-    in_flight: AtomicUsize,
-    /// Whether `ceiling` is set: checked without the lock on every send.
-    limited: AtomicBool,
+    /// The sends in flight, and [`LIMITED`] once `ceiling` is set: one
+    /// word, so a send's start or end is ordered against the ceiling's
+    /// creation (it was counted then, or it sees the ceiling), without a
+    /// lock until the key has a ceiling.
+    state: AtomicU64,
     ceiling: Mutex<Option<Ceiling>>,
 }
 
@@ -74,7 +81,7 @@ impl Flight {
     /// The slots a send must take one of before it goes, once the key has
     /// a ceiling.
     pub(super) fn slots(&self) -> Option<Arc<Semaphore>> {
-        if !self.limited.load(Ordering::Acquire) {
+        if self.state.load(Ordering::Acquire) & LIMITED == 0 {
             return None;
         }
         lock(&self.ceiling).as_ref().map(|c| Arc::clone(&c.slots))
@@ -82,7 +89,7 @@ impl Flight {
 
     /// Sends in flight now.
     pub(super) fn in_flight(&self) -> usize {
-        self.in_flight.load(Ordering::Relaxed)
+        count(self.state.load(Ordering::Acquire))
     }
 
     /// A send that went at `sent` was answered with an overload at `now`
@@ -94,7 +101,10 @@ impl Flight {
         let mut ceiling = lock(&self.ceiling);
         match ceiling.as_mut() {
             None => {
-                let in_flight = self.in_flight();
+                // Every send that started before this is counted here, and
+                // gives its slot back when it ends; every later one sees
+                // the ceiling.
+                let in_flight = count(self.state.fetch_or(LIMITED, Ordering::AcqRel));
                 let limit = (others * FIRST).max(1.0);
                 let slots = limit as usize;
                 *ceiling = Some(Ceiling {
@@ -103,7 +113,6 @@ impl Flight {
                     debt: in_flight.saturating_sub(slots),
                     quiet_until: now,
                 });
-                self.limited.store(true, Ordering::Release);
                 tracing::debug!(limit, "llm-retry: key overloaded, in-flight ceiling set");
             }
             Some(c) => {
@@ -120,16 +129,26 @@ impl Flight {
         }
     }
 
-    /// A send was served: the ceiling rises by one over a ceiling's worth.
+    /// A send was served: the ceiling rises by one over a ceiling's worth,
+    /// while it is what holds sends back (about full): a quiet key does not
+    /// bank room for a burst.
     pub(super) fn served(&self) {
-        if !self.limited.load(Ordering::Acquire) {
+        let state = self.state.load(Ordering::Acquire);
+        if state & LIMITED == 0 {
             return;
         }
         if let Some(c) = lock(&self.ceiling).as_mut() {
-            let limit = c.limit + 1.0 / c.limit.max(1.0);
-            c.resize(limit);
+            if count(state) as f64 + 1.0 >= c.limit {
+                let limit = c.limit + 1.0 / c.limit.max(1.0);
+                c.resize(limit);
+            }
         }
     }
+}
+
+/// The sends in flight in a [`Flight::state`] word.
+fn count(state: u64) -> usize {
+    usize::try_from(state & !LIMITED).unwrap_or(usize::MAX)
 }
 
 /// One send in flight on a key: counted from its call until dropped.
@@ -141,10 +160,11 @@ impl InFlight {
     /// key's ceiling; one going without (the ceiling came after it was let
     /// through) is over the ceiling, and owes the slot it will give back.
     pub(super) fn start(flight: Arc<Flight>, slot: Option<OwnedSemaphorePermit>) -> InFlight {
-        flight.in_flight.fetch_add(1, Ordering::Relaxed);
+        let before = flight.state.fetch_add(1, Ordering::AcqRel);
         match slot {
             Some(permit) => permit.forget(),
-            None if flight.limited.load(Ordering::Acquire) => {
+            // Not counted when the ceiling was made: over it.
+            None if before & LIMITED != 0 => {
                 if let Some(c) = lock(&flight.ceiling).as_mut() {
                     c.debt += 1;
                 }
@@ -164,8 +184,8 @@ impl Drop for InFlight {
     /// The send's slot goes back, or pays a debt of a lowered ceiling.
     fn drop(&mut self) {
         let flight = &self.0;
-        flight.in_flight.fetch_sub(1, Ordering::Relaxed);
-        if !flight.limited.load(Ordering::Acquire) {
+        let before = flight.state.fetch_sub(1, Ordering::AcqRel);
+        if before & LIMITED == 0 {
             return;
         }
         if let Some(c) = lock(&flight.ceiling).as_mut() {
@@ -253,6 +273,31 @@ mod tests {
             flight.served();
         }
         assert!(limit(&flight) > before + 0.9 && limit(&flight) < before + 1.1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_quiet_key_banks_no_room_and_late_sends_owe_their_slot() {
+        let flight = Arc::new(Flight::default());
+        let t0 = Instant::now();
+        // Counted when the ceiling is made: their slots come back.
+        let early = start(&flight, 3);
+        flight.overloaded(t0, t0); // 2 others × 0.9: ceiling 1.8, 2 owed
+                                   // Let through after it, without a slot: over the ceiling, owes one.
+        let late = start(&flight, 1);
+        drop(early);
+        drop(late);
+        let slots = flight.slots().unwrap();
+        assert_eq!(
+            slots.available_permits(),
+            1,
+            "the ceiling's one slot, no more"
+        );
+        // Served sends with room to spare do not raise the ceiling.
+        let before = limit(&flight);
+        for _ in 0..100 {
+            flight.served();
+        }
+        assert!((limit(&flight) - before).abs() < 1e-9);
     }
 
     #[tokio::test(start_paused = true)]

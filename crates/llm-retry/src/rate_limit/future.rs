@@ -45,6 +45,9 @@ struct Ticket {
     link: Option<GateLink>,
     /// The key's sends in flight, which this one joins when it goes.
     flight: Arc<Flight>,
+    /// Whether the send was made (past its turn it may still wait for a
+    /// slot in flight).
+    sent: bool,
 }
 
 impl Drop for Ticket {
@@ -52,6 +55,9 @@ impl Drop for Ticket {
     /// the sends queued behind it do not wait for it.
     fn drop(&mut self) {
         self.gate.abandon(self.key, &self.booking);
+        if self.booking.is_released() && !self.sent {
+            self.gate.unsent(self.key, &self.booking);
+        }
     }
 }
 
@@ -109,6 +115,7 @@ impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
                 booking,
                 link,
                 flight,
+                sent: false,
             }),
             slot: None,
         }
@@ -225,6 +232,8 @@ where
                             };
                             crate::observe::gate_refusal(refused.label());
                             this.pending.take();
+                            // Out of the slot queue at once.
+                            this.state.set(State::Refused { error: None });
                             return Poll::Ready(Err(refused.into()));
                         }
                     }
@@ -242,10 +251,10 @@ where
                             Err("rate limit future polled after completion".into()),
                         );
                     };
-                    let in_flight = this
-                        .gate
-                        .as_ref()
-                        .map(|t| InFlight::start(Arc::clone(&t.flight), this.slot.take()));
+                    let in_flight = this.gate.as_mut().map(|t| {
+                        t.sent = true;
+                        InFlight::start(Arc::clone(&t.flight), this.slot.take())
+                    });
                     let future = service.call(request);
                     // The retry loop above judges the answer and tells the
                     // key what it meant (a 429's named wait holds the key);
@@ -257,8 +266,9 @@ where
                                 link.sent(
                                     &ticket.gate,
                                     ticket.key,
-                                    booking.slot,
+                                    Instant::now(),
                                     booking.order,
+                                    booking.stated_cost(),
                                     in_flight,
                                 );
                                 (Some(link), None)

@@ -32,6 +32,8 @@ pub(super) struct Gate {
     tokens: Option<Pace>,
     adaptive: Option<AdaptiveRate>,
     keys: Arc<Mutex<Keys<KeyState>>>,
+    /// Set once any key's provider stated a token quota.
+    tokens_stated: Arc<std::sync::atomic::AtomicBool>,
 }
 
 #[derive(Debug)]
@@ -158,6 +160,7 @@ impl Sweepable for KeyState {
             && self.held_until.is_none_or(|t| t <= now)
             && self.window.is_none_or(|w| w.resets_at <= now)
             && self.flight.in_flight() == 0
+            && self.stated_tokens.is_none_or(|t| t.settled(now))
             && self
                 .learned
                 .as_ref()
@@ -212,6 +215,11 @@ impl Booking {
     pub(super) fn is_released(&self) -> bool {
         self.released
     }
+
+    /// The tokens it booked under a stated token quota (0 for none).
+    pub(super) fn stated_cost(&self) -> u64 {
+        self.stated.map_or(0, |(cost, _)| cost)
+    }
 }
 
 /// What a waiting send does next.
@@ -234,6 +242,7 @@ impl Gate {
             tokens,
             adaptive,
             keys: Arc::default(),
+            tokens_stated: Arc::default(),
         }
     }
 
@@ -253,20 +262,19 @@ impl Gate {
         now: Instant,
         bounds: Bounds,
     ) -> Result<Booking, GateError> {
-        self.reserve_send(key, cost, || 0, now, bounds)
+        self.reserve_send(key, cost, now, bounds)
             .map(|(booking, _)| booking)
     }
 
     /// [`Gate::reserve`], and the key's sends in flight, which the send
     /// joins when it goes.
     ///
-    /// Under a token quota its provider states, a send is booked for its
-    /// tokens: `cost`, or when that is 0, what `estimate` makes of it.
+    /// Under a token quota its provider states, a send of known `cost` is
+    /// booked for its tokens.
     pub(super) fn reserve_send(
         &self,
         key: u64,
         cost: u64,
-        estimate: impl FnOnce() -> u64,
         now: Instant,
         bounds: Bounds,
     ) -> Result<(Booking, Arc<Flight>), GateError> {
@@ -305,7 +313,6 @@ impl Gate {
         });
         let stated = match &mut state.stated_tokens {
             Some(tokens) => {
-                let cost = if cost > 0 { cost } else { estimate() };
                 (cost > 0 && tokens.fits(cost)).then(|| (cost, tokens.slot(cost, now, base)))
             }
             None => None,
@@ -443,9 +450,31 @@ impl Gate {
         }
     }
 
+    /// A send went past its turn but was dropped or refused before it was
+    /// sent (waiting for a slot in flight): the tokens it booked go back.
+    pub(super) fn unsent(&self, key: u64, booking: &Booking) {
+        let Some((cost, _)) = booking.stated else {
+            return;
+        };
+        let mut keys = self.lock();
+        let state = keys
+            .get_mut(&key)
+            .filter(|state| state.id == booking.key_id);
+        if let Some(tokens) = state.and_then(|state| state.stated_tokens.as_mut()) {
+            tokens.refund(cost);
+        }
+    }
+
+    /// Whether some key's provider stated a token quota: only then is a
+    /// send's cost worth estimating.
+    pub(super) fn tokens_stated(&self) -> bool {
+        self.tokens_stated.load(Ordering::Relaxed)
+    }
+
     /// An answer stated `key`'s token quota: its costed sends book tokens
     /// from now on.
     pub(super) fn observed_tokens(&self, key: u64, window: crate::hint::TokenWindow, now: Instant) {
+        self.tokens_stated.store(true, Ordering::Relaxed);
         let mut keys = self.lock();
         let Some(state) = keys.get_mut(&key) else {
             return;
@@ -480,10 +509,11 @@ impl Gate {
     /// hold ends, a send that honours less than what is left of the named
     /// wait is refused at once.
     ///
-    /// A wait named in whole seconds is rounded up: on a key with a rate
-    /// (learned or stated) only its whole seconds past the first hold the
-    /// key, and the rate paces the rest. Whether the key is now held for
-    /// all of `wait` (else the request that met it waits out its own).
+    /// A wait named in whole seconds is rounded up: on a key with a learned
+    /// or stated rate (configured quotas do not count) only its whole
+    /// seconds past the first hold the key, and the rate paces the rest.
+    /// Whether the key is now held through the request's wait, up to
+    /// `limit` (else the request that met it waits out its own).
     pub(super) fn hold(
         &self,
         key: u64,

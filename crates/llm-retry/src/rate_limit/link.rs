@@ -76,6 +76,8 @@ pub(crate) struct Sent {
     at: Instant,
     /// The send's place among the key's bookings.
     order: u64,
+    /// The tokens it booked under the key's stated token quota (0: none).
+    cost: u64,
     /// Counts the send in flight until its answer is judged.
     in_flight: InFlight,
 }
@@ -144,12 +146,21 @@ impl GateLink {
     }
 
     /// The gate let a send of `key` through at `at`.
-    pub(super) fn sent(&self, gate: &Gate, key: u64, at: Instant, order: u64, in_flight: InFlight) {
+    pub(super) fn sent(
+        &self,
+        gate: &Gate,
+        key: u64,
+        at: Instant,
+        order: u64,
+        cost: u64,
+        in_flight: InFlight,
+    ) {
         let sent = Sent {
             gate: gate.clone(),
             key,
             at,
             order,
+            cost,
             in_flight,
         };
         *self.lock() = Some(sent);
@@ -183,6 +194,7 @@ impl Sent {
             key,
             at,
             order,
+            cost,
             in_flight,
         } = self;
         match news {
@@ -217,16 +229,22 @@ impl Sent {
                 if let Some(window) = window.filter(|w| w.per_minute.is_some()) {
                     gate.observed_window(key, order, now, window, max_server_wait);
                 }
+                // A token quota refused the send: the headers say its
+                // tokens ran out, or fewer are left than it booked. That is
+                // no news about the request rate. Where the key books
+                // tokens and this send booked its own, only the request is
+                // held (its resend books them again, and small sends keep
+                // flowing); else the key is held as for any named wait.
+                let short_of_tokens = cost > 0 && tokens.is_some_and(|t| t.remaining < cost);
+                let for_tokens = !rate || short_of_tokens;
+                let request_only = for_tokens && cost > 0 && gate.paces_tokens(key);
                 // The hold before the rate: a whole-second wait is rounded
-                // only on a key that had a rate before this refusal.
-                // A token quota's refusal under a stated token quota holds
-                // only the request: the key's costed sends book tokens, and
-                // small ones keep flowing.
-                let for_tokens = !rate && gate.paces_tokens(key);
+                // only on a key with a rate before this refusal's news
+                // about the rate (one its headers just stated counts).
                 let held = wait.is_some_and(|wait| {
-                    !for_tokens && gate.hold(key, now, wait, max_server_wait, whole_seconds)
+                    !request_only && gate.hold(key, now, wait, max_server_wait, whole_seconds)
                 });
-                if rate {
+                if !for_tokens {
                     gate.throttled(key, at, now, wait);
                 }
                 held

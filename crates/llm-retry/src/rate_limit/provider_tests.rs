@@ -344,3 +344,60 @@ async fn under_a_stated_token_quota_large_requests_wait_their_turn_and_small_one
     assert!(refused <= 10, "{refused} refused");
     assert!(took <= Duration::from_secs(10), "took {took:?}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_send_refused_with_fewer_tokens_left_than_it_booked_holds_only_itself() {
+    use super::concurrency::InFlight;
+    use crate::hint::TokenWindow;
+    let gate = RateLimitLayer::learned().gate;
+    let now = Instant::now();
+    let s = Duration::from_secs;
+    let tokens = |remaining| TokenWindow {
+        remaining,
+        per_minute: 60_000,
+    };
+    // The key's provider stated 60 000 tokens a minute, all there; a send
+    // books 5 000 of them, and is refused with 100 left.
+    gate.reserve(1, 0, now, gate::Bounds::default()).unwrap();
+    gate.observed_tokens(1, tokens(60_000), now);
+    let (booking, flight) = gate
+        .reserve_send(1, 5_000, now, gate::Bounds::default())
+        .unwrap();
+    assert_eq!(booking.stated_cost(), 5_000);
+    let link = link::GateLink::new(RetryPolicy::default().limits(), None);
+    link.sent(
+        &gate,
+        1,
+        now,
+        booking.order,
+        5_000,
+        InFlight::start(flight, None),
+    );
+    let refused = KeyNews::Throttled {
+        wait: Some(s(2)),
+        rate: true,
+        whole_seconds: false,
+        window: None,
+        tokens: Some(tokens(100)),
+    };
+    let held = link.take_sent().unwrap().report(refused, now, s(120));
+    assert!(!held, "the request waits its own wait");
+    // The key is not held: a send with no cost to book goes at once, and
+    // one with a cost waits for its tokens, not for the 2 s.
+    assert_eq!(
+        gate.reserve(1, 0, now, gate::Bounds::default())
+            .unwrap()
+            .slot,
+        now
+    );
+    let costed = gate
+        .reserve(1, 1_000, now, gate::Bounds::default())
+        .unwrap();
+    assert_eq!(costed.slot - now, Duration::from_millis(900));
+    // A send that took its turn but never went gives its tokens back.
+    gate.unsent(1, &costed);
+    let again = gate
+        .reserve(1, 1_000, now, gate::Bounds::default())
+        .unwrap();
+    assert_eq!(again.slot - now, Duration::from_millis(900));
+}

@@ -54,8 +54,14 @@ where
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let (parts, body) = request.into_parts();
         let key = default_key(&parts);
-        let cost = parts.extensions.get::<TokenCost>().map_or(0, |c| c.0);
         let link = parts.extensions.get::<GateLink>().cloned();
+        // The caller's estimate, else (once some provider stated a token
+        // quota) one from the body, made before the gate's lock is taken.
+        let cost = match (parts.extensions.get::<TokenCost>(), &link) {
+            (Some(cost), _) => cost.0,
+            (None, Some(link)) if self.gate.tokens_stated() => link.estimated_cost(),
+            (None, _) => 0,
+        };
         if let Some(link) = &link {
             link.mark_gated();
         }
@@ -67,8 +73,7 @@ where
         // The send's own clone, readied by its future when the slot comes.
         let ready = self.inner.clone();
         let now = Instant::now();
-        let estimate = || link.as_ref().map_or(0, GateLink::estimated_cost);
-        match self.gate.reserve_send(key, cost, estimate, now, bounds) {
+        match self.gate.reserve_send(key, cost, now, bounds) {
             Ok((booking, flight)) => {
                 let wait = booking.slot.saturating_duration_since(now);
                 if !wait.is_zero() {

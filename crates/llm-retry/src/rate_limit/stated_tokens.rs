@@ -69,6 +69,12 @@ impl StatedTokens {
         self.level = (self.level + cost as f64).min(self.capacity);
     }
 
+    /// Whether no booked send waits for its tokens any more at `now`.
+    pub(super) fn settled(&self, now: Instant) -> bool {
+        let refill = now.saturating_duration_since(self.at).as_secs_f64() * self.per_sec;
+        self.level + refill >= 0.0
+    }
+
     /// Whether a send of `cost` could ever fit.
     pub(super) fn fits(&self, cost: u64) -> bool {
         cost as f64 <= self.capacity

@@ -111,7 +111,8 @@ impl<B> ReplayBody<B> {
                     shared.inner = None;
                 }
                 Poll::Ready(Some(Err(_))) => {
-                    // Every clone reports the failure as the source's.
+                    // Every clone reports the failure as the source's
+                    // (`RequestBodyFailed`); the error itself is not kept.
                     shared.source = Source::Failed;
                     shared.inner = None;
                 }
@@ -175,7 +176,8 @@ impl<B> fmt::Debug for ReplayBody<B> {
 
 /// Locks the shared state; a poisoned lock still holds consistent data
 /// because no method panics while holding it.
-/// A waker that does nothing: for reading what a source has ready now.
+/// A waker that does nothing: for reading what a source has ready now (the
+/// first send's own poll registers its waker if the source was not).
 fn noop_waker() -> std::task::Waker {
     struct Noop;
     impl std::task::Wake for Noop {
