@@ -251,6 +251,16 @@ where
                             Err("rate limit future polled after completion".into()),
                         );
                     };
+                    // A send is dated by its booked slot (the schedule it
+                    // went under), or by now when it also waited for a slot
+                    // in flight: news of a send held back is news.
+                    let at = match this.slot {
+                        Some(_) => Instant::now(),
+                        None => this
+                            .gate
+                            .as_ref()
+                            .map_or_else(Instant::now, |t| t.booking.slot),
+                    };
                     let in_flight = this.gate.as_mut().map(|t| {
                         t.sent = true;
                         InFlight::start(Arc::clone(&t.flight), this.slot.take())
@@ -266,7 +276,7 @@ where
                                 link.sent(
                                     &ticket.gate,
                                     ticket.key,
-                                    Instant::now(),
+                                    at,
                                     booking.order,
                                     booking.stated_cost(),
                                     in_flight,
