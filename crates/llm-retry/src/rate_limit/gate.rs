@@ -465,10 +465,11 @@ impl Gate {
         }
     }
 
-    /// Whether some key's provider stated a token quota: only then is a
-    /// send's cost worth estimating.
-    pub(super) fn tokens_stated(&self) -> bool {
-        self.tokens_stated.load(Ordering::Relaxed)
+    /// Whether the gate counts tokens (a configured token quota, or some
+    /// key's provider stated one): only then is a send's cost worth
+    /// estimating.
+    pub(super) fn counts_tokens(&self) -> bool {
+        self.tokens.is_some() || self.tokens_stated.load(Ordering::Relaxed)
     }
 
     /// An answer stated `key`'s token quota: its costed sends book tokens

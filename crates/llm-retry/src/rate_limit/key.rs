@@ -11,8 +11,11 @@ use std::hash::{Hash, Hasher};
 pub struct RateKey(pub u64);
 
 /// The tokens a request is expected to spend, for a tokens-per-minute
-/// quota (e.g. its prompt estimate plus `max_tokens`). Without it a
-/// request costs no tokens.
+/// quota (e.g. its prompt estimate plus `max_tokens`). Without it, under a
+/// [`RetryLayer`](crate::RetryLayer) and a gate that counts tokens (a
+/// configured token quota, or one its provider states), the cost is
+/// [`TokenCost::estimate`] of a body that was whole before its first send
+/// (`Full`, `Bytes`); otherwise the request costs no tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TokenCost(pub u64);
 

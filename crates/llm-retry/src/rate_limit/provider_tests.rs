@@ -401,3 +401,28 @@ async fn a_send_refused_with_fewer_tokens_left_than_it_booked_holds_only_itself(
         .unwrap();
     assert_eq!(again.slot - now, Duration::from_millis(900));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_configured_token_quota_estimates_each_cost_from_the_body() {
+    // 600 tokens a minute in bursts of 100: the first request (90 + 4)
+    // goes at once, the second waits for the 88 tokens it lacks, 8.8 s.
+    let quotas = Quotas::none().tokens_per_minute_with_burst(600, 100);
+    let policy = RetryPolicy::builder().no_budget().build().unwrap();
+    let svc = RetryLayer::new(policy).layer(
+        RateLimitLayer::new(quotas)
+            .unwrap()
+            .layer(window_reset(Duration::ZERO, Sends::default())),
+    );
+    let start = Instant::now();
+    for _ in 0..2 {
+        let req = Request::post("http://a.test/v1/messages")
+            .body(Full::new(Bytes::from_static(br#"{"max_tokens":90}"#)))
+            .unwrap();
+        assert_eq!(
+            svc.clone().oneshot(req).await.unwrap().status(),
+            StatusCode::OK
+        );
+    }
+    let took = start.elapsed();
+    assert!(took >= Duration::from_secs(8), "took {took:?}");
+}

@@ -55,11 +55,11 @@ where
         let (parts, body) = request.into_parts();
         let key = default_key(&parts);
         let link = parts.extensions.get::<GateLink>().cloned();
-        // The caller's estimate, else (once some provider stated a token
-        // quota) one from the body, made before the gate's lock is taken.
+        // The caller's estimate, else (when the gate counts tokens) one
+        // from the body, made before the gate's lock is taken.
         let cost = match (parts.extensions.get::<TokenCost>(), &link) {
             (Some(cost), _) => cost.0,
-            (None, Some(link)) if self.gate.tokens_stated() => link.estimated_cost(),
+            (None, Some(link)) if self.gate.counts_tokens() => link.estimated_cost(),
             (None, _) => 0,
         };
         if let Some(link) = &link {
