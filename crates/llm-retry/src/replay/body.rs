@@ -104,33 +104,10 @@ impl<B> ReplayBody<B> {
         while let Some(inner) = shared.inner.as_mut().filter(|inner| fits(inner)) {
             let polled = inner.as_mut().poll_frame(&mut cx);
             let ended = inner.is_end_stream();
-            match polled {
-                Poll::Pending => break,
-                Poll::Ready(None) => {
-                    shared.source = Source::Done;
-                    shared.inner = None;
-                }
-                Poll::Ready(Some(Err(_))) => {
-                    // Every clone reports the failure as the source's
-                    // (`RequestBodyFailed`); the error itself is not kept.
-                    shared.source = Source::Failed;
-                    shared.inner = None;
-                }
-                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
-                    Ok(chunk) => {
-                        shared.keep(&chunk, ended);
-                        if ended {
-                            shared.source = Source::Done;
-                            shared.inner = None;
-                        }
-                    }
-                    Err(frame) => {
-                        if let Some(trailers) = frame.trailers_ref() {
-                            shared.trailers = Some(trailers.clone());
-                        }
-                    }
-                },
-            }
+            let Poll::Ready(frame) = polled else { break };
+            // A failure is every clone's as the source's
+            // (`RequestBodyFailed`); the error itself is not kept.
+            let _ = shared.record(frame, ended);
         }
         shared.whole()
     }
@@ -243,40 +220,17 @@ where
             return Poll::Pending;
         }
         shared.wake_parked();
-        match polled {
-            Poll::Pending => Poll::Pending,
-            Poll::Ready(None) => {
-                shared.source = Source::Done;
-                shared.inner = None;
-                this.trailers_yielded = true;
-                Poll::Ready(None)
-            }
-            Poll::Ready(Some(Err(e))) => {
-                shared.source = Source::Failed;
-                shared.inner = None;
-                Poll::Ready(Some(Err(e.into())))
-            }
-            Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
-                Ok(chunk) => {
-                    shared.keep(&chunk, ended);
-                    this.next = shared.seen();
-                    // Clients stop polling once a body reports its end, so
-                    // the end is recorded here, not only on `None`.
-                    if ended {
-                        shared.source = Source::Done;
-                        shared.inner = None;
-                    }
-                    Poll::Ready(Some(Ok(Frame::data(chunk))))
-                }
-                Err(frame) => {
-                    if let Some(trailers) = frame.trailers_ref() {
-                        shared.trailers = Some(trailers.clone());
-                        this.trailers_yielded = true;
-                    }
-                    Poll::Ready(Some(Ok(frame)))
-                }
-            },
+        let Poll::Ready(frame) = polled else {
+            return Poll::Pending;
+        };
+        let frame = shared.record(frame, ended);
+        match &frame {
+            None => this.trailers_yielded = true,
+            Some(Ok(frame)) if frame.is_data() => this.next = shared.seen(),
+            Some(Ok(frame)) if frame.is_trailers() => this.trailers_yielded = true,
+            Some(_) => {}
         }
+        Poll::Ready(frame.map(|frame| frame.map_err(Into::into)))
     }
 
     fn is_end_stream(&self) -> bool {

@@ -2,6 +2,7 @@
 
 use bytes::Bytes;
 use http::HeaderMap;
+use http_body::Frame;
 use std::pin::Pin;
 use std::task::Waker;
 
@@ -104,6 +105,47 @@ impl<B> Shared<B> {
     /// Whether the source failed while it was read.
     pub(super) fn failed(&self) -> bool {
         self.source == Source::Failed
+    }
+
+    /// Records what the source just produced, for every clone: its end, its
+    /// failure, a chunk kept for replay, its trailers. `ended`: the source
+    /// reported its end with it (clients stop polling once a body does, so
+    /// the end is recorded here, not only on `None`). Returns the frame for
+    /// the clone that pulled it.
+    pub(super) fn record<E>(
+        &mut self,
+        frame: Option<Result<Frame<Bytes>, E>>,
+        ended: bool,
+    ) -> Option<Result<Frame<Bytes>, E>> {
+        let frame = match frame {
+            None => {
+                self.source = Source::Done;
+                self.inner = None;
+                return None;
+            }
+            Some(Err(e)) => {
+                self.source = Source::Failed;
+                self.inner = None;
+                return Some(Err(e));
+            }
+            Some(Ok(frame)) => frame,
+        };
+        match frame.into_data() {
+            Ok(chunk) => {
+                self.keep(&chunk, ended);
+                if ended {
+                    self.source = Source::Done;
+                    self.inner = None;
+                }
+                Some(Ok(Frame::data(chunk)))
+            }
+            Err(frame) => {
+                if let Some(trailers) = frame.trailers_ref() {
+                    self.trailers = Some(trailers.clone());
+                }
+                Some(Ok(frame))
+            }
+        }
     }
 
     /// Whether a fresh clone could still yield the whole body.
