@@ -119,18 +119,7 @@ pub(crate) fn service(
     target: &TargetConfig,
     connector: HttpsConnector<HttpConnector>,
 ) -> Result<TargetService, ConfigError> {
-    let mut policy = RetryPolicy::builder()
-        .max_retries(target.max_retries)
-        .max_elapsed(route.deadline);
-    if let Some(timeout) = target.attempt_timeout {
-        policy = policy.attempt_timeout(timeout);
-    }
-    let mut layer = ClientLayer::new(policy.build()?);
-    if let Some(rpm) = target.requests_per_minute {
-        layer = layer.rate_limit(RateLimitLayer::new(
-            Quotas::none().requests_per_minute(rpm),
-        )?);
-    }
+    let layer = client_layer(route, target)?;
     let client = Client::builder(TokioExecutor::new()).build(connector);
     let (route_name, target_name) = (route.name.clone(), target.name.clone());
     let stack = layer
