@@ -30,11 +30,10 @@ pub(crate) fn prompt(id: u64) -> &'static str {
     }
 }
 
-/// The token costs of a small and a large request, as the mock counts
-/// them (`max_tokens` plus a quarter of the bytes).
+/// The token costs of a small and a large request, as the mock counts them.
 pub(crate) fn token_costs() -> (u64, u64) {
-    let cost = |body: &str, max: u64| max + (body.len() as u64).div_ceil(4);
-    (cost(PROMPT, 256), cost(LARGE_PROMPT, 8192))
+    let cost = |body: &str| llm_retry_mock::Limit::token_cost(body.as_bytes());
+    (cost(PROMPT), cost(LARGE_PROMPT))
 }
 
 /// One logical request's HTTP request, tagged with its id.

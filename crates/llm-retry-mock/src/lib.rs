@@ -90,7 +90,6 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod body;
-mod bucket;
 mod canned;
 mod conn;
 mod handler;

@@ -86,9 +86,8 @@ impl Limit {
         }
     }
 
-    /// A token quota as well. A request costs its `max_tokens` (or
-    /// `max_output_tokens`, `max_completion_tokens`) plus a quarter of its
-    /// body's bytes, the way providers estimate before they run it.
+    /// A token quota as well. A request costs [`Limit::token_cost`] of its
+    /// body.
     pub fn tokens(mut self, tokens: Quota) -> Limit {
         self.tokens = Some(tokens);
         self
@@ -99,6 +98,19 @@ impl Limit {
     pub fn max_in_flight(mut self, n: u32) -> Limit {
         self.max_in_flight = Some(n);
         self
+    }
+
+    /// What a request body costs under a token quota: its `max_tokens` (or
+    /// `max_output_tokens`, `max_completion_tokens`) plus a quarter of its
+    /// bytes, rounded up, the way providers estimate before they run it.
+    ///
+    /// ```
+    /// use llm_retry_mock::Limit;
+    ///
+    /// assert_eq!(Limit::token_cost(br#"{"max_tokens":100}"#), 100 + 5);
+    /// ```
+    pub fn token_cost(body: &[u8]) -> u64 {
+        crate::limiter::token_cost(body)
     }
 
     /// How the answers state the limits.

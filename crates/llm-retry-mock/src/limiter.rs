@@ -1,8 +1,13 @@
 //! A running [`Limit`]: quota levels, windows and requests in flight on the
 //! tokio clock, and the headers each answer carries.
 //!
-//! Bucket levels are kept in nano-units (one unit = 10⁹), as in
-//! `bucket.rs`, so refills are exact for every rate.
+//! Bucket levels are kept in nano-units (one unit = 10⁹), so a refill of
+//! `elapsed_ns × per_second` is exact for every rate: no float, no drift,
+//! no rounding in anyone's favour. The only rounding is in the wait told
+//! to a refused request, which is rounded *up* to the nanosecond, so a
+//! client that waits exactly that long finds its units (unless another
+//! request took them first). [`Route::capacity`](crate::Route::capacity)
+//! is a request bucket stated [`Shape::Exact`]ly.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -190,6 +195,7 @@ struct State {
 pub(crate) struct Limiter {
     shape: Shape,
     max_in_flight: Option<u32>,
+    counts_tokens: bool,
     state: Mutex<State>,
 }
 
@@ -208,6 +214,7 @@ impl Limiter {
         Limiter {
             shape: limit.shape,
             max_in_flight: limit.max_in_flight,
+            counts_tokens: limit.tokens.is_some(),
             state: Mutex::new(State {
                 requests: Level::new(limit.requests, spent, now),
                 tokens: limit.tokens.map(|q| Level::new(q, spent, now)),
@@ -224,7 +231,7 @@ impl Limiter {
 
     /// Whether the limiter counts tokens (and so needs a request's cost).
     pub(crate) fn counts_tokens(&self) -> bool {
-        self.lock().tokens.is_some()
+        self.counts_tokens
     }
 
     /// Admits or refuses a request costing `cost` tokens at `now`.
@@ -381,6 +388,85 @@ mod tests {
             Verdict::Refused(Reply::Response(r)) => r.headers(),
             _ => panic!("expected a refusal"),
         }
+    }
+
+    /// Takes one unit at `now`; on refusal, the wait until one is there
+    /// (`None`: never).
+    fn take(level: &mut Level, now: Instant) -> Result<(), Option<Duration>> {
+        level.advance(now);
+        match level.wait_for(1, now) {
+            Some(Duration::ZERO) => {
+                level.take(1);
+                Ok(())
+            }
+            wait => Err(wait),
+        }
+    }
+
+    fn bucket(per_second: u64, burst: u64, now: Instant) -> Level {
+        Level::new(Quota::Bucket { per_second, burst }, false, now)
+    }
+
+    #[test]
+    fn a_bucket_starts_full_then_refills_exactly() {
+        let t0 = Instant::now();
+        let mut b = bucket(10, 3, t0);
+        for _ in 0..3 {
+            assert_eq!(take(&mut b, t0), Ok(()));
+        }
+        assert_eq!(take(&mut b, t0), Err(Some(ms(100))));
+        assert_eq!(take(&mut b, t0 + ms(40)), Err(Some(ms(60))));
+        assert_eq!(take(&mut b, t0 + ms(100)), Ok(()));
+        assert_eq!(take(&mut b, t0 + ms(100)), Err(Some(ms(100))));
+        // Never above the burst, however long it rested.
+        let later = t0 + Duration::from_secs(3600);
+        for _ in 0..3 {
+            assert_eq!(take(&mut b, later), Ok(()));
+        }
+        assert!(take(&mut b, later).is_err());
+    }
+
+    #[test]
+    fn rates_that_do_not_divide_a_second_do_not_drift() {
+        let t0 = Instant::now();
+        let mut b = bucket(3, 2, t0);
+        assert_eq!(take(&mut b, t0), Ok(()));
+        assert_eq!(take(&mut b, t0), Ok(()));
+        // 1/3 s is 333_333_333.3… ns: the wait rounds up.
+        assert_eq!(
+            take(&mut b, t0),
+            Err(Some(Duration::from_nanos(333_333_334)))
+        );
+        // 3000 units over 1000 s, taken in 1 ms steps: exactly 3000 (the
+        // level never reaches the burst, so nothing is clipped).
+        let mut granted = 0;
+        for step in 1..=1_000_000u64 {
+            if take(&mut b, t0 + ms(step)).is_ok() {
+                granted += 1;
+            }
+        }
+        assert_eq!(granted, 3000);
+    }
+
+    #[test]
+    fn zero_rate_and_zero_burst() {
+        let t0 = Instant::now();
+        let mut b = bucket(0, 2, t0);
+        assert_eq!(take(&mut b, t0), Ok(()));
+        assert_eq!(take(&mut b, t0 + ms(5)), Ok(()));
+        assert_eq!(take(&mut b, t0 + Duration::from_secs(99)), Err(None));
+        let mut b = bucket(1000, 0, t0);
+        assert_eq!(take(&mut b, t0), Ok(()));
+        assert_eq!(take(&mut b, t0), Err(Some(ms(1))));
+    }
+
+    #[test]
+    fn an_older_instant_never_refills_backwards() {
+        let t0 = Instant::now();
+        let mut b = bucket(1, 1, t0);
+        assert_eq!(take(&mut b, t0 + ms(10)), Ok(()));
+        assert_eq!(take(&mut b, t0), Err(Some(ms(1000))));
+        assert_eq!(take(&mut b, t0 + ms(1010)), Ok(()));
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! A running server's view of its [`Script`]: per-route request counters,
-//! token buckets and outage clocks, and the built-in answers (404, 413,
+//! limits and outage clocks, and the built-in answers (404, 413,
 //! empty route).
 
 use std::collections::HashMap;
@@ -9,10 +9,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::bucket::TokenBucket;
 use crate::limiter::{token_cost, Limiter, Verdict};
 use crate::reply::Reply;
-use crate::script::{path_salt, Capacity, Limited, Outage, Picker, Route, RouteKind, Script};
+use crate::script::{path_salt, Limited, Outage, Picker, Route, RouteKind, Script};
 
 /// Salt for the fallback route, distinct from any path's FNV hash in practice.
 const FALLBACK_SALT: u64 = 0x6C6C_6D2D_6D6F_636B;
@@ -24,17 +23,12 @@ struct Slot {
     salt: u64,
 }
 
-/// A [`Route`] with its per-server state: counters and buckets.
+/// A [`Route`] with its per-server state: counters and limits.
 #[derive(Debug)]
 enum Node {
     Pick {
         picker: Picker,
         hits: AtomicU64,
-    },
-    Capacity {
-        bucket: TokenBucket,
-        when_empty: Reply,
-        admitted: Box<Node>,
     },
     Outage {
         window: Range<Duration>,
@@ -55,19 +49,6 @@ impl Node {
                 picker,
                 hits: AtomicU64::new(0),
             },
-            RouteKind::Capacity(c) => {
-                let Capacity {
-                    per_second,
-                    burst,
-                    when_empty,
-                    admitted,
-                } = *c;
-                Node::Capacity {
-                    bucket: TokenBucket::new(per_second, burst, started),
-                    when_empty,
-                    admitted: Box::new(Node::new(admitted, started)),
-                }
-            }
             RouteKind::Outage(o) => {
                 let Outage {
                     window,
@@ -107,14 +88,6 @@ impl Node {
                     )
                 })
             }
-            Node::Capacity {
-                bucket,
-                when_empty,
-                admitted,
-            } => match bucket.take(Instant::now()) {
-                Ok(()) => admitted.next(body, seed, salt, started),
-                Err(wait) => when_empty.clone().with_wait(wait, true),
-            },
             Node::Outage {
                 window,
                 during,

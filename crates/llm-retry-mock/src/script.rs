@@ -119,8 +119,6 @@ pub struct Route {
 pub(crate) enum RouteKind {
     /// A stateless choice by request number.
     Pick(Picker),
-    /// A token bucket in front of `admitted`.
-    Capacity(Box<Capacity>),
     /// A window of `during` replies in front of `otherwise`.
     Outage(Box<Outage>),
     /// A provider-shaped limit in front of `admitted`.
@@ -138,15 +136,6 @@ pub(crate) enum Picker {
         choices: Vec<(u32, Reply)>,
         total: u64,
     },
-}
-
-/// See [`Route::capacity`].
-#[derive(Debug, Clone)]
-pub(crate) struct Capacity {
-    pub(crate) per_second: u32,
-    pub(crate) burst: u32,
-    pub(crate) when_empty: Reply,
-    pub(crate) admitted: Route,
 }
 
 /// See [`Route::limited`].
@@ -243,10 +232,12 @@ impl Route {
     /// ```
     pub fn capacity(per_second: u32, burst: u32, when_empty: Reply, admitted: Route) -> Route {
         Route {
-            kind: RouteKind::Capacity(Box::new(Capacity {
-                per_second,
-                burst,
-                when_empty,
+            kind: RouteKind::Limited(Box::new(Limited {
+                limit: Limit::new(crate::Quota::Bucket {
+                    per_second: u64::from(per_second),
+                    burst: u64::from(burst),
+                }),
+                when_limited: when_empty,
                 admitted,
             })),
         }
