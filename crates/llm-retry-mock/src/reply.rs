@@ -234,8 +234,6 @@ impl Reply {
         self
     }
 
-    /// Whether the reply already sends a header called `name` (any case);
-    /// always `false` for [`Reply::reset_before_headers`].
     /// Adds the wait headers for `wait`, each unless the reply already has
     /// it: `Retry-After` in whole seconds, and with `with_ms`
     /// `retry-after-ms` (both rounded up, at least 1).
@@ -268,6 +266,8 @@ impl Reply {
         }
     }
 
+    /// Whether the reply already sends a header called `name` (any case);
+    /// always `false` for [`Reply::reset_before_headers`].
     pub(crate) fn has_header(&self, name: &str) -> bool {
         match self {
             Reply::Response(r) => {

@@ -178,6 +178,11 @@ impl InFlight {
     pub(super) fn served(&self) {
         self.0.served();
     }
+
+    /// The send, which went at `sent`, was answered with an overload at `now`.
+    pub(super) fn overloaded(&self, sent: Instant, now: Instant) {
+        self.0.overloaded(sent, now);
+    }
 }
 
 impl Drop for InFlight {

@@ -51,12 +51,11 @@ struct Ticket {
 }
 
 impl Drop for Ticket {
-    /// A send dropped (or refused) before its turn gives its place up, so
-    /// the sends queued behind it do not wait for it.
+    /// A send dropped (or refused) before it was sent gives up what it
+    /// booked, so the sends queued behind it do not wait for it.
     fn drop(&mut self) {
-        self.gate.abandon(self.key, &self.booking);
-        if self.booking.is_released() && !self.sent {
-            self.gate.unsent(self.key, &self.booking);
+        if !self.sent {
+            self.gate.abandon(self.key, &self.booking);
         }
     }
 }

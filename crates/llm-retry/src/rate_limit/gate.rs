@@ -419,10 +419,13 @@ impl Gate {
         Ok(Check::Go)
     }
 
-    /// A queued send will never go: its place in the schedule and its
-    /// quota slot are given up.
+    /// A booked send will never be sent: dropped or refused while it
+    /// waited for its turn, or past its turn while it waited for a slot in
+    /// flight (`released`). What it took is given up: its place in the
+    /// schedule, its quota slot and window share while it was queued, and
+    /// in either case the tokens it booked.
     pub(super) fn abandon(&self, key: u64, booking: &Booking) {
-        if booking.released {
+        if booking.released && booking.stated.is_none() {
             return;
         }
         let mut keys = self.lock();
@@ -432,6 +435,12 @@ impl Gate {
         else {
             return;
         };
+        if let (Some(tokens), Some((cost, _))) = (&mut state.stated_tokens, booking.stated) {
+            tokens.refund(cost);
+        }
+        if booking.released {
+            return;
+        }
         if let Some([requests, tokens]) = state.refunds.give_up(booking.seq) {
             state.requests = requests;
             state.tokens = tokens;
@@ -445,24 +454,6 @@ impl Gate {
         if let (Some(l), Some(ticket)) = (&mut state.learned, booking.ticket) {
             l.schedule.abandon(ticket);
         }
-        if let (Some(tokens), Some((cost, _))) = (&mut state.stated_tokens, booking.stated) {
-            tokens.refund(cost);
-        }
-    }
-
-    /// A send went past its turn but was dropped or refused before it was
-    /// sent (waiting for a slot in flight): the tokens it booked go back.
-    pub(super) fn unsent(&self, key: u64, booking: &Booking) {
-        let Some((cost, _)) = booking.stated else {
-            return;
-        };
-        let mut keys = self.lock();
-        let state = keys
-            .get_mut(&key)
-            .filter(|state| state.id == booking.key_id);
-        if let Some(tokens) = state.and_then(|state| state.stated_tokens.as_mut()) {
-            tokens.refund(cost);
-        }
     }
 
     /// Whether the gate counts tokens (a configured token quota, or some
@@ -475,7 +466,6 @@ impl Gate {
     /// An answer stated `key`'s token quota: its costed sends book tokens
     /// from now on.
     pub(super) fn observed_tokens(&self, key: u64, window: crate::hint::TokenWindow, now: Instant) {
-        self.tokens_stated.store(true, Ordering::Relaxed);
         let mut keys = self.lock();
         let Some(state) = keys.get_mut(&key) else {
             return;
@@ -485,15 +475,9 @@ impl Gate {
             None => {
                 state.stated_tokens =
                     Some(StatedTokens::new(window.per_minute, window.remaining, now));
+                self.tokens_stated.store(true, Ordering::Relaxed);
             }
         }
-    }
-
-    /// Whether `key`'s sends book tokens under a quota its provider stated.
-    pub(super) fn paces_tokens(&self, key: u64) -> bool {
-        self.lock()
-            .get(&key)
-            .is_some_and(|state| state.stated_tokens.is_some())
     }
 
     /// What wakes a send waiting on `key`'s learned rate, if it has one.
@@ -630,15 +614,6 @@ impl Gate {
             resets_at,
             allowance: window.remaining.saturating_sub(since),
         });
-    }
-
-    /// A send that went at `sent` was answered with an overload: the key
-    /// holds too much in flight.
-    pub(super) fn overloaded(&self, key: u64, sent: Instant, now: Instant) {
-        let flight = self.lock().get(&key).map(|state| Arc::clone(&state.flight));
-        if let Some(flight) = flight {
-            flight.overloaded(sent, now);
-        }
     }
 
     /// Adaptive mode: a send succeeded.

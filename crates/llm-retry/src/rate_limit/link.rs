@@ -200,7 +200,7 @@ impl Sent {
         match news {
             KeyNews::None => false,
             KeyNews::Overloaded => {
-                gate.overloaded(key, at, now);
+                in_flight.overloaded(at, now);
                 false
             }
             KeyNews::Served { window, tokens } => {
@@ -231,13 +231,13 @@ impl Sent {
                 }
                 // A token quota refused the send: the headers say its
                 // tokens ran out, or fewer are left than it booked. That is
-                // no news about the request rate. Where the key books
-                // tokens and this send booked its own, only the request is
-                // held (its resend books them again, and small sends keep
-                // flowing); else the key is held as for any named wait.
+                // no news about the request rate. A send that booked its
+                // tokens (its key books them) holds only its request: its
+                // resend books them again, and small sends keep flowing;
+                // else the key is held as for any named wait.
                 let short_of_tokens = cost > 0 && tokens.is_some_and(|t| t.remaining < cost);
                 let for_tokens = !rate || short_of_tokens;
-                let request_only = for_tokens && cost > 0 && gate.paces_tokens(key);
+                let request_only = for_tokens && cost > 0;
                 // The hold before the rate: a whole-second wait is rounded
                 // only on a key with a rate before this refusal's news
                 // about the rate (one its headers just stated counts).

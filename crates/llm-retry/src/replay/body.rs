@@ -151,8 +151,6 @@ impl<B> fmt::Debug for ReplayBody<B> {
     }
 }
 
-/// Locks the shared state; a poisoned lock still holds consistent data
-/// because no method panics while holding it.
 /// A waker that does nothing: for reading what a source has ready now (the
 /// first send's own poll registers its waker if the source was not).
 fn noop_waker() -> std::task::Waker {
@@ -165,6 +163,8 @@ fn noop_waker() -> std::task::Waker {
         .clone()
 }
 
+/// Locks the shared state; a poisoned lock still holds consistent data
+/// because no method panics while holding it.
 fn lock<B>(shared: &Mutex<Shared<B>>) -> MutexGuard<'_, Shared<B>> {
     shared
         .lock()
