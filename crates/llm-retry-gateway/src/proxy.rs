@@ -236,13 +236,7 @@ fn failed(uri: &http::Uri, failure: &llm_retry::BoxError) -> Response {
     tracing::info!(report = %failure.report(), "request not answered");
     let mut answer = error(uri, status, message);
     if let Some(wait) = failure.retry_after() {
-        let millis = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
-        answer
-            .headers_mut()
-            .insert("retry-after", HeaderValue::from(millis.div_ceil(1000)));
-        answer
-            .headers_mut()
-            .insert("retry-after-ms", HeaderValue::from(millis));
+        llm_retry::downstream::set_wait_headers(answer.headers_mut(), wait);
     }
     answer
 }

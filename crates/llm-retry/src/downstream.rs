@@ -25,18 +25,17 @@ pub fn mark_give_up(report: &RetryReport, headers: &mut HeaderMap) -> bool {
     }
     headers.insert("x-should-retry", HeaderValue::from_static("false"));
     if let Some(wait) = report.last_server_wait {
-        let millis = wait.as_millis();
-        let secs = millis.div_ceil(1000);
-        headers.insert(
-            "retry-after",
-            HeaderValue::from(u64::try_from(secs).unwrap_or(u64::MAX)),
-        );
-        headers.insert(
-            "retry-after-ms",
-            HeaderValue::from(u64::try_from(millis).unwrap_or(u64::MAX)),
-        );
+        set_wait_headers(headers, wait);
     }
     true
+}
+
+/// Tells a client when to come back: `retry-after` in whole seconds
+/// (rounded up) and `retry-after-ms`, replacing any already there.
+pub fn set_wait_headers(headers: &mut HeaderMap, wait: std::time::Duration) {
+    let millis = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+    headers.insert("retry-after", HeaderValue::from(millis.div_ceil(1000)));
+    headers.insert("retry-after-ms", HeaderValue::from(millis));
 }
 
 /// Applies [`mark_give_up`] to every response carrying a [`RetryReport`].

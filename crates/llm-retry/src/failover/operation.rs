@@ -482,10 +482,7 @@ impl<S> Operation<S> {
                 headers.remove("retry-after");
                 headers.remove("retry-after-ms");
                 if let Some(at) = named {
-                    let left = at.saturating_duration_since(now);
-                    let millis = u64::try_from(left.as_millis()).unwrap_or(u64::MAX);
-                    headers.insert("retry-after", HeaderValue::from(millis.div_ceil(1000)));
-                    headers.insert("retry-after-ms", HeaderValue::from(millis));
+                    crate::downstream::set_wait_headers(headers, at.saturating_duration_since(now));
                 }
                 response.extensions_mut().insert(self.report.clone());
                 Ok(response)
@@ -493,7 +490,6 @@ impl<S> Operation<S> {
             None => {
                 let source = self.last_error.take();
                 let left = named.map(|at| at.saturating_duration_since(now));
-                self.report.stop = FailoverStop::Exhausted;
                 let error =
                     FailoverError::new(FailoverErrorKind::Exhausted, self.report.clone(), source);
                 Err(Box::new(error.with_retry_after(left)))
