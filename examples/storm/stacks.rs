@@ -9,7 +9,7 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full};
-use llm_retry::rate_limit::{Quotas, RateLimitLayer, TokenCost};
+use llm_retry::rate_limit::{Quotas, RateLimitLayer};
 use llm_retry::{
     BoxError, ClientLayer, RetryError, RetryLayer, RetryPolicy, RetryReport, StopReason,
 };
@@ -102,7 +102,6 @@ impl Stack {
                 BoxCloneSyncService::new(
                     ServiceBuilder::new()
                         .map_response(box_body)
-                        .map_request(with_token_cost)
                         .layer(
                             ClientLayer::default()
                                 .rate_limit(RateLimitLayer::new(quotas).expect("valid quotas")),
@@ -113,16 +112,6 @@ impl Stack {
         };
         Ok(shared)
     }
-}
-
-/// The caller's token estimate, for a gate told a token quota.
-fn with_token_cost(mut request: Request<Full<Bytes>>) -> Request<Full<Bytes>> {
-    let cost = crate::upstream::request_id(request.headers())
-        .and_then(|id| TokenCost::estimate(crate::upstream::prompt(id).as_bytes()));
-    if let Some(cost) = cost {
-        request.extensions_mut().insert(cost);
-    }
-    request
 }
 
 /// One body type for every stack's response.

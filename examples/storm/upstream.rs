@@ -22,7 +22,7 @@ const PROMPT: &str = r#"{"model":"claude-sonnet-4-5","max_tokens":256,"messages"
 const LARGE_PROMPT: &str = r#"{"model":"claude-sonnet-4-5","max_tokens":8192,"messages":[{"role":"user","content":"Write the report"}]}"#;
 
 /// The body of request `id`: every tenth is large.
-pub(crate) fn prompt(id: u64) -> &'static str {
+fn prompt(id: u64) -> &'static str {
     if id % 10 == 9 {
         LARGE_PROMPT
     } else {

@@ -34,40 +34,48 @@ async fn heads(limit: Limit, sends: usize) -> Vec<http::response::Parts> {
 }
 
 #[tokio::test]
-async fn anthropic_shaped_answers_state_the_bucket_in_rfc_3339() {
-    // 1 request/s in bursts of 2: the second answer has 0 left, and the
-    // bucket is full again within 2 s (whole seconds, rounded up).
-    let limit = Limit::new(Quota::Bucket {
-        per_second: 1,
-        burst: 2,
+async fn anthropic_shaped_answers_state_the_quota_in_rfc_3339() {
+    // 2 requests a minute (a window, so nothing refills while the test
+    // runs, however slow the machine): the second answer has 0 left, the
+    // third is refused for the rest of the minute in whole seconds.
+    let limit = Limit::new(Quota::Window {
+        limit: 2,
+        length: Duration::from_secs(60),
     })
     .shape(Shape::Anthropic);
     let heads = heads(limit, 3).await;
     let now = SystemTime::now();
     let first = request_window(&heads[0].headers, now).unwrap();
-    assert_eq!(first.remaining, 1);
+    assert_eq!((first.remaining, first.per_minute), (1, Some(2)));
     let second = request_window(&heads[1].headers, now).unwrap();
     assert_eq!(second.remaining, 0);
-    assert!(second.reset_in <= Duration::from_secs(3), "{second:?}");
+    assert!(second.reset_in <= Duration::from_secs(61), "{second:?}");
     assert_eq!(heads[2].status, 429);
-    assert_eq!(heads[2].headers["retry-after"], "1");
+    let wait: u64 = heads[2].headers["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=60).contains(&wait), "{wait}");
     assert!(!heads[2].headers.contains_key("retry-after-ms"));
 }
 
 #[tokio::test]
-async fn openai_shaped_answers_state_the_bucket_as_go_durations() {
-    let limit = Limit::new(Quota::Bucket {
-        per_second: 10,
-        burst: 1,
+async fn openai_shaped_answers_state_the_quota_as_go_durations() {
+    // One request a minute: the answer has 0 left until the window's end,
+    // and the next is refused with the wait to it in milliseconds.
+    let limit = Limit::new(Quota::Window {
+        limit: 1,
+        length: Duration::from_secs(60),
     })
     .shape(Shape::OpenAi);
     let heads = heads(limit, 2).await;
     let now = SystemTime::now();
     let first = request_window(&heads[0].headers, now).unwrap();
-    assert_eq!(first.remaining, 0);
-    assert!(first.reset_in > Duration::ZERO && first.reset_in <= Duration::from_millis(100));
+    assert_eq!((first.remaining, first.per_minute), (0, Some(1)));
+    assert!(first.reset_in > Duration::ZERO && first.reset_in <= Duration::from_secs(60));
     assert_eq!(heads[1].status, 429);
     let wait = parse_hint(&heads[1].headers, None, now).wait.unwrap();
     assert_eq!(wait.source, WaitSource::RetryAfterMs);
-    assert!(wait.duration > Duration::ZERO && wait.duration <= Duration::from_millis(100));
+    assert!(wait.duration > Duration::ZERO && wait.duration <= Duration::from_secs(60));
 }

@@ -1040,6 +1040,11 @@ async fn a_cancellation_at_any_moment_around_the_second_dispatch_sends_nothing_a
             "step {step}"
         );
     }
+    assert_eq!(
+        before_and_after,
+        [true, true],
+        "the cancellations fell on both sides of the second send"
+    );
 }
 
 #[test]

@@ -164,6 +164,20 @@ pub enum WaitSource {
     KeyHold,
 }
 
+impl WaitSource {
+    /// Whether the signal names its wait in whole seconds (an upper bound,
+    /// rounded up): `Retry-After` in seconds or as an HTTP-date, and
+    /// Anthropic's RFC 3339 resets.
+    pub fn is_whole_seconds(self) -> bool {
+        matches!(
+            self,
+            WaitSource::RetryAfterSeconds
+                | WaitSource::RetryAfterDate
+                | WaitSource::AnthropicRateLimitReset
+        )
+    }
+}
+
 /// Reads every signal in `headers` (and `body`, when given) against `now`.
 ///
 /// The wait comes from the first valid source in this order (see the

@@ -166,18 +166,18 @@ impl RetryPolicy {
         // What the outcome says about the key is its own class's news, not
         // the request's: a rate limit the server forbids retrying still
         // tells every other request the key's wait.
+        // Only a send a gate took needs its quota headers read.
+        let stated = evidence.headers.filter(|_| state.gated());
         let key = match &evidence.base {
             _ if !evidence.reached_upstream => KeyNews::None,
-            // Only a send a gate took needs its window read.
             Classification::Success => {
-                let headers = evidence.headers.filter(|_| state.gated());
-                let window = headers.and_then(|headers| request_window(headers, self.now()));
+                let window = stated.and_then(|headers| request_window(headers, self.now()));
                 KeyNews::Served {
                     window,
                     // Providers that state a token quota state the request
                     // window beside it: the common answer, which states
                     // neither, pays for one look only.
-                    tokens: headers.filter(|_| window.is_some()).and_then(token_window),
+                    tokens: stated.filter(|_| window.is_some()).and_then(token_window),
                 }
             }
             Classification::Retryable(RetryableKind::RateLimited) => {
@@ -188,22 +188,9 @@ impl RetryPolicy {
                 KeyNews::Throttled {
                     wait: wait.map(|w| w.duration),
                     rate: !evidence.headers.is_some_and(token_quota_only),
-                    whole_seconds: wait.is_some_and(|w| {
-                        matches!(
-                            w.source,
-                            WaitSource::RetryAfterSeconds
-                                | WaitSource::RetryAfterDate
-                                | WaitSource::AnthropicRateLimitReset
-                        )
-                    }),
-                    window: evidence
-                        .headers
-                        .filter(|_| state.gated())
-                        .and_then(|headers| request_window(headers, self.now())),
-                    tokens: evidence
-                        .headers
-                        .filter(|_| state.gated())
-                        .and_then(token_window),
+                    whole_seconds: wait.is_some_and(|w| w.source.is_whole_seconds()),
+                    window: stated.and_then(|headers| request_window(headers, self.now())),
+                    tokens: stated.and_then(token_window),
                 }
             }
             // Too much of ours in flight at once: a concurrency signal,

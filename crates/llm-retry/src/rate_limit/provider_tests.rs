@@ -163,7 +163,7 @@ async fn a_stated_quota_paces_the_key_and_a_whole_second_wait_does_not_hold_it()
     let refused = sends.iter().filter(|(_, ok)| !ok).count();
     // The first wave goes before any answer came back: 18 of its 20 are
     // refused; the quota, once stated, keeps the rest from being refused.
-    assert!(refused <= 20, "{refused} refused");
+    assert!(refused <= 19, "{refused} refused");
     // 6.3 s on the paused clock; holding the key for each rounded-up
     // second takes 6.7 s.
     assert!(took <= Duration::from_millis(6_500), "took {took:?}");
@@ -255,7 +255,7 @@ async fn overloads_cap_the_keys_sends_in_flight_not_its_rate() {
     let refused = sends.iter().filter(|(_, ok)| !ok).count();
     // 14 or 15: the ceiling forms at the first overloads, and lets few
     // through after.
-    assert!(refused <= 30, "{refused} overloads");
+    assert!(refused <= 20, "{refused} overloads");
     // 4.3 to 5.3 s on the paused clock, as the backoff's jitter falls: the
     // last request to be refused waits its backoff.
     assert!(took <= Duration::from_millis(6_000), "took {took:?}");
