@@ -49,7 +49,10 @@ async fn anthropic_shaped_answers_state_the_quota_in_rfc_3339() {
     assert_eq!((first.remaining, first.per_minute), (1, Some(2)));
     let second = request_window(&heads[1].headers, now).unwrap();
     assert_eq!(second.remaining, 0);
-    assert!(second.reset_in <= Duration::from_secs(61), "{second:?}");
+    assert!(
+        second.reset_in.unwrap() <= Duration::from_secs(61),
+        "{second:?}"
+    );
     assert_eq!(heads[2].status, 429);
     let wait: u64 = heads[2].headers["retry-after"]
         .to_str()
@@ -73,9 +76,31 @@ async fn openai_shaped_answers_state_the_quota_as_go_durations() {
     let now = SystemTime::now();
     let first = request_window(&heads[0].headers, now).unwrap();
     assert_eq!((first.remaining, first.per_minute), (0, Some(1)));
-    assert!(first.reset_in > Duration::ZERO && first.reset_in <= Duration::from_secs(60));
+    let reset = first.reset_in.unwrap();
+    assert!(reset > Duration::ZERO && reset <= Duration::from_secs(60));
     assert_eq!(heads[1].status, 429);
     let wait = parse_hint(&heads[1].headers, None, now).wait.unwrap();
     assert_eq!(wait.source, WaitSource::RetryAfterMs);
+    assert!(wait.duration > Duration::ZERO && wait.duration <= Duration::from_secs(60));
+}
+
+#[tokio::test]
+async fn azure_shaped_answers_state_what_is_left_and_no_reset() {
+    let limit = Limit::new(Quota::Window {
+        limit: 2,
+        length: Duration::from_secs(60),
+    })
+    .shape(Shape::Azure);
+    let heads = heads(limit, 3).await;
+    let now = SystemTime::now();
+    let first = request_window(&heads[0].headers, now).unwrap();
+    assert_eq!(
+        (first.remaining, first.reset_in, first.per_minute),
+        (1, None, None)
+    );
+    assert_eq!(request_window(&heads[1].headers, now).unwrap().remaining, 0);
+    // The refusal names the window's end.
+    assert_eq!(heads[2].status, 429);
+    let wait = parse_hint(&heads[2].headers, None, now).wait.unwrap();
     assert!(wait.duration > Duration::ZERO && wait.duration <= Duration::from_secs(60));
 }

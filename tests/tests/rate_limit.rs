@@ -6,11 +6,11 @@ mod support;
 
 use http::StatusCode;
 use llm_retry::rate_limit::{Quotas, RateLimitLayer};
-use llm_retry::{RetryLayer, RetryReport};
-use llm_retry_mock::{MockServer, Reply, Route, Script};
+use llm_retry::{ClientLayer, RetryLayer, RetryReport};
+use llm_retry_mock::{Limit, MockServer, Quota, Reply, Route, Script, Shape};
 use std::time::Duration;
 use support::{client, fast_policy, messages_request};
-use tower::{ServiceBuilder, ServiceExt};
+use tower::{Layer, ServiceBuilder, ServiceExt};
 
 #[tokio::test(start_paused = true)]
 async fn a_learned_wait_holds_requests_that_never_saw_the_429() {
@@ -72,4 +72,50 @@ async fn a_gate_wait_past_the_retry_deadline_ends_the_request() {
     let source = std::error::Error::source(&*err).unwrap().to_string();
     assert!(source.contains("past the request's deadline"), "{source}");
     assert_eq!(mock.request_count(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_window_that_states_no_reset_costs_one_probe_per_window() {
+    // Azure-shaped: 10 requests per 2 s window, every answer states what is
+    // left of it and none when it resets; a 429 names the window's end.
+    const CLIENTS: usize = 10;
+    const EACH: usize = 4;
+    let limit = Limit::new(Quota::Window {
+        limit: 10,
+        length: Duration::from_secs(2),
+    })
+    .shape(Shape::Azure);
+    let mock = support::mock(Route::limited(
+        limit,
+        Reply::rate_limited(None),
+        Route::always(Reply::anthropic_ok("ok")),
+    ))
+    .await;
+    let layer = ClientLayer::new(fast_policy().max_retries(10).build().unwrap());
+    let service = layer.layer(client());
+    let url = mock.url("/v1/messages");
+    // Closed loop: each client sends its next request when the last ended.
+    let clients = (0..CLIENTS).map(|_| {
+        let service = service.clone();
+        let url = url.clone();
+        async move {
+            let mut served = 0;
+            for _ in 0..EACH {
+                let response = service.clone().oneshot(messages_request(&url)).await;
+                served += usize::from(response.unwrap().status() == StatusCode::OK);
+            }
+            served
+        }
+    });
+    let served: usize = futures_util::future::join_all(clients).await.iter().sum();
+    assert_eq!(served, CLIENTS * EACH);
+    // Four windows' worth: once a window is spent, one send learns when it
+    // ends and the rest wait for that, instead of one 429 per client per
+    // window (10 more sends a window).
+    let sends = mock.request_count();
+    let probes = sends - CLIENTS * EACH;
+    assert!(
+        (3..=4).contains(&probes),
+        "{probes} refused sends for 3 spent windows"
+    );
 }

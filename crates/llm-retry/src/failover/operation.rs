@@ -292,7 +292,7 @@ impl<S> Operation<S> {
                 // Only a target that cools down has its window read.
                 let spent = target.cooldown.as_ref().and_then(|cooldown| {
                     let window = request_window(response.headers(), SystemTime::now())?;
-                    (window.remaining == 0).then_some((cooldown, window.reset_in))
+                    (window.remaining == 0).then_some((cooldown, window.reset_in?))
                 });
                 if let Some((cooldown, reset_in)) = spent {
                     cooldown.extend(Instant::now() + reset_in.min(MAX_COOLDOWN));

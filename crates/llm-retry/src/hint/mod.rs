@@ -98,10 +98,11 @@ pub struct ServerWait {
 pub struct RequestWindow {
     /// Requests the window still admits.
     pub remaining: u64,
-    /// Time until the window resets. Anthropic and OpenAI both mean the
-    /// time until the quota is full again: their quotas are buckets that
-    /// refill continuously, so capacity returns sooner, a little at a time.
-    pub reset_in: Duration,
+    /// Time until the window resets, when the answer states it. Anthropic
+    /// and OpenAI both mean the time until the quota is full again: their
+    /// quotas are buckets that refill continuously, so capacity returns
+    /// sooner, a little at a time. Azure OpenAI states what is left only.
+    pub reset_in: Option<Duration>,
     /// The request quota per minute, when the answer states it
     /// (`x-ratelimit-limit-requests`, `anthropic-ratelimit-requests-limit`):
     /// the key's sustained rate is this over 60 s.

@@ -86,21 +86,18 @@ pub(crate) fn request_window(headers: &HeaderMap, now: SystemTime) -> Option<Req
     let count = |name: &HeaderName| first_valid(headers, name, |v| text(v)?.parse::<u64>().ok());
     // A quota of zero per minute states no rate.
     let per_minute = |name: &HeaderName| count(name).filter(|n| *n > 0);
-    let openai = count(&OPENAI_LEFT).and_then(|remaining| {
-        let reset = first_valid(headers, &OPENAI_RESET, |v| parse_go_duration(text(v)?))?;
-        Some(RequestWindow {
-            remaining,
-            reset_in: reset,
-            per_minute: per_minute(&OPENAI_LIMIT),
-        })
+    // A count without a (valid) reset still says how many more the window
+    // admits; when it ends is unknown.
+    let openai = count(&OPENAI_LEFT).map(|remaining| RequestWindow {
+        remaining,
+        reset_in: first_valid(headers, &OPENAI_RESET, |v| parse_go_duration(text(v)?)),
+        per_minute: per_minute(&OPENAI_LIMIT),
     });
-    let anthropic = count(&ANTHROPIC_LEFT).and_then(|remaining| {
-        let at = first_valid(headers, &ANTHROPIC_RESET, |v| parse_rfc3339(text(v)?))?;
-        Some(RequestWindow {
-            remaining,
-            reset_in: until(at, now),
-            per_minute: per_minute(&ANTHROPIC_LIMIT),
-        })
+    let anthropic = count(&ANTHROPIC_LEFT).map(|remaining| RequestWindow {
+        remaining,
+        reset_in: first_valid(headers, &ANTHROPIC_RESET, |v| parse_rfc3339(text(v)?))
+            .map(|at| until(at, now)),
+        per_minute: per_minute(&ANTHROPIC_LIMIT),
     });
     match (openai, anthropic) {
         (Some(a), Some(b)) => Some(if b.remaining < a.remaining { b } else { a }),
@@ -282,7 +279,10 @@ mod window_tests {
     use http::HeaderValue;
     use std::time::UNIX_EPOCH;
 
-    fn window(pairs: &[(&'static str, &str)]) -> Option<(u64, Duration)> {
+    /// What a window states: remaining, and the reset if known.
+    type Stated = Option<(u64, Option<Duration>)>;
+
+    fn window(pairs: &[(&'static str, &str)]) -> Stated {
         let mut headers = HeaderMap::new();
         for (name, value) in pairs {
             headers.append(*name, HeaderValue::from_str(value).expect("valid"));
@@ -299,7 +299,8 @@ mod window_tests {
         let ant_left = "anthropic-ratelimit-requests-remaining";
         let ant_reset = "anthropic-ratelimit-requests-reset";
         let s = Duration::from_secs;
-        let cases: &[(Headers<'_>, Option<(u64, Duration)>)] = &[
+        let s = |n| Some(s(n));
+        let cases: &[(Headers<'_>, Stated)] = &[
             (&[(oai_left, "59"), (oai_reset, "1s")], Some((59, s(1)))),
             (&[(oai_left, "0"), (oai_reset, "6m0s")], Some((0, s(360)))),
             (
@@ -315,11 +316,13 @@ mod window_tests {
                 ],
                 Some((3, s(9))),
             ),
-            // A count without a reset, or malformed values, name no window.
-            (&[(oai_left, "5")], None),
+            // A count without a valid reset (Azure's) leaves the reset unknown.
+            (&[(oai_left, "5")], Some((5, None))),
+            (&[(oai_left, "5"), (oai_reset, "soon")], Some((5, None))),
+            (&[(ant_left, "0")], Some((0, None))),
+            // A malformed count names no window.
             (&[(oai_left, "-1"), (oai_reset, "1s")], None),
             (&[(oai_left, "five"), (oai_reset, "1s")], None),
-            (&[(oai_left, "5"), (oai_reset, "soon")], None),
             (&[], None),
         ];
         for (pairs, want) in cases {

@@ -15,6 +15,7 @@ use super::keys::{Keys, Sweepable};
 use super::refund::Refunds;
 use super::schedule::Schedule;
 use super::stated_tokens::StatedTokens;
+use super::window::{Place, Window};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -58,31 +59,32 @@ struct KeyState {
     refunds: Refunds,
     /// When a send last used the key (the sweep drops the oldest first).
     last_used: Instant,
-    /// Sends booked so far: a booking's order among them.
-    booked: u64,
+    /// Sends let through so far: a send's place among them.
+    gone: u64,
+    /// Queued sends holding a share of a window: the provider has not
+    /// counted them yet.
+    queued_shares: u64,
     /// The provider's request window, as its last answer stated it.
     window: Option<Window>,
+    /// Windows stated so far: the next one's epoch.
+    windows: u64,
+    /// Sends waiting for news of an exhausted window whose reset is
+    /// unknown: booked, but neither sent nor counted by the provider yet.
+    probing: u64,
+    /// Wakes the waiting sends: the learned rate rose enough, or news of
+    /// the window came.
+    woken: Arc<Notify>,
     /// Sends in flight, and their ceiling once the key was overloaded.
     flight: Arc<Flight>,
     /// The token quota the provider's answers state, once one did.
     stated_tokens: Option<StatedTokens>,
 }
 
-/// What the provider's headers said is left of its request window.
-#[derive(Debug, Clone, Copy)]
-struct Window {
-    resets_at: Instant,
-    /// Sends the window still admits, less those booked since.
-    allowance: u64,
-}
-
 #[derive(Debug)]
 struct LearnedKey {
     rate: Learned,
     schedule: Schedule,
-    /// Wakes the waiting sends when the rate rose enough.
-    rose: Arc<Notify>,
-    /// The rate when they were last woken.
+    /// The rate when the waiting sends were last woken for a rise.
     woken_at_rate: f64,
 }
 
@@ -98,8 +100,12 @@ impl KeyState {
             shift: Duration::ZERO,
             refunds: Refunds::default(),
             last_used: now,
-            booked: 0,
+            gone: 0,
+            queued_shares: 0,
             window: None,
+            windows: 0,
+            probing: 0,
+            woken: Arc::new(Notify::new()),
             flight: Arc::default(),
             stated_tokens: None,
             learned: adaptive.map(|bounds| {
@@ -108,7 +114,6 @@ impl KeyState {
                     woken_at_rate: rate.per_sec(),
                     rate,
                     schedule: Schedule::new(now),
-                    rose: Arc::new(Notify::new()),
                 }
             }),
         }
@@ -143,6 +148,53 @@ impl KeyState {
         slot
     }
 
+    /// Where the provider's window puts a send arriving at `now`.
+    fn window_place(&self, now: Instant) -> Place {
+        self.window.map_or(Place::Free, |w| w.place(now))
+    }
+
+    /// A send booked at `place` takes its share of the window, or its
+    /// turn to probe (`waits`: it does not go at once).
+    fn take_window(&mut self, place: Place, waits: bool) {
+        if let Some(w) = &mut self.window {
+            w.commit(place);
+        }
+        match place {
+            Place::Probe { .. } if waits => self.probing += 1,
+            Place::Took(_) if waits => self.queued_shares += 1,
+            _ => {}
+        }
+    }
+
+    /// A send is let through: its place among the key's sends.
+    fn let_go(&mut self, booking: &mut Booking) {
+        if booking.probe.take().is_some() {
+            self.probing = self.probing.saturating_sub(1);
+        }
+        if booking.window_taken.is_some() && !booking.released {
+            self.queued_shares = self.queued_shares.saturating_sub(1);
+        }
+        booking.order = self.gone;
+        self.gone = self.gone.wrapping_add(1);
+        booking.released = true;
+    }
+
+    /// States a new window (`None`: none in force); the sends waiting on
+    /// the last one look again.
+    fn restate_window(&mut self, window: Option<(Option<Instant>, u64)>, now: Instant) {
+        // Spent, and still no reset: no news (the answer is to a send that
+        // went before the probe); the probes keep their turns.
+        if window == Some((None, 0)) && self.window.is_some_and(|w| w.spent_unknown()) {
+            return;
+        }
+        self.windows = self.windows.wrapping_add(1);
+        self.window = window
+            .map(|(resets_at, remaining)| Window::new(resets_at, remaining, self.windows, now));
+        if self.probing > 0 {
+            self.woken.notify_waiters();
+        }
+    }
+
     fn book_quotas(&mut self, gate: &Gate, cost: u64, slot: Instant) {
         if let Some(pace) = &gate.requests {
             self.requests.book(pace, slot, 1);
@@ -158,7 +210,10 @@ impl Sweepable for KeyState {
         self.requests.idle(now)
             && self.tokens.idle(now)
             && self.held_until.is_none_or(|t| t <= now)
-            && self.window.is_none_or(|w| w.resets_at <= now)
+            && self.probing == 0
+            && self
+                .window
+                .is_none_or(|w| !w.stands(now) || w.reset_unknown())
             && self.flight.in_flight() == 0
             && self.stated_tokens.is_none_or(|t| t.settled(now))
             && self
@@ -184,12 +239,15 @@ pub(super) struct Booking {
     ticket: Option<u64>,
     /// Its number among the key's quota bookings.
     seq: u64,
-    /// Its order among all the key's bookings.
+    /// Its place among the key's sends, once let through.
     pub(super) order: u64,
     /// No earlier than the reset of a provider window it found exhausted.
     window_floor: Option<Instant>,
-    /// The reset of the window whose allowance it took, to give it back.
-    window_taken: Option<Instant>,
+    /// The epoch of the window whose share it took, to give it back.
+    window_taken: Option<u64>,
+    /// Past an exhausted window of unknown reset (this epoch): it probes
+    /// then, unless news of the window comes first.
+    probe: Option<(u64, Instant)>,
     /// Its tokens under the provider's stated token quota, and when they
     /// are there.
     stated: Option<(u64, Instant)>,
@@ -297,9 +355,12 @@ impl Gate {
             return Err(refused);
         }
         // The provider said how many more its window admits: past that, a
-        // send waits for the window's reset.
-        let window = state.window.filter(|w| w.resets_at > now);
-        let window_floor = window.filter(|w| w.allowance == 0).map(|w| w.resets_at);
+        // send waits for the window's reset, or for a probe to learn it.
+        let place = state.window_place(now);
+        let window_floor = match place {
+            Place::AfterReset(at) => Some(at),
+            _ => None,
+        };
         // Quotas are booked from the end of a hold or an exhausted window:
         // sends queued during one leave paced, not together.
         let base = state.floor(now).max(window_floor.unwrap_or(now));
@@ -326,6 +387,18 @@ impl Gate {
             }
             return Err(GateError::PastDeadline { wait: slot - now });
         }
+        // A probe's turn is no firm slot: news of the window may come
+        // sooner, so it waits no later than its deadline.
+        let probe = match place {
+            Place::Probe { at, epoch } => Some((epoch, at)),
+            _ => None,
+        };
+        if let Some((_, at)) = probe {
+            slot = slot.max(at);
+            if let Some(deadline) = deadline {
+                slot = slot.min(deadline);
+            }
+        }
         if let (Some(tokens), Some((cost, _))) = (&mut state.stated_tokens, stated) {
             tokens.book(cost);
         }
@@ -333,13 +406,9 @@ impl Gate {
         state.book_quotas(self, cost, quota_slot);
         let released = slot <= now;
         let seq = state.refunds.book(before, released);
-        let order = state.booked;
-        state.booked = state.booked.saturating_add(1);
-        let window_taken = match (&mut state.window, window, window_floor) {
-            (Some(w), Some(_), None) => {
-                w.allowance -= 1;
-                Some(w.resets_at)
-            }
+        state.take_window(place, true);
+        let window_taken = match place {
+            Place::Took(epoch) => Some(epoch),
             _ => None,
         };
         if let Some(l) = &mut state.learned {
@@ -348,21 +417,25 @@ impl Gate {
                 l.schedule.release(ticket, now);
             }
         }
-        let booking = Booking {
+        let mut booking = Booking {
             slot,
             quota_slot,
             shift: state.shift,
             ticket,
             seq,
-            order,
+            order: 0,
             window_floor,
             window_taken,
+            probe,
             stated,
-            released,
+            released: false,
             key_id: state.id,
             cost,
             bounds,
         };
+        if released {
+            state.let_go(&mut booking);
+        }
         Ok((booking, Arc::clone(&state.flight)))
     }
 
@@ -382,6 +455,21 @@ impl Gate {
         else {
             return Ok(Check::Go);
         };
+        // News of the window it waited to probe: placed anew.
+        if let Some((epoch, _)) = booking.probe {
+            if state.window.is_none_or(|w| w.epoch() != epoch) {
+                state.probing = state.probing.saturating_sub(1);
+                booking.probe = None;
+                let place = state.window_place(now);
+                state.take_window(place, true);
+                match place {
+                    Place::Took(epoch) => booking.window_taken = Some(epoch),
+                    Place::AfterReset(at) => booking.window_floor = Some(at),
+                    Place::Probe { at, epoch } => booking.probe = Some((epoch, at)),
+                    Place::Free => {}
+                }
+            }
+        }
         let pushed = state.shift.saturating_sub(booking.shift);
         let quota_slot = booking
             .quota_slot
@@ -397,25 +485,31 @@ impl Gate {
         if let (Some(l), Some(ticket)) = (&state.learned, booking.ticket) {
             slot = slot.max(l.schedule.time_of(ticket, l.rate.interval()));
         }
+        // A probe's turn is no firm slot (see `reserve_send`).
+        let firm = slot;
+        if let Some((_, at)) = booking.probe {
+            slot = slot.max(at);
+        }
         booking.slot = slot;
         if slot > now {
             if let Some(refused) = state.held_too_long(now, booking.bounds.max_server_wait) {
                 return Err(refused);
             }
-            if booking
-                .bounds
-                .deadline
-                .is_some_and(|deadline| slot > deadline)
+            let deadline = booking.bounds.deadline;
+            if deadline
+                .is_some_and(|deadline| firm > deadline || (slot > deadline && now >= deadline))
             {
                 return Err(GateError::PastDeadline { wait: slot - now });
             }
-            return Ok(Check::WaitUntil(slot));
+            return Ok(Check::WaitUntil(deadline.map_or(slot, |d| slot.min(d))));
         }
+
         if let (Some(l), Some(ticket)) = (&mut state.learned, booking.ticket) {
             l.schedule.release(ticket, now);
         }
         state.refunds.sent(booking.seq);
-        booking.released = true;
+        // It goes (as the window's next probe, if it waited for one).
+        state.let_go(booking);
         Ok(Check::Go)
     }
 
@@ -445,11 +539,15 @@ impl Gate {
             state.requests = requests;
             state.tokens = tokens;
         }
-        // The window's allowance it took goes back, if the window still stands.
+        // The window's share it took goes back, if the window still stands.
         if let (Some(w), Some(taken)) = (&mut state.window, booking.window_taken) {
-            if w.resets_at == taken {
-                w.allowance = w.allowance.saturating_add(1);
-            }
+            w.give_back(taken);
+        }
+        if booking.probe.is_some() {
+            state.probing = state.probing.saturating_sub(1);
+        }
+        if booking.window_taken.is_some() {
+            state.queued_shares = state.queued_shares.saturating_sub(1);
         }
         if let (Some(l), Some(ticket)) = (&mut state.learned, booking.ticket) {
             l.schedule.abandon(ticket);
@@ -483,8 +581,7 @@ impl Gate {
     /// What wakes a send waiting on `key`'s learned rate, if it has one.
     pub(super) fn rises(&self, key: u64) -> Option<Arc<Notify>> {
         let keys = self.lock();
-        let learned = keys.get(&key)?.learned.as_ref()?;
-        Some(Arc::clone(&learned.rose))
+        Some(Arc::clone(&keys.get(&key)?.woken))
     }
 
     /// Keeps every later send of `key` back for the wait its provider
@@ -539,6 +636,11 @@ impl Gate {
         // nothing more before `until` than one period's worth.
         let pushed = until.saturating_duration_since(state.floor(now));
         state.held_until = Some(until);
+        // The wait to the end of a window whose reset the answers did not
+        // state: the hold is that reset, and past it the window is new.
+        if state.window.is_some_and(|w| w.reset_unknown()) {
+            state.restate_window(None, now);
+        }
         state.shift = state.shift.saturating_add(pushed);
         if let Some(pace) = &self.requests {
             state.requests.push_back(pace, now, pushed, until);
@@ -571,9 +673,9 @@ impl Gate {
         });
     }
 
-    /// An answer to the send booked `order`-th stated the provider's request
+    /// An answer to the key's `order`-th send stated the provider's request
     /// window: at most `remaining` more sends before it resets, less those
-    /// booked after that send (the provider had not counted them yet).
+    /// the provider had not counted yet.
     ///
     /// Like a hold, the wait for the reset is capped at `limit`, the
     /// longest wait the request that read it honours: a bogus reset must
@@ -602,18 +704,23 @@ impl Gate {
         let Some(state) = keys.get_mut(&key) else {
             return;
         };
-        let Some(resets_at) = now
-            .checked_add(window.reset_in.min(limit))
-            .filter(|_| !window.reset_in.is_zero())
-        else {
-            state.window = None;
-            return;
+        // What the provider had not counted: the sends let through after
+        // that one, and those queued with a share of the window.
+        let since = state
+            .gone
+            .wrapping_sub(order)
+            .saturating_sub(1)
+            .saturating_add(state.queued_shares);
+        let remaining = window.remaining.saturating_sub(since);
+        let stated = match window.reset_in {
+            None => Some((None, remaining)),
+            // A reset now or too far to reckon: nothing to hold back.
+            Some(reset_in) if reset_in.is_zero() => None,
+            Some(reset_in) => now
+                .checked_add(reset_in.min(limit))
+                .map(|at| (Some(at), remaining)),
         };
-        let since = state.booked.saturating_sub(order).saturating_sub(1);
-        state.window = Some(Window {
-            resets_at,
-            allowance: window.remaining.saturating_sub(since),
-        });
+        state.restate_window(stated, now);
     }
 
     /// Adaptive mode: a send succeeded.
@@ -643,7 +750,7 @@ impl Gate {
             l.woken_at_rate = after;
         } else if after >= l.woken_at_rate * WAKE_ON_RISE {
             l.woken_at_rate = after;
-            l.rose.notify_waiters();
+            state.woken.notify_waiters();
         }
     }
 

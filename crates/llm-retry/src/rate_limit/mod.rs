@@ -66,6 +66,7 @@ mod refund;
 mod schedule;
 mod service;
 mod stated_tokens;
+mod window;
 
 pub use error::GateError;
 pub use key::{RateKey, TokenCost};

@@ -201,7 +201,7 @@ async fn only_the_whole_seconds_past_the_first_hold_a_key_that_has_a_rate() {
     let sent = reserve(2);
     let window = crate::hint::RequestWindow {
         remaining: 0,
-        reset_in: s(1),
+        reset_in: Some(s(1)),
         per_minute: Some(600),
     };
     gate.observed_window(2, sent.order, now, window, limit);
