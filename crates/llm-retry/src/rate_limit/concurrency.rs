@@ -9,11 +9,20 @@
 //! stream still generating does not hold its slot, so for streams the
 //! ceiling bounds how many start at once, not how many run).
 //! A key has no ceiling until its first overload: the ceiling then starts
-//! a little under what was in flight, falls by a fifth once per congestion
-//! event (the overloads of sends that went before the last decrease belong
-//! to it), and rises by one over a ceiling's worth of served sends. Sends
-//! over the ceiling wait their turn, first in, first out (tokio's fair
-//! semaphore), bounded by the request's deadline.
+//! a little under what was in flight, is never above the others in flight
+//! with a refused send, falls by a tenth once per congestion event (the
+//! overloads of sends that went before the last decrease belong to it),
+//! and rises by one over a ceiling's worth of served sends while every slot
+//! is taken. Sends over the ceiling wait their turn, first in, first out
+//! (tokio's fair semaphore), bounded by the request's deadline.
+//!
+//! While the ceiling is above its floor it meters the key, so an overloaded
+//! send's resend waits for a slot instead of a backoff (the retry layer
+//! skips the sleep), unless the same request was overloaded under the
+//! ceiling just before: the slot a rising ceiling adds is the one that
+//! probes past the provider's room, and one request must not take it
+//! round after round. At the floor the provider is overloaded whatever we
+//! hold there, and resends back off as well.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -21,9 +30,13 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 /// Share of the ceiling kept after an overload.
-const DECREASE: f64 = 0.8;
+const DECREASE: f64 = 0.9;
 /// Share of the sends in flight at the first overload the ceiling starts at.
 const FIRST: f64 = 0.9;
+/// From this ceiling up the key's slots meter its overloaded sends' resends:
+/// they wait for a slot, not a backoff. Below it the provider is overloaded
+/// whatever we hold there, and a resend backs off as well.
+const METERS_FROM: f64 = 2.0;
 
 /// The bit of [`Flight::state`] that says the key has a ceiling.
 const LIMITED: u64 = 1 << 63;
@@ -95,8 +108,11 @@ impl Flight {
     /// A send that went at `sent` was answered with an overload at `now`
     /// (it still counts in flight). Each such send says the provider holds
     /// fewer than the others in flight with it: the ceiling is never above
-    /// that. One decrease of a fifth per congestion event besides.
-    pub(super) fn overloaded(&self, sent: Instant, now: Instant) {
+    /// that. One decrease of a tenth per congestion event besides.
+    ///
+    /// Whether the ceiling now meters the key's sends (it is not at its
+    /// floor): a resend then waits for a slot, not a backoff.
+    pub(super) fn overloaded(&self, sent: Instant, now: Instant) -> bool {
         let others = self.in_flight().saturating_sub(1) as f64;
         let mut ceiling = lock(&self.ceiling);
         match ceiling.as_mut() {
@@ -114,6 +130,7 @@ impl Flight {
                     quiet_until: now,
                 });
                 tracing::debug!(limit, "llm-retry: key overloaded, in-flight ceiling set");
+                limit >= METERS_FROM
             }
             Some(c) => {
                 let mut limit = c.limit.min(others.max(1.0));
@@ -125,20 +142,23 @@ impl Flight {
                     c.resize(limit);
                     tracing::debug!(limit, "llm-retry: key overloaded, ceiling lowered");
                 }
+                c.limit >= METERS_FROM
             }
         }
     }
 
     /// A send was served: the ceiling rises by one over a ceiling's worth,
-    /// while it is what holds sends back (about full): a quiet key does not
-    /// bank room for a burst.
+    /// while it is what holds sends back (every slot taken, this send's
+    /// included): a quiet key does not bank room for a burst.
     pub(super) fn served(&self) {
         let state = self.state.load(Ordering::Acquire);
         if state & LIMITED == 0 {
             return;
         }
         if let Some(c) = lock(&self.ceiling).as_mut() {
-            if count(state) as f64 + 1.0 >= c.limit {
+            // A slot given back goes to the first waiting send at once, so
+            // none free means sends wait, or the ceiling is just full.
+            if c.slots.available_permits() == 0 {
                 let limit = c.limit + 1.0 / c.limit.max(1.0);
                 c.resize(limit);
             }
@@ -153,7 +173,11 @@ fn count(state: u64) -> usize {
 
 /// One send in flight on a key: counted from its call until dropped.
 #[derive(Debug)]
-pub(super) struct InFlight(Arc<Flight>);
+pub(super) struct InFlight {
+    flight: Arc<Flight>,
+    /// It went with a slot under the key's ceiling.
+    slotted: bool,
+}
 
 impl InFlight {
     /// Counts a send going now with `slot`, the permit it took from the
@@ -161,6 +185,7 @@ impl InFlight {
     /// through) is over the ceiling, and owes the slot it will give back.
     pub(super) fn start(flight: Arc<Flight>, slot: Option<OwnedSemaphorePermit>) -> InFlight {
         let before = flight.state.fetch_add(1, Ordering::AcqRel);
+        let slotted = slot.is_some();
         match slot {
             Some(permit) => permit.forget(),
             // Not counted when the ceiling was made: over it.
@@ -171,24 +196,30 @@ impl InFlight {
             }
             None => {}
         }
-        InFlight(flight)
+        InFlight { flight, slotted }
+    }
+
+    /// Whether it went with a slot under the key's ceiling.
+    pub(super) fn slotted(&self) -> bool {
+        self.slotted
     }
 
     /// The send was served.
     pub(super) fn served(&self) {
-        self.0.served();
+        self.flight.served();
     }
 
-    /// The send, which went at `sent`, was answered with an overload at `now`.
-    pub(super) fn overloaded(&self, sent: Instant, now: Instant) {
-        self.0.overloaded(sent, now);
+    /// The send, which went at `sent`, was answered with an overload at
+    /// `now`; whether the key's ceiling meters the resend.
+    pub(super) fn overloaded(&self, sent: Instant, now: Instant) -> bool {
+        self.flight.overloaded(sent, now)
     }
 }
 
 impl Drop for InFlight {
     /// The send's slot goes back, or pays a debt of a lowered ceiling.
     fn drop(&mut self) {
-        let flight = &self.0;
+        let flight = &self.flight;
         let before = flight.state.fetch_sub(1, Ordering::AcqRel);
         if before & LIMITED == 0 {
             return;
@@ -272,9 +303,9 @@ mod tests {
         tokio::time::advance(std::time::Duration::from_millis(1)).await;
         flight.overloaded(Instant::now(), Instant::now());
         assert!((limit(&flight) - 19.0 * FIRST * DECREASE).abs() < 1e-9);
-        // About one more slot per ceiling's worth of served sends.
+        // About one more slot per ceiling's worth of served sends (15).
         let before = limit(&flight);
-        for _ in 0..14 {
+        for _ in 0..15 {
             flight.served();
         }
         assert!(limit(&flight) > before + 0.9 && limit(&flight) < before + 1.1);
@@ -315,7 +346,7 @@ mod tests {
         let slots = flight.slots().unwrap();
         assert_eq!(slots.available_permits(), 8);
         // Eight go; one is refused with 7 others in flight, later: the
-        // ceiling falls to 7 × 0.8 = 5.6, and three slots are owed.
+        // ceiling falls to 7 × 0.9 = 6.3, and two slots are owed.
         let mut held = Vec::new();
         for _ in 0..8 {
             let permit = take(&slots).unwrap();
@@ -326,15 +357,18 @@ mod tests {
         held.truncate(4);
         assert_eq!(
             slots.available_permits(),
-            1,
-            "three of four ended sends paid the debt"
+            2,
+            "two of four ended sends paid the debt"
         );
         // A send let through without a slot owes one.
         let over = InFlight::start(Arc::clone(&flight), None);
         drop(over);
-        assert_eq!(slots.available_permits(), 1);
-        let last = take(&slots).unwrap();
-        assert!(take(&slots).is_none());
+        assert_eq!(slots.available_permits(), 2);
+        let last = [take(&slots).unwrap(), take(&slots).unwrap()];
+        assert!(
+            take(&slots).is_none(),
+            "4 held and 2 taken: the ceiling's 6"
+        );
         drop(last);
     }
 }

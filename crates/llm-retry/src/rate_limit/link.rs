@@ -67,6 +67,9 @@ struct Shared {
     body: std::sync::OnceLock<Bytes>,
     /// That estimate, once made.
     cost: std::sync::OnceLock<u64>,
+    /// Its last sends were overloaded after each took a slot under the
+    /// key's in-flight ceiling, this many in a row.
+    slotted_overloads: std::sync::atomic::AtomicU32,
 }
 
 /// A send the gate let through, waiting for the policy's verdict.
@@ -92,6 +95,7 @@ impl GateLink {
             sent: Mutex::new(None),
             body: std::sync::OnceLock::new(),
             cost: std::sync::OnceLock::new(),
+            slotted_overloads: std::sync::atomic::AtomicU32::new(0),
         }))
     }
 
@@ -185,10 +189,21 @@ impl Sent {
         self.gate.paces()
     }
 
-    /// Hands the key what the policy made of the send's outcome; a named
-    /// wait holds the key, up to `max_server_wait`. Whether the key is now
-    /// held for all of the named wait (else the request waits its own).
-    pub(crate) fn report(self, news: KeyNews, now: Instant, max_server_wait: Duration) -> bool {
+    /// Hands the key what the policy made of the send's outcome (for the
+    /// request of `link`); a named wait holds the key, up to
+    /// `max_server_wait`. Whether the gate now meters the resend (else the
+    /// request waits its own): the key is held for all of a rate limit's
+    /// named wait, or an overloaded key's in-flight ceiling is above its
+    /// floor and this is not the request's second overload in a row under
+    /// it (a slot the ceiling grew by is the one an overload takes, and
+    /// the same request must not take it each time).
+    pub(crate) fn report(
+        self,
+        link: &GateLink,
+        news: KeyNews,
+        now: Instant,
+        max_server_wait: Duration,
+    ) -> bool {
         let Sent {
             gate,
             key,
@@ -197,11 +212,16 @@ impl Sent {
             cost,
             in_flight,
         } = self;
+        let in_a_row = &link.0.slotted_overloads;
+        if news != KeyNews::Overloaded {
+            in_a_row.store(0, Ordering::Relaxed);
+        }
         match news {
             KeyNews::None => false,
             KeyNews::Overloaded => {
-                in_flight.overloaded(at, now);
-                false
+                let meters = in_flight.overloaded(at, now);
+                let again = in_flight.slotted() && in_a_row.fetch_add(1, Ordering::Relaxed) > 0;
+                meters && !again
             }
             KeyNews::Served { window, tokens } => {
                 in_flight.served();

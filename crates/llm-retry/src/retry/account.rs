@@ -15,6 +15,7 @@ use crate::hooks::{RecoveryEvent, RetryEvent};
 use crate::policy::{CredentialsFuture, Decision, Outcome, Recovery, RecoveryAction, WaitScope};
 use crate::policy::{RetryPolicy, RetryState};
 use crate::rate_limit::link::GateLink;
+use crate::rate_limit::KeyNews;
 use crate::recover::{rewrite_body, BodyEdit};
 use crate::replay::ReplayBody;
 use crate::report::{RetryReport, StopReason};
@@ -133,7 +134,7 @@ impl Account {
         // a 429's named wait holds the key.
         let held = sent.is_some_and(|sent| {
             let limit = self.policy.limits().max_server_wait;
-            sent.report(judgement.key, Instant::now(), limit)
+            sent.report(&self.link, judgement.key, Instant::now(), limit)
         });
         self.state.record_outcome(status, &judgement);
         let (delay, server_wait, charged, scope) = match judgement.decision {
@@ -155,8 +156,13 @@ impl Account {
         // paced, instead of sleeping here and joining the queue behind them.
         // A gate that only holds does not pace the release: the request
         // sleeps its own spread wait, as without a gate.
+        // An overload with no wait named, on a key whose in-flight ceiling
+        // meters the resend: it waits for a slot (first in, first out,
+        // within the deadline) instead of a backoff.
+        let metered = held && server_wait.is_none() && judgement.key == KeyNews::Overloaded;
         let sleep = match scope {
             WaitScope::Key if paced && held => Duration::ZERO,
+            _ if metered => Duration::ZERO,
             _ => delay,
         };
         // Prepare first: a resend that cannot happen spends no budget.
