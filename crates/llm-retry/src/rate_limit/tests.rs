@@ -1065,22 +1065,26 @@ async fn sends_past_an_exhausted_window_leave_paced_by_the_quota_and_give_their_
     assert_eq!(after.slot - now, Duration::from_secs(10));
 }
 
+/// A window of `remaining` more sends whose answer states no reset.
+fn no_reset(remaining: u64) -> crate::hint::RequestWindow {
+    crate::hint::RequestWindow {
+        remaining,
+        reset_in: None,
+        per_minute: None,
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn past_a_spent_window_of_unknown_reset_one_send_probes_and_the_rest_wait_for_its_news() {
     let gate = RateLimitLayer::new(Quotas::none()).unwrap().gate;
     let now = Instant::now();
     let limit = Duration::from_secs(120);
-    let spent = |remaining| crate::hint::RequestWindow {
-        remaining,
-        reset_in: None,
-        per_minute: None,
-    };
     let bounds = |deadline: Option<Duration>| gate::Bounds {
         deadline: deadline.map(|d| now + d),
         max_server_wait: Some(limit),
     };
     let first = gate.reserve(1, 0, now, bounds(None)).unwrap();
-    gate.observed_window(1, first.order, now, spent(0), limit);
+    gate.observed_window(1, first.order, now, no_reset(0), limit);
     let probe = gate.reserve(1, 0, now, bounds(None)).unwrap();
     assert!(probe.is_released(), "one send learns when the window ends");
     // The next sends wait for its news, a second apart should none come;
@@ -1092,19 +1096,19 @@ async fn past_a_spent_window_of_unknown_reset_one_send_probes_and_the_rest_wait_
     let mut later = gate.reserve(1, 0, now, bounds(None)).unwrap();
     assert_eq!(later.slot - now, Duration::from_secs(2));
     // An answer to a send older than the probe says the same: no news.
-    gate.observed_window(1, first.order, now, spent(0), limit);
+    gate.observed_window(1, first.order, now, no_reset(0), limit);
     assert_eq!(
         gate.check(1, &mut later, now).unwrap(),
         gate::Check::WaitUntil(now + Duration::from_secs(2))
     );
     // The probe was served and states a new window: both go at once.
-    gate.observed_window(1, probe.order, now, spent(5), limit);
+    gate.observed_window(1, probe.order, now, no_reset(5), limit);
     assert_eq!(gate.check(1, &mut soon, now).unwrap(), gate::Check::Go);
     assert_eq!(gate.check(1, &mut later, now).unwrap(), gate::Check::Go);
 
     // Without news, a waiting send is refused only at its deadline.
     let first = gate.reserve(2, 0, now, bounds(None)).unwrap();
-    gate.observed_window(2, first.order, now, spent(0), limit);
+    gate.observed_window(2, first.order, now, no_reset(0), limit);
     let _probe = gate.reserve(2, 0, now, bounds(None)).unwrap();
     let deadline = Duration::from_millis(500);
     let mut waiting = gate.reserve(2, 0, now, bounds(Some(deadline))).unwrap();
@@ -1119,7 +1123,7 @@ async fn past_a_spent_window_of_unknown_reset_one_send_probes_and_the_rest_wait_
     // The probe's 429 names the window's end: the key is held until then,
     // and past it the window is a new one.
     let first = gate.reserve(3, 0, now, bounds(None)).unwrap();
-    gate.observed_window(3, first.order, now, spent(0), limit);
+    gate.observed_window(3, first.order, now, no_reset(0), limit);
     let _probe = gate.reserve(3, 0, now, bounds(None)).unwrap();
     let mut waiting = gate.reserve(3, 0, now, bounds(None)).unwrap();
     let end = Duration::from_millis(1_500);
@@ -1143,13 +1147,8 @@ async fn a_waiting_probe_given_up_is_not_counted_against_the_next_window() {
     let gate = RateLimitLayer::new(Quotas::none()).unwrap().gate;
     let now = Instant::now();
     let limit = Duration::from_secs(120);
-    let spent = |remaining| crate::hint::RequestWindow {
-        remaining,
-        reset_in: None,
-        per_minute: None,
-    };
     let first = gate.reserve(1, 0, now, gate::Bounds::default()).unwrap();
-    gate.observed_window(1, first.order, now, spent(0), limit);
+    gate.observed_window(1, first.order, now, no_reset(0), limit);
     let probe = gate.reserve(1, 0, now, gate::Bounds::default()).unwrap();
     let waiting: Vec<_> = (0..3)
         .map(|_| gate.reserve(1, 0, now, gate::Bounds::default()).unwrap())
@@ -1159,7 +1158,7 @@ async fn a_waiting_probe_given_up_is_not_counted_against_the_next_window() {
     gate.abandon(1, &waiting[1]);
     // The probe's answer: 2 more. The one still waiting takes one and the
     // next send the other: the two given up counted for nothing.
-    gate.observed_window(1, probe.order, now, spent(2), limit);
+    gate.observed_window(1, probe.order, now, no_reset(2), limit);
     let mut last = waiting[2];
     assert_eq!(gate.check(1, &mut last, now).unwrap(), gate::Check::Go);
     assert!(gate
