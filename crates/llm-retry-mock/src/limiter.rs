@@ -339,7 +339,8 @@ fn rfc3339(after: Duration) -> String {
 
 /// A Go duration as OpenAI sends it: `120ms`, `1.5s`, `6m0s`.
 fn go_duration(d: Duration) -> String {
-    let ms = d.as_millis();
+    // Rounded up: a reset stated early would invite a send before it.
+    let ms = d.as_nanos().div_ceil(1_000_000);
     if ms < 1000 {
         return format!("{ms}ms");
     }
@@ -477,6 +478,7 @@ mod tests {
         assert_eq!(go_duration(ms(1000)), "1s");
         assert_eq!(go_duration(ms(360_000)), "6m0s");
         assert_eq!(go_duration(ms(61_250)), "1m1.25s");
+        assert_eq!(go_duration(Duration::from_micros(1_500)), "2ms");
     }
 
     #[test]
@@ -527,6 +529,8 @@ mod tests {
         for at in [0, 300, 999] {
             let h = refused_headers(limiter.decide(0, t0 + ms(at), &when));
             assert_eq!(h["retry-after"], "1");
+            // The same instant, to the millisecond, whenever asked.
+            assert_eq!(h["retry-after-ms"], (1000 - at).to_string().as_str());
         }
         assert!(matches!(
             limiter.decide(0, t0 + ms(1000), &when),

@@ -1112,9 +1112,11 @@ async fn past_a_spent_window_of_unknown_reset_one_send_probes_and_the_rest_wait_
     let _probe = gate.reserve(2, 0, now, bounds(None)).unwrap();
     let deadline = Duration::from_millis(500);
     let mut waiting = gate.reserve(2, 0, now, bounds(Some(deadline))).unwrap();
-    assert!(gate
-        .check(1, &mut waiting.clone(), now + deadline / 2)
-        .is_ok());
+    assert_eq!(
+        gate.check(2, &mut waiting, now + deadline / 2).unwrap(),
+        gate::Check::WaitUntil(now + deadline),
+        "its turn is past the deadline: it waits for news until then"
+    );
     assert!(matches!(
         gate.check(2, &mut waiting, now + deadline),
         Err(GateError::PastDeadline { .. })
