@@ -88,6 +88,10 @@ pub struct ServerWait {
     pub duration: Duration,
     /// Which signal named it.
     pub source: WaitSource,
+    /// Whether it was named in whole seconds (`Retry-After: 2`, an
+    /// HTTP-date, an RFC 3339 reset without a fraction): an upper bound,
+    /// rounded up, not a precise instant.
+    pub whole_seconds: bool,
 }
 
 /// A provider's request window as its rate-limit headers state it on an
@@ -131,7 +135,8 @@ pub fn token_window(headers: &HeaderMap) -> Option<TokenWindow> {
 /// The request window named by `headers` (OpenAI's
 /// `x-ratelimit-{remaining,reset}-requests`, Anthropic's
 /// `anthropic-ratelimit-requests-{remaining,reset}`), the tighter when both
-/// are present. Malformed values name no window.
+/// are present. A malformed count names no window; a count without a valid
+/// reset (Azure OpenAI's) names one whose reset is unknown.
 pub fn request_window(headers: &HeaderMap, now: SystemTime) -> Option<RequestWindow> {
     ratelimit::request_window(headers, now)
 }
@@ -163,20 +168,6 @@ pub enum WaitSource {
     /// What is left of a wait named earlier for the whole key, which a
     /// rate-limit gate holds it for.
     KeyHold,
-}
-
-impl WaitSource {
-    /// Whether the signal names its wait in whole seconds (an upper bound,
-    /// rounded up): `Retry-After` in seconds or as an HTTP-date, and
-    /// Anthropic's RFC 3339 resets.
-    pub fn is_whole_seconds(self) -> bool {
-        matches!(
-            self,
-            WaitSource::RetryAfterSeconds
-                | WaitSource::RetryAfterDate
-                | WaitSource::AnthropicRateLimitReset
-        )
-    }
 }
 
 /// Reads every signal in `headers` (and `body`, when given) against `now`.
@@ -258,6 +249,7 @@ fn body_wait(body: &[u8]) -> Option<ServerWait> {
     Some(ServerWait {
         duration: body::parse_body_phrase(body)?,
         source: WaitSource::BodyPhrase,
+        whole_seconds: false,
     })
 }
 
@@ -287,7 +279,18 @@ mod tests {
 
     fn wait(ms: u64, source: WaitSource) -> Option<ServerWait> {
         let duration = Duration::from_millis(ms);
-        Some(ServerWait { duration, source })
+        // Every whole-second case in these tables names whole seconds.
+        let whole_seconds = matches!(
+            source,
+            WaitSource::RetryAfterSeconds
+                | WaitSource::RetryAfterDate
+                | WaitSource::AnthropicRateLimitReset
+        ) && ms % 1000 == 0;
+        Some(ServerWait {
+            duration,
+            source,
+            whole_seconds,
+        })
     }
 
     const MS: &str = "retry-after-ms";

@@ -12,7 +12,7 @@ use super::retry_after::until;
 use super::rfc3339::parse_rfc3339;
 use super::{RequestWindow, ServerWait, TokenWindow, WaitSource};
 use http::{HeaderMap, HeaderName};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// OpenAI limits as `(reset header, remaining header)`.
 const OPENAI: [(&str, &str); 2] = [
@@ -53,19 +53,29 @@ pub(crate) fn openai_reset(headers: &HeaderMap) -> Option<ServerWait> {
     Some(ServerWait {
         duration,
         source: WaitSource::RateLimitReset,
+        whole_seconds: false,
     })
 }
 
 /// The wait named by Anthropic's `anthropic-ratelimit-*-reset` headers.
 pub(crate) fn anthropic_reset(headers: &HeaderMap, now: SystemTime) -> Option<ServerWait> {
+    // Rounded to whole seconds unless a reset states a fraction.
+    let mut whole_seconds = true;
     let limits = ANTHROPIC.iter().map(|(reset, remaining)| {
         let at = first_valid(headers, *reset, |v| parse_rfc3339(text(v)?));
+        if at.is_some_and(|at| {
+            at.duration_since(UNIX_EPOCH)
+                .is_ok_and(|d| d.subsec_nanos() != 0)
+        }) {
+            whole_seconds = false;
+        }
         (at.map(|at| until(at, now)), known_zero(headers, remaining))
     });
     let duration = pick(limits)?;
     Some(ServerWait {
         duration,
         source: WaitSource::AnthropicRateLimitReset,
+        whole_seconds,
     })
 }
 

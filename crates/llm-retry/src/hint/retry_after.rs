@@ -17,15 +17,19 @@ use std::time::{Duration, SystemTime};
 pub fn parse_retry_after(value: &HeaderValue, now: SystemTime) -> Option<ServerWait> {
     let s = text(value)?;
     if let Some(secs) = Decimal::parse(s.as_bytes()) {
+        let duration = secs.duration(NANOS_PER_SEC);
         return Some(ServerWait {
-            duration: secs.duration(NANOS_PER_SEC),
+            duration,
             source: WaitSource::RetryAfterSeconds,
+            // `2` rounds up, `2.5` does not.
+            whole_seconds: duration.subsec_nanos() == 0,
         });
     }
     let date = httpdate::parse_http_date(s).ok()?;
     Some(ServerWait {
         duration: until(date, now),
         source: WaitSource::RetryAfterDate,
+        whole_seconds: true,
     })
 }
 
@@ -35,6 +39,7 @@ pub(crate) fn parse_retry_after_ms(value: &HeaderValue) -> Option<ServerWait> {
     Some(ServerWait {
         duration: ms.duration(NANOS_PER_MILLI),
         source: WaitSource::RetryAfterMs,
+        whole_seconds: false,
     })
 }
 
@@ -57,6 +62,7 @@ mod tests {
         Some(ServerWait {
             duration: Duration::from_millis(ms),
             source,
+            whole_seconds: source != WaitSource::RetryAfterMs && ms % 1000 == 0,
         })
     }
 
@@ -75,6 +81,7 @@ mod tests {
                 Some(ServerWait {
                     duration: MAX_HINT,
                     source: SECS,
+                    whole_seconds: true,
                 }),
             ),
             (b"Sun, 06 Nov 1994 08:49:37 GMT", wait(0, DATE)),
@@ -88,6 +95,7 @@ mod tests {
                 Some(ServerWait {
                     duration: MAX_HINT,
                     source: DATE,
+                    whole_seconds: true,
                 }),
             ),
             (b"Sun, 06 Nov 1994 08:49:37", None),
@@ -119,6 +127,7 @@ mod tests {
                 Some(ServerWait {
                     duration: Duration::from_micros(250_500),
                     source: ms,
+                    whole_seconds: false,
                 }),
             ),
             (
@@ -126,6 +135,7 @@ mod tests {
                 Some(ServerWait {
                     duration: MAX_HINT,
                     source: ms,
+                    whole_seconds: false,
                 }),
             ),
             (b"-1", None),

@@ -188,7 +188,7 @@ impl RetryPolicy {
                 KeyNews::Throttled {
                     wait: wait.map(|w| w.duration),
                     rate: !evidence.headers.is_some_and(token_quota_only),
-                    whole_seconds: wait.is_some_and(|w| w.source.is_whole_seconds()),
+                    whole_seconds: wait.is_some_and(|w| w.whole_seconds),
                     window: stated.and_then(|headers| request_window(headers, self.now())),
                     tokens: stated.and_then(token_window),
                 }
@@ -332,6 +332,7 @@ impl RetryPolicy {
         let own = evidence.own_wait.map(|duration| ServerWait {
             duration,
             source: WaitSource::KeyHold,
+            whole_seconds: false,
         });
         let named = evidence
             .headers

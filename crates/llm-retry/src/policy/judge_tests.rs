@@ -376,6 +376,34 @@ fn a_429_that_may_not_be_retried_still_tells_the_key_its_wait() {
 }
 
 #[test]
+fn only_a_wait_named_in_whole_seconds_tells_the_key_it_was_rounded() {
+    // A fraction is precise: `Retry-After: 1.5` or an RFC 3339 reset with
+    // milliseconds must hold the key for all of it, not 1 s less.
+    let soon = std::time::SystemTime::now() + Duration::from_secs(30);
+    let date = httpdate::fmt_http_date(soon);
+    let reset = humantime::format_rfc3339_seconds(soon).to_string();
+    let reset_ms = humantime::format_rfc3339_millis(soon).to_string();
+    let reset_key = "anthropic-ratelimit-requests-reset";
+    let cases = [
+        (("retry-after", "2"), true),
+        (("retry-after", "1.5"), false),
+        (("retry-after", date.as_str()), true),
+        (("retry-after-ms", "2000"), false),
+        ((reset_key, reset.as_str()), true),
+        ((reset_key, reset_ms.as_str()), false),
+    ];
+    for ((name, value), whole) in cases {
+        let mut h = HeaderMap::new();
+        h.insert(name, value.parse().unwrap());
+        let j = judge(&policy(), 1, 429, &h, b"");
+        let crate::rate_limit::KeyNews::Throttled { whole_seconds, .. } = j.key else {
+            panic!("{name}: {:?}", j.key);
+        };
+        assert_eq!(whole_seconds, whole, "{name}: {value}");
+    }
+}
+
+#[test]
 fn a_fresh_state_judges_the_first_send_against_the_retry_cap() {
     // A caller outside the layers passes RetryState::new(): the attempt it
     // judges is the first send, so no retry is left under max_retries(0).
