@@ -2,7 +2,7 @@
 
 use super::concurrency::{Flight, InFlight};
 use super::error::GateError;
-use super::gate::{Booking, Check, Gate};
+use super::gate::{Booking, Check, Gate, Reserved};
 use super::link::GateLink;
 use crate::error::BoxError;
 use http::Response;
@@ -30,6 +30,8 @@ pin_project! {
         gate: Option<Ticket>,
         // The slot under the key's in-flight ceiling, once taken.
         slot: Option<OwnedSemaphorePermit>,
+        // Whether the send had to wait for that slot.
+        waited_for_slot: bool,
     }
 }
 
@@ -65,8 +67,9 @@ pin_project! {
     enum State<F> {
         Waiting {
             #[pin] sleep: Sleep,
-            // Fires when the key's learned rate rose: the slot may be earlier.
-            #[pin] rose: Option<OwnedNotified>,
+            // Fires when the key's learned rate rose or news of its window
+            // came: the slot may be earlier.
+            #[pin] woken: Option<OwnedNotified>,
         },
         // Its turn came; an overloaded key also needs a slot in flight.
         Admitting {
@@ -93,16 +96,20 @@ impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
         request: Req,
         gate: Gate,
         key: u64,
-        booking: Booking,
-        flight: Arc<Flight>,
+        reserved: Reserved,
         link: Option<GateLink>,
     ) -> Self {
+        let Reserved {
+            booking,
+            flight,
+            woken,
+        } = reserved;
         let state = if booking.is_released() {
             State::admitting()
         } else {
             State::Waiting {
                 sleep: tokio::time::sleep_until(booking.slot),
-                rose: gate.rises(key).map(|notify| notify.notified_owned()),
+                woken,
             }
         };
         ResponseFuture {
@@ -117,6 +124,7 @@ impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
                 sent: false,
             }),
             slot: None,
+            waited_for_slot: false,
         }
     }
 
@@ -126,6 +134,7 @@ impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
             pending: None,
             gate: None,
             slot: None,
+            waited_for_slot: false,
         }
     }
 }
@@ -166,9 +175,9 @@ where
                 }
                 StateProj::Waiting {
                     mut sleep,
-                    mut rose,
+                    woken: mut notified,
                 } => {
-                    let woken = match rose.as_mut().as_pin_mut() {
+                    let woken = match notified.as_mut().as_pin_mut() {
                         Some(notified) => notified.poll(cx).is_ready(),
                         None => false,
                     };
@@ -180,10 +189,10 @@ where
                         continue;
                     };
                     if woken {
-                        rose.set(
+                        notified.set(
                             ticket
                                 .gate
-                                .rises(ticket.key)
+                                .woken(ticket.key)
                                 .map(|notify| notify.notified_owned()),
                         );
                     }
@@ -223,6 +232,7 @@ where
                             this.state.set(State::Readying);
                             continue;
                         }
+                        *this.waited_for_slot = true;
                     }
                     if let Some(deadline) = deadline.as_mut() {
                         if deadline.as_mut().poll(cx).is_ready() {
@@ -253,12 +263,9 @@ where
                     // A send is dated by its booked slot (the schedule it
                     // went under), or by now when it also waited for a slot
                     // in flight: news of a send held back is news.
-                    let at = match this.slot {
-                        Some(_) => Instant::now(),
-                        None => this
-                            .gate
-                            .as_ref()
-                            .map_or_else(Instant::now, |t| t.booking.slot),
+                    let at = match (*this.waited_for_slot, this.gate.as_ref()) {
+                        (false, Some(ticket)) => ticket.booking.slot,
+                        _ => Instant::now(),
                     };
                     let in_flight = this.gate.as_mut().map(|t| {
                         t.sent = true;

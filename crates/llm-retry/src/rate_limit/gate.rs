@@ -20,6 +20,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
+use tokio::sync::futures::OwnedNotified;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -153,27 +154,43 @@ impl KeyState {
         self.window.map_or(Place::Free, |w| w.place(now))
     }
 
-    /// A send booked at `place` takes its share of the window, or its
-    /// turn to probe (`waits`: it does not go at once).
-    fn take_window(&mut self, place: Place, waits: bool) {
-        if let Some(w) = &mut self.window {
+    /// A send not yet gone enters the provider's window at `place` (from
+    /// [`KeyState::window_place`], under the same lock): it takes a share,
+    /// or a probe's turn (none past its `deadline`, which it will not see),
+    /// or waits for the reset. Counted until it leaves.
+    fn enter_window(&mut self, place: Place, deadline: Option<Instant>) {
+        let turn_in_time = match place {
+            Place::Probe { at, .. } => deadline.is_none_or(|d| at <= d),
+            _ => true,
+        };
+        if let (Some(w), true) = (&mut self.window, turn_in_time) {
             w.commit(place);
         }
         match place {
-            Place::Probe { .. } if waits => self.probing += 1,
-            Place::Took(_) if waits => self.queued_shares += 1,
+            Place::Probe { .. } => self.probing += 1,
+            Place::Took(_) => self.queued_shares += 1,
+            _ => {}
+        }
+    }
+
+    /// A send placed at `place` leaves the window's queue: it goes, or
+    /// (`gives_back`) never will, and its share returns to the window.
+    fn leave_window(&mut self, place: Place, gives_back: bool) {
+        match place {
+            Place::Probe { .. } => self.probing = self.probing.saturating_sub(1),
+            Place::Took(epoch) => {
+                self.queued_shares = self.queued_shares.saturating_sub(1);
+                if let (Some(w), true) = (&mut self.window, gives_back) {
+                    w.give_back(epoch);
+                }
+            }
             _ => {}
         }
     }
 
     /// A send is let through: its place among the key's sends.
     fn let_go(&mut self, booking: &mut Booking) {
-        if booking.probe.take().is_some() {
-            self.probing = self.probing.saturating_sub(1);
-        }
-        if booking.window_taken.is_some() && !booking.released {
-            self.queued_shares = self.queued_shares.saturating_sub(1);
-        }
+        self.leave_window(booking.place, false);
         booking.order = self.gone;
         self.gone = self.gone.wrapping_add(1);
         booking.released = true;
@@ -241,13 +258,10 @@ pub(super) struct Booking {
     seq: u64,
     /// Its place among the key's sends, once let through.
     pub(super) order: u64,
-    /// No earlier than the reset of a provider window it found exhausted.
-    window_floor: Option<Instant>,
-    /// The epoch of the window whose share it took, to give it back.
-    window_taken: Option<u64>,
-    /// Past an exhausted window of unknown reset (this epoch): it probes
-    /// then, unless news of the window comes first.
-    probe: Option<(u64, Instant)>,
+    /// Its place in the provider's window: a share it took (given back if
+    /// it never goes), a reset it waits for, or a probe's turn (it looks
+    /// again when news of the window comes first).
+    place: Place,
     /// Its tokens under the provider's stated token quota, and when they
     /// are there.
     stated: Option<(u64, Instant)>,
@@ -258,6 +272,15 @@ pub(super) struct Booking {
     key_id: u64,
     cost: u64,
     pub(super) bounds: Bounds,
+}
+
+/// A send queued on its key.
+pub(super) struct Reserved {
+    pub(super) booking: Booking,
+    /// The key's sends in flight, which it joins when it goes.
+    pub(super) flight: Arc<Flight>,
+    /// For a send that waits: what wakes it to look again.
+    pub(super) woken: Option<OwnedNotified>,
 }
 
 /// What a send may wait for: no later than its deadline, and no hold for
@@ -321,11 +344,12 @@ impl Gate {
         bounds: Bounds,
     ) -> Result<Booking, GateError> {
         self.reserve_send(key, cost, now, bounds)
-            .map(|(booking, _)| booking)
+            .map(|reserved| reserved.booking)
     }
 
-    /// [`Gate::reserve`], and the key's sends in flight, which the send
-    /// joins when it goes.
+    /// [`Gate::reserve`], the key's sends in flight, which the send joins
+    /// when it goes, and for a send that waits what wakes it to look again
+    /// (made under the lock, so no news between booking and waiting is lost).
     ///
     /// Under a token quota its provider states, a send of known `cost` is
     /// booked for its tokens.
@@ -335,7 +359,7 @@ impl Gate {
         cost: u64,
         now: Instant,
         bounds: Bounds,
-    ) -> Result<(Booking, Arc<Flight>), GateError> {
+    ) -> Result<Reserved, GateError> {
         let deadline = bounds.deadline;
         if let Some(pace) = &self.tokens {
             let capacity = pace.capacity();
@@ -358,12 +382,12 @@ impl Gate {
         // send waits for the window's reset, or for a probe to learn it.
         let place = state.window_place(now);
         let window_floor = match place {
-            Place::AfterReset(at) => Some(at),
-            _ => None,
+            Place::AfterReset(at) => at,
+            _ => now,
         };
         // Quotas are booked from the end of a hold or an exhausted window:
         // sends queued during one leave paced, not together.
-        let base = state.floor(now).max(window_floor.unwrap_or(now));
+        let base = state.floor(now).max(window_floor);
         let quota_slot = base.max(state.quota_slot(self, cost, base));
         let mut slot = quota_slot;
         let ticket = state.learned.as_mut().map(|l| {
@@ -389,28 +413,20 @@ impl Gate {
         }
         // A probe's turn is no firm slot: news of the window may come
         // sooner, so it waits no later than its deadline.
-        let probe = match place {
-            Place::Probe { at, epoch } => Some((epoch, at)),
-            _ => None,
-        };
-        if let Some((_, at)) = probe {
+        if let Place::Probe { at, .. } = place {
             slot = slot.max(at);
-            if let Some(deadline) = deadline {
-                slot = slot.min(deadline);
-            }
+        }
+        let released = slot <= now;
+        if let Some(deadline) = deadline {
+            slot = slot.min(deadline);
         }
         if let (Some(tokens), Some((cost, _))) = (&mut state.stated_tokens, stated) {
             tokens.book(cost);
         }
         let before = [state.requests, state.tokens];
         state.book_quotas(self, cost, quota_slot);
-        let released = slot <= now;
         let seq = state.refunds.book(before, released);
-        state.take_window(place, true);
-        let window_taken = match place {
-            Place::Took(epoch) => Some(epoch),
-            _ => None,
-        };
+        state.enter_window(place, deadline);
         if let Some(l) = &mut state.learned {
             l.rate.on_send(now);
             if let (Some(ticket), true) = (ticket, released) {
@@ -424,19 +440,24 @@ impl Gate {
             ticket,
             seq,
             order: 0,
-            window_floor,
-            window_taken,
-            probe,
+            place,
             stated,
             released: false,
             key_id: state.id,
             cost,
             bounds,
         };
-        if released {
+        let woken = if released {
             state.let_go(&mut booking);
-        }
-        Ok((booking, Arc::clone(&state.flight)))
+            None
+        } else {
+            Some(Arc::clone(&state.woken).notified_owned())
+        };
+        Ok(Reserved {
+            booking,
+            flight: Arc::clone(&state.flight),
+            woken,
+        })
     }
 
     /// A waiting send looks again at `now`: go, or wait until when? Its
@@ -456,18 +477,11 @@ impl Gate {
             return Ok(Check::Go);
         };
         // News of the window it waited to probe: placed anew.
-        if let Some((epoch, _)) = booking.probe {
+        if let Place::Probe { epoch, .. } = booking.place {
             if state.window.is_none_or(|w| w.epoch() != epoch) {
-                state.probing = state.probing.saturating_sub(1);
-                booking.probe = None;
-                let place = state.window_place(now);
-                state.take_window(place, true);
-                match place {
-                    Place::Took(epoch) => booking.window_taken = Some(epoch),
-                    Place::AfterReset(at) => booking.window_floor = Some(at),
-                    Place::Probe { at, epoch } => booking.probe = Some((epoch, at)),
-                    Place::Free => {}
-                }
+                state.leave_window(booking.place, false);
+                booking.place = state.window_place(now);
+                state.enter_window(booking.place, booking.bounds.deadline);
             }
         }
         let pushed = state.shift.saturating_sub(booking.shift);
@@ -476,8 +490,8 @@ impl Gate {
             .checked_add(pushed)
             .unwrap_or(booking.quota_slot);
         let mut slot = state.floor(now).max(quota_slot);
-        if let Some(floor) = booking.window_floor {
-            slot = slot.max(floor);
+        if let Place::AfterReset(at) = booking.place {
+            slot = slot.max(at);
         }
         if let Some((_, at)) = booking.stated {
             slot = slot.max(at);
@@ -487,7 +501,7 @@ impl Gate {
         }
         // A probe's turn is no firm slot (see `reserve_send`).
         let firm = slot;
-        if let Some((_, at)) = booking.probe {
+        if let Place::Probe { at, .. } = booking.place {
             slot = slot.max(at);
         }
         booking.slot = slot;
@@ -516,10 +530,11 @@ impl Gate {
     /// A booked send will never be sent: dropped or refused while it
     /// waited for its turn, or past its turn while it waited for a slot in
     /// flight (`released`). What it took is given up: its place in the
-    /// schedule, its quota slot and window share while it was queued, and
-    /// in either case the tokens it booked.
+    /// schedule and its quota slot while it was queued, and in either case
+    /// its window share and the tokens it booked.
     pub(super) fn abandon(&self, key: u64, booking: &Booking) {
-        if booking.released && booking.stated.is_none() {
+        let took_share = matches!(booking.place, Place::Took(_));
+        if booking.released && booking.stated.is_none() && !took_share {
             return;
         }
         let mut keys = self.lock();
@@ -533,6 +548,10 @@ impl Gate {
             tokens.refund(cost);
         }
         if booking.released {
+            // Let through and counted, never sent: its share goes back.
+            if let (Some(w), Place::Took(epoch)) = (&mut state.window, booking.place) {
+                w.give_back(epoch);
+            }
             return;
         }
         if let Some([requests, tokens]) = state.refunds.give_up(booking.seq) {
@@ -540,15 +559,7 @@ impl Gate {
             state.tokens = tokens;
         }
         // The window's share it took goes back, if the window still stands.
-        if let (Some(w), Some(taken)) = (&mut state.window, booking.window_taken) {
-            w.give_back(taken);
-        }
-        if booking.probe.is_some() {
-            state.probing = state.probing.saturating_sub(1);
-        }
-        if booking.window_taken.is_some() {
-            state.queued_shares = state.queued_shares.saturating_sub(1);
-        }
+        state.leave_window(booking.place, true);
         if let (Some(l), Some(ticket)) = (&mut state.learned, booking.ticket) {
             l.schedule.abandon(ticket);
         }
@@ -578,10 +589,17 @@ impl Gate {
         }
     }
 
-    /// What wakes a send waiting on `key`'s learned rate, if it has one.
-    pub(super) fn rises(&self, key: u64) -> Option<Arc<Notify>> {
+    /// What wakes a send waiting on `key` to look again: its learned rate
+    /// rose, or news of its window came.
+    pub(super) fn woken(&self, key: u64) -> Option<Arc<Notify>> {
         let keys = self.lock();
         Some(Arc::clone(&keys.get(&key)?.woken))
+    }
+
+    /// Whether the gate learns its keys' rates.
+    #[cfg(test)]
+    pub(super) fn learns(&self) -> bool {
+        self.adaptive.is_some()
     }
 
     /// Keeps every later send of `key` back for the wait its provider

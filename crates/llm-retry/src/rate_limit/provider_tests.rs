@@ -360,7 +360,9 @@ async fn a_send_refused_with_fewer_tokens_left_than_it_booked_holds_only_itself(
     // books 5 000 of them, and is refused with 100 left.
     gate.reserve(1, 0, now, gate::Bounds::default()).unwrap();
     gate.observed_tokens(1, tokens(60_000), now);
-    let (booking, flight) = gate
+    let gate::Reserved {
+        booking, flight, ..
+    } = gate
         .reserve_send(1, 5_000, now, gate::Bounds::default())
         .unwrap();
     assert_eq!(booking.stated_cost(), 5_000);
@@ -439,7 +441,9 @@ async fn an_overload_under_a_ceiling_is_metered_once_in_a_row() {
     let link = link::GateLink::new(RetryPolicy::default().limits(), None);
     // Sends one on key 1, slotted or not, and reports `news` for it.
     let send = |slotted: bool, news: KeyNews| {
-        let (booking, flight) = gate
+        let gate::Reserved {
+            booking, flight, ..
+        } = gate
             .reserve_send(1, 0, now, gate::Bounds::default())
             .unwrap();
         // The slot's permit only marks it (its ceiling's count is not
@@ -460,7 +464,7 @@ async fn an_overload_under_a_ceiling_is_metered_once_in_a_row() {
         link.take_sent().unwrap().report(&link, news, now, s(120))
     };
     // Ten others in flight when the first overload comes: a ceiling of 9.
-    let (_, flight) = gate
+    let gate::Reserved { flight, .. } = gate
         .reserve_send(1, 0, now, gate::Bounds::default())
         .unwrap();
     let mut others: Vec<_> = (0..10)
@@ -487,7 +491,9 @@ async fn an_overload_under_a_ceiling_is_metered_once_in_a_row() {
     // A ceiling at its floor meters nothing: the provider is overloaded
     // whatever we hold there.
     let lone = RateLimitLayer::learned().gate;
-    let (booking, flight) = lone
+    let gate::Reserved {
+        booking, flight, ..
+    } = lone
         .reserve_send(2, 0, now, gate::Bounds::default())
         .unwrap();
     let link = link::GateLink::new(RetryPolicy::default().limits(), None);

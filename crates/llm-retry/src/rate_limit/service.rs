@@ -74,8 +74,8 @@ where
         let ready = self.inner.clone();
         let now = Instant::now();
         match self.gate.reserve_send(key, cost, now, bounds) {
-            Ok((booking, flight)) => {
-                let wait = booking.slot.saturating_duration_since(now);
+            Ok(reserved) => {
+                let wait = reserved.booking.slot.saturating_duration_since(now);
                 if !wait.is_zero() {
                     tracing::debug!(
                         wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
@@ -83,15 +83,7 @@ where
                     );
                 }
                 crate::observe::gate_wait(wait);
-                ResponseFuture::queued(
-                    ready,
-                    request,
-                    self.gate.clone(),
-                    key,
-                    booking,
-                    flight,
-                    link,
-                )
+                ResponseFuture::queued(ready, request, self.gate.clone(), key, reserved, link)
             }
             Err(refused) => {
                 tracing::warn!(error = %refused, "llm-retry: rate limit refused a send");

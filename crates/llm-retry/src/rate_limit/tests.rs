@@ -461,7 +461,7 @@ async fn a_rise_wakes_the_waiting_sends_and_a_hold_moves_them_back() {
     // The first goes at once; the others are a second apart.
     let mut waiting = queue(&gate, 3);
     assert_eq!(after_start(&waiting[2], start), Duration::from_secs(2));
-    let rose = gate.rises(1).unwrap().notified_owned();
+    let rose = gate.woken(1).unwrap().notified_owned();
     tokio::time::advance(Duration::from_millis(500)).await;
     gate.succeeded(1, Instant::now());
     // Woken, the second send finds its slot earlier than the 1 s it was given.
@@ -653,7 +653,7 @@ fn every_quota_is_validated_and_none_is_dropped() {
         .gate;
     gate.reserve(1, 0, Instant::now(), gate::Bounds::default())
         .unwrap();
-    assert!(gate.rises(1).is_some(), "the key learns a rate");
+    assert!(gate.learns(), "the key learns a rate");
 }
 
 /// A layer that calls its inner service only when first polled, as a
@@ -1088,23 +1088,27 @@ async fn past_a_spent_window_of_unknown_reset_one_send_probes_and_the_rest_wait_
     let probe = gate.reserve(1, 0, now, bounds(None)).unwrap();
     assert!(probe.is_released(), "one send learns when the window ends");
     // The next sends wait for its news, a second apart should none come;
-    // a turn past a deadline is no refusal yet, the news may come sooner.
+    // a turn past a deadline is no refusal yet, the news may come sooner,
+    // and the turn is not taken from the sends behind.
     let mut soon = gate
         .reserve(1, 0, now, bounds(Some(Duration::from_millis(500))))
         .unwrap();
     assert_eq!(soon.slot - now, Duration::from_millis(500));
     let mut later = gate.reserve(1, 0, now, bounds(None)).unwrap();
-    assert_eq!(later.slot - now, Duration::from_secs(2));
+    assert_eq!(later.slot - now, Duration::from_secs(1));
+    let mut last = gate.reserve(1, 0, now, bounds(None)).unwrap();
+    assert_eq!(last.slot - now, Duration::from_secs(2));
     // An answer to a send older than the probe says the same: no news.
     gate.observed_window(1, first.order, now, no_reset(0), limit);
     assert_eq!(
-        gate.check(1, &mut later, now).unwrap(),
+        gate.check(1, &mut last, now).unwrap(),
         gate::Check::WaitUntil(now + Duration::from_secs(2))
     );
     // The probe was served and states a new window: both go at once.
     gate.observed_window(1, probe.order, now, no_reset(5), limit);
     assert_eq!(gate.check(1, &mut soon, now).unwrap(), gate::Check::Go);
     assert_eq!(gate.check(1, &mut later, now).unwrap(), gate::Check::Go);
+    assert_eq!(gate.check(1, &mut last, now).unwrap(), gate::Check::Go);
 
     // Without news, a waiting send is refused only at its deadline.
     let first = gate.reserve(2, 0, now, bounds(None)).unwrap();
@@ -1142,6 +1146,53 @@ async fn past_a_spent_window_of_unknown_reset_one_send_probes_and_the_rest_wait_
         .reserve(3, 0, now + end, bounds(None))
         .unwrap()
         .is_released());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_send_let_through_but_never_sent_gives_its_window_share_back() {
+    // Past its turn a send may still wait for a slot in flight, and be
+    // refused there: the share it took returns to the window.
+    let gate = RateLimitLayer::new(Quotas::none()).unwrap().gate;
+    let now = Instant::now();
+    let limit = Duration::from_secs(120);
+    let first = gate.reserve(1, 0, now, gate::Bounds::default()).unwrap();
+    gate.observed_window(1, first.order, now, no_reset(1), limit);
+    let let_through = gate.reserve(1, 0, now, gate::Bounds::default()).unwrap();
+    assert!(let_through.is_released());
+    gate.abandon(1, &let_through);
+    let next = gate.reserve(1, 0, now, gate::Bounds::default()).unwrap();
+    assert!(next.is_released(), "the share is there again");
+    // Spent now: the one after goes as the probe, the next waits.
+    assert!(gate
+        .reserve(1, 0, now, gate::Bounds::default())
+        .unwrap()
+        .is_released());
+    assert!(!gate
+        .reserve(1, 0, now, gate::Bounds::default())
+        .unwrap()
+        .is_released());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_probe_turn_past_a_deadline_that_has_come_is_not_a_release() {
+    let gate = RateLimitLayer::new(Quotas::none()).unwrap().gate;
+    let now = Instant::now();
+    let limit = Duration::from_secs(120);
+    let first = gate.reserve(1, 0, now, gate::Bounds::default()).unwrap();
+    gate.observed_window(1, first.order, now, no_reset(0), limit);
+    let _probe = gate.reserve(1, 0, now, gate::Bounds::default()).unwrap();
+    // Its turn is a second away and its deadline is now: it waits (to be
+    // refused at once), it does not go ahead of its turn.
+    let bounds = gate::Bounds {
+        deadline: Some(now),
+        max_server_wait: Some(limit),
+    };
+    let mut late = gate.reserve(1, 0, now, bounds).unwrap();
+    assert!(!late.is_released());
+    assert!(matches!(
+        gate.check(1, &mut late, now),
+        Err(GateError::PastDeadline { .. })
+    ));
 }
 
 #[tokio::test(start_paused = true)]

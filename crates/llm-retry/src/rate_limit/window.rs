@@ -90,15 +90,12 @@ impl Window {
         }
     }
 
-    /// A send was booked at `place`: it takes its share, or the probe's turn.
+    /// A send was booked at `place`, which [`Window::place`] just gave
+    /// it: it takes its share, or the probe's turn.
     pub(super) fn commit(&mut self, place: Place) {
         match place {
-            Place::Took(epoch) if epoch == self.epoch => {
-                self.allowance = self.allowance.saturating_sub(1);
-            }
-            Place::Probe { at, epoch } if epoch == self.epoch => {
-                self.next_probe = at + PROBE_EVERY;
-            }
+            Place::Took(_) => self.allowance = self.allowance.saturating_sub(1),
+            Place::Probe { at, .. } => self.next_probe = at + PROBE_EVERY,
             _ => {}
         }
     }
