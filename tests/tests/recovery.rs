@@ -369,3 +369,35 @@ async fn behind_a_gateway_an_overloaded_first_stream_event_is_left_to_it() {
     assert_eq!(err.report().stop, StopReason::LeftToGateway);
     assert_eq!(mock.request_count(), 1);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_cut_resend_is_booked_at_its_new_cost_by_a_token_quota() {
+    // 1,000 tokens a second in bursts of 25,000: the first send books its
+    // ~20,000 (max_tokens 20,000 plus a token per four bytes). The cut
+    // resend asks for max_tokens 10,941: it waits ~6 s for what it lacks,
+    // not the ~15 s the uncut cost would.
+    let overflow = Reply::anthropic_error(
+        400,
+        "invalid_request_error",
+        "input length and `max_tokens` exceed context limit: 188059 + 20000 > 200000, \
+         decrease input length or `max_tokens` and try again",
+    );
+    let mock = mock(Route::sequence([overflow, Reply::anthropic_ok("fits")])).await;
+    let quotas = llm_retry::rate_limit::Quotas::none().tokens_per_minute_with_burst(60_000, 25_000);
+    let gate = llm_retry::rate_limit::RateLimitLayer::new(quotas).unwrap();
+    let svc = tower::ServiceBuilder::new()
+        .layer(RetryLayer::new(llm_retry::RetryPolicy::default()))
+        .layer(gate)
+        .service(client());
+    let start = tokio::time::Instant::now();
+    let res = svc
+        .oneshot(post(&mock.url("/v1/messages"), &anthropic_body()))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let waited = start.elapsed();
+    assert!(
+        waited > std::time::Duration::from_secs(5) && waited < std::time::Duration::from_secs(7),
+        "{waited:?}"
+    );
+}

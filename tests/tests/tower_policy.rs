@@ -105,3 +105,39 @@ async fn the_tower_path_reports_fires_hooks_and_falls_back_like_retry_layer() {
     );
     assert!(lines.iter().any(|l| l == "recovered after 4"), "{lines:#?}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_tower_path_books_its_resends_at_their_estimated_token_cost() {
+    // 10 tokens a second in bursts of 100; the body asks for 64 output
+    // tokens (cost 64 plus a token per four bytes, about 86). Tower sends
+    // the first attempt itself (no cost known below), the first resend
+    // books its cost from the burst, and the second waits for the tokens
+    // it lacks, about 7 s: the resends' cost is read from the body, as
+    // under `RetryLayer`.
+    let mock = mock(Route::sequence([
+        Reply::status(503),
+        Reply::status(503),
+        Reply::anthropic_ok("ok"),
+    ]))
+    .await;
+    let quotas = llm_retry::rate_limit::Quotas::none().tokens_per_minute_with_burst(600, 100);
+    let svc = ServiceBuilder::new()
+        .layer(tower::retry::RetryLayer::new(
+            fast_policy().build().unwrap(),
+        ))
+        .map_err(BoxError::from)
+        .layer(llm_retry::rate_limit::RateLimitLayer::new(quotas).unwrap())
+        .service(client::<Full<Bytes>>());
+    let body = ReplayBody::new(Full::new(Bytes::from_static(PROMPT.as_bytes())), 1 << 20);
+    let req = http::Request::post(mock.url("/v1/messages"))
+        .body(body)
+        .unwrap();
+    let start = tokio::time::Instant::now();
+    let res = svc.oneshot(req).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let waited = start.elapsed();
+    assert!(
+        waited > std::time::Duration::from_secs(6) && waited < std::time::Duration::from_secs(9),
+        "{waited:?}"
+    );
+}

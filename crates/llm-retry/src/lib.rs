@@ -91,6 +91,7 @@ mod config_error;
 mod error;
 mod held;
 mod hooks;
+mod noop_waker;
 mod observe;
 #[cfg(all(test, feature = "metrics"))]
 mod observe_tests;

@@ -17,7 +17,7 @@ use super::schedule::Schedule;
 use super::stated_tokens::StatedTokens;
 use super::window::{Place, Window};
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::futures::OwnedNotified;
@@ -27,6 +27,17 @@ use tokio::time::Instant;
 /// Rise of a learned rate that wakes the sends waiting on it.
 const WAKE_ON_RISE: f64 = 1.1;
 
+/// Set once any gate in the process counts tokens (a configured token
+/// quota, or one a provider stated): until then the retry layer does not
+/// look at request bodies for a cost estimate, so the common stack pays
+/// nothing for it.
+static SOME_GATE_COUNTS_TOKENS: AtomicBool = AtomicBool::new(false);
+
+/// Whether any gate counts tokens, so a request's cost is worth estimating.
+pub(crate) fn some_gate_counts_tokens() -> bool {
+    SOME_GATE_COUNTS_TOKENS.load(Ordering::Relaxed)
+}
+
 /// Per-key pacing state shared by every clone of one [`RateLimitLayer`](super::RateLimitLayer).
 #[derive(Clone)]
 pub(super) struct Gate {
@@ -35,7 +46,7 @@ pub(super) struct Gate {
     adaptive: Option<AdaptiveRate>,
     keys: Arc<Mutex<Keys<KeyState>>>,
     /// Set once any key's provider stated a token quota.
-    tokens_stated: Arc<std::sync::atomic::AtomicBool>,
+    tokens_stated: Arc<AtomicBool>,
 }
 
 #[derive(Debug)]
@@ -318,6 +329,9 @@ impl Gate {
         tokens: Option<Pace>,
         adaptive: Option<AdaptiveRate>,
     ) -> Gate {
+        if tokens.is_some() {
+            SOME_GATE_COUNTS_TOKENS.store(true, Ordering::Relaxed);
+        }
         Gate {
             requests,
             tokens,
@@ -585,6 +599,7 @@ impl Gate {
                 state.stated_tokens =
                     Some(StatedTokens::new(window.per_minute, window.remaining, now));
                 self.tokens_stated.store(true, Ordering::Relaxed);
+                SOME_GATE_COUNTS_TOKENS.store(true, Ordering::Relaxed);
             }
         }
     }

@@ -62,14 +62,24 @@ struct Shared {
     /// A gate took the last attempt: it times the attempt from its send.
     gated: AtomicBool,
     sent: Mutex<Option<Sent>>,
-    /// The request body, when it was whole before the first send: what a
-    /// token-paced key estimates the send's cost from.
-    body: std::sync::OnceLock<Bytes>,
-    /// That estimate, once made.
-    cost: std::sync::OnceLock<u64>,
+    /// What a token-paced key estimates the send's cost from.
+    estimate: Mutex<Estimate>,
     /// Its last sends were overloaded after each took a slot under the
     /// key's in-flight ceiling, this many in a row.
     slotted_overloads: std::sync::atomic::AtomicU32,
+}
+
+/// A request body and the token cost estimated from it.
+#[derive(Default)]
+struct Estimate {
+    body: Option<Bytes>,
+    cost: Option<u64>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// A send the gate let through, waiting for the policy's verdict.
@@ -93,26 +103,29 @@ impl GateLink {
             attempt_timeout: limits.attempt_timeout,
             gated: AtomicBool::new(false),
             sent: Mutex::new(None),
-            body: std::sync::OnceLock::new(),
-            cost: std::sync::OnceLock::new(),
+            estimate: Mutex::default(),
             slotted_overloads: std::sync::atomic::AtomicU32::new(0),
         }))
     }
 
-    /// The request body is `bytes`, whole.
+    /// The request body is `bytes`, whole (before its first send, or as a
+    /// recovery rewrote it for the next).
     pub(crate) fn set_body(&self, bytes: Bytes) {
-        let _ = self.0.body.set(bytes);
+        *lock(&self.0.estimate) = Estimate {
+            body: Some(bytes),
+            cost: None,
+        };
     }
 
-    /// The request's token cost, estimated from its body once (its output
-    /// cap plus a token per four bytes, as [`TokenCost::estimate`](super::TokenCost::estimate)),
+    /// The request's token cost, estimated from its body once per body (its
+    /// output cap plus a token per four bytes, as [`TokenCost::estimate`](super::TokenCost::estimate)),
     /// or 0 when the body was not whole or names no output cap.
     pub(super) fn estimated_cost(&self) -> u64 {
-        *self.0.cost.get_or_init(|| {
-            self.0
-                .body
-                .get()
-                .and_then(|body| super::TokenCost::estimate(body))
+        let mut estimate = lock(&self.0.estimate);
+        let Estimate { body, cost } = &mut *estimate;
+        *cost.get_or_insert_with(|| {
+            body.as_deref()
+                .and_then(super::TokenCost::estimate)
                 .map_or(0, |c| c.0)
         })
     }
@@ -176,10 +189,7 @@ impl GateLink {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<Sent>> {
-        self.0
-            .sent
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        lock(&self.0.sent)
     }
 }
 

@@ -69,6 +69,7 @@ mod stated_tokens;
 mod window;
 
 pub use error::GateError;
+pub(crate) use gate::some_gate_counts_tokens;
 pub use key::{RateKey, TokenCost};
 pub use layer::{Quotas, RateLimitLayer};
 pub use link::KeyNews;

@@ -99,15 +99,19 @@ impl<B> ReplayBody<B> {
         if shared.source != Source::Streaming || shared.seen() > 0 {
             return shared.whole();
         }
-        let waker = noop_waker();
+        // The first send's own poll registers its waker if the source was
+        // not ready.
+        let waker = crate::noop_waker::noop_waker();
         let mut cx = Context::from_waker(&waker);
         while let Some(inner) = shared.inner.as_mut().filter(|inner| fits(inner)) {
             let polled = inner.as_mut().poll_frame(&mut cx);
             let ended = inner.is_end_stream();
             let Poll::Ready(frame) = polled else { break };
             // A failure is every clone's as the source's
-            // (`RequestBodyFailed`); the error itself is not kept.
-            let _ = shared.record(frame, ended);
+            // (`RequestBodyFailed`); the first send reads the error itself.
+            if let Some(Err(error)) = shared.record(frame, ended) {
+                shared.unread_failure = Some(error.into());
+            }
         }
         shared.whole()
     }
@@ -151,18 +155,6 @@ impl<B> fmt::Debug for ReplayBody<B> {
     }
 }
 
-/// A waker that does nothing: for reading what a source has ready now (the
-/// first send's own poll registers its waker if the source was not).
-fn noop_waker() -> std::task::Waker {
-    struct Noop;
-    impl std::task::Wake for Noop {
-        fn wake(self: Arc<Self>) {}
-    }
-    static NOOP: std::sync::OnceLock<std::task::Waker> = std::sync::OnceLock::new();
-    NOOP.get_or_init(|| std::task::Waker::from(Arc::new(Noop)))
-        .clone()
-}
-
 /// Locks the shared state; a poisoned lock still holds consistent data
 /// because no method panics while holding it.
 fn lock<B>(shared: &Mutex<Shared<B>>) -> MutexGuard<'_, Shared<B>> {
@@ -203,7 +195,13 @@ where
                 this.trailers_yielded = true;
                 return Poll::Ready(shared.trailers.clone().map(|t| Ok(Frame::trailers(t))));
             }
-            Source::Failed => return Poll::Ready(Some(Err(ReplayError::SourceFailed.into()))),
+            Source::Failed => {
+                let error = shared
+                    .unread_failure
+                    .take()
+                    .unwrap_or_else(|| ReplayError::SourceFailed.into());
+                return Poll::Ready(Some(Err(error)));
+            }
             Source::Streaming => {}
         }
 
@@ -213,16 +211,13 @@ where
         };
         let polled = inner.as_mut().poll_frame(cx);
         let ended = inner.is_end_stream();
-        if polled.is_pending() {
+        let Poll::Ready(frame) = polled else {
             // The source keeps only the last waker it was given; park this
             // clone's too, so whichever clone pulls next wakes the others.
             shared.park(cx.waker());
             return Poll::Pending;
-        }
-        shared.wake_parked();
-        let Poll::Ready(frame) = polled else {
-            return Poll::Pending;
         };
+        shared.wake_parked();
         let frame = shared.record(frame, ended);
         match &frame {
             None => this.trailers_yielded = true,

@@ -33,6 +33,9 @@ pub(super) struct Shared<B> {
     pub(super) trailers: Option<HeaderMap>,
     /// Clones waiting at the live edge, woken when any clone pulls a frame.
     pub(super) parked: Vec<Waker>,
+    /// The source's error when it failed before any send read it (a body
+    /// looked at before its first send): the first reader gets it.
+    pub(super) unread_failure: Option<crate::BoxError>,
 }
 
 impl<B> Shared<B> {
@@ -47,6 +50,7 @@ impl<B> Shared<B> {
             capped: false,
             trailers: None,
             parked: Vec::new(),
+            unread_failure: None,
         }
     }
 
@@ -76,6 +80,7 @@ impl<B> Shared<B> {
             capped: false,
             trailers: None,
             parked: Vec::new(),
+            unread_failure: None,
         }
     }
 

@@ -286,9 +286,62 @@ async fn a_buffered_body_is_known_before_its_first_send_and_sent_whole() {
     );
 }
 
+/// A body of known size whose one frame is not there until `ready` is set
+/// (then it fails, when `fails`).
+struct Later {
+    ready: Arc<std::sync::atomic::AtomicBool>,
+    fails: bool,
+    done: bool,
+}
+
+impl Body for Later {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        if !self.ready.load(std::sync::atomic::Ordering::SeqCst) {
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        self.done = true;
+        Poll::Ready(Some(if self.fails {
+            Err("the caller's stream broke".into())
+        } else {
+            Ok(Frame::data(Bytes::from_static(b"late")))
+        }))
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(4)
+    }
+}
+
+fn later(fails: bool) -> (Later, Arc<std::sync::atomic::AtomicBool>) {
+    let ready = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let body = Later {
+        ready: Arc::clone(&ready),
+        fails,
+        done: false,
+    };
+    (body, ready)
+}
+
 #[tokio::test]
 async fn a_body_not_ready_or_over_the_cap_is_left_to_its_first_send() {
-    // A stream whose chunks are not there yet: nothing is read early.
+    // A body of known size whose chunk is not there yet: the early read
+    // polls it once and leaves it.
+    let (source, ready) = later(false);
+    let body = ReplayBody::new(source, 1024);
+    assert_eq!(body.replica().fill_ready(), None);
+    ready.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(&collect(body).await.unwrap()[..], b"late");
+    // A stream of unknown size is not polled early at all.
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, BoxError>>(4);
     let stream = StreamBody::new(tokio_stream_from(rx));
     let body = ReplayBody::new(stream, 1024);
@@ -309,4 +362,21 @@ fn tokio_stream_from(
     mut rx: tokio::sync::mpsc::Receiver<Result<Frame<Bytes>, BoxError>>,
 ) -> impl futures_util::Stream<Item = Result<Frame<Bytes>, BoxError>> {
     futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+#[tokio::test]
+async fn a_body_that_fails_when_read_early_gives_its_first_send_the_error() {
+    let (source, ready) = later(true);
+    ready.store(true, std::sync::atomic::Ordering::SeqCst);
+    let body = ReplayBody::new(source, 1024);
+    let replica = body.replica();
+    assert_eq!(replica.fill_ready(), None);
+    let first = collect(body).await.unwrap_err();
+    assert_eq!(first.to_string(), "the caller's stream broke");
+    // Later readers are told it failed before.
+    let again = collect(replica).await.unwrap_err();
+    assert_eq!(
+        again.to_string(),
+        "request body failed during an earlier send"
+    );
 }

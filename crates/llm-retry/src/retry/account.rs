@@ -260,6 +260,8 @@ impl Account {
             Ok(done) => done,
             Err(error) => return self.recovery_failed(action, error.to_string()),
         };
+        // A token-paced key books the next sends at the new body's cost.
+        self.link.set_body(rewritten.clone());
         let replaced = resend.body().replaced_with(rewritten);
         resend.set_body(replaced);
         // The length changed; the client derives the new one from the body.

@@ -64,9 +64,12 @@ impl<B> AttemptCtx<B> {
         let account = Account::open(policy, &parts.method, &parts.uri);
         account.stamp_attempt(&mut parts.headers);
         // A buffered body is known before its first send: a token-paced
-        // key estimates the send's cost from it.
-        if let Some(bytes) = body.fill_ready() {
-            account.link.set_body(bytes);
+        // key estimates the send's cost from it (looked at only once some
+        // gate counts tokens).
+        if crate::rate_limit::some_gate_counts_tokens() {
+            if let Some(bytes) = body.fill_ready() {
+                account.link.set_body(bytes);
+            }
         }
         let template = Template {
             parts: parts.clone(),

@@ -34,8 +34,7 @@ use crate::report::StopReason;
 use http::{HeaderMap, Request, Response};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Context, Poll};
 
 /// The wait between attempts under tower's retry layer.
 #[derive(Debug)]
@@ -69,6 +68,9 @@ impl<B> Resend<B> for Request<ReplayBody<B>> {
 
 impl<B, ResBody> tower::retry::Policy<Request<ReplayBody<B>>, Response<ResBody>, BoxError>
     for RetryPolicy
+where
+    B: http_body::Body<Data = bytes::Bytes>,
+    B::Error: Into<BoxError>,
 {
     type Future = PolicySleep;
 
@@ -127,6 +129,13 @@ impl<B, ResBody> tower::retry::Policy<Request<ReplayBody<B>>, Response<ResBody>,
         if clone.extensions().get::<Account>().is_none() {
             // The caller's request is the first send: open its account.
             let account = Account::open(self.clone(), req.method(), req.uri());
+            // As `RetryLayer` does: a token-paced key estimates the cost of
+            // the resends from the body.
+            if crate::rate_limit::some_gate_counts_tokens() {
+                if let Some(bytes) = req.body().fill_ready() {
+                    account.link.set_body(bytes);
+                }
+            }
             clone.extensions_mut().insert(account.link.clone());
             clone.extensions_mut().insert(account);
         }
@@ -180,11 +189,7 @@ fn refresh_failed(reason: String) -> StopReason {
 fn answered_at_once(
     mut credentials: crate::policy::CredentialsFuture,
 ) -> Option<Result<HeaderMap, BoxError>> {
-    struct Noop;
-    impl Wake for Noop {
-        fn wake(self: Arc<Self>) {}
-    }
-    let waker = Waker::from(Arc::new(Noop));
+    let waker = crate::noop_waker::noop_waker();
     match credentials.as_mut().poll(&mut Context::from_waker(&waker)) {
         Poll::Ready(answer) => Some(answer),
         Poll::Pending => None,
