@@ -589,10 +589,12 @@ impl Gate {
     /// An answer stated `key`'s token quota: its costed sends book tokens
     /// from now on.
     pub(super) fn observed_tokens(&self, key: u64, window: crate::hint::TokenWindow, now: Instant) {
-        let mut keys = self.lock();
-        let Some(state) = keys.get_mut(&key) else {
-            return;
-        };
+        if let Some(state) = self.lock().get_mut(&key) {
+            self.tokens_in(state, window, now);
+        }
+    }
+
+    fn tokens_in(&self, state: &mut KeyState, window: crate::hint::TokenWindow, now: Instant) {
         match &mut state.stated_tokens {
             Some(tokens) => tokens.observed(window.per_minute, window.remaining, now),
             None => {
@@ -726,17 +728,26 @@ impl Gate {
         window: crate::hint::RequestWindow,
         limit: Duration,
     ) {
+        if let Some(state) = self.lock().get_mut(&key) {
+            self.window_in(state, order, now, window, limit);
+        }
+    }
+
+    fn window_in(
+        &self,
+        state: &mut KeyState,
+        order: u64,
+        now: Instant,
+        window: crate::hint::RequestWindow,
+        limit: Duration,
+    ) {
         if let (Some(per_minute), Some(_)) = (window.per_minute, &self.adaptive) {
             let per_sec = per_minute as f64 / 60.0;
-            self.learn(key, now, |rate, _| {
+            self.learn_in(state, now, |rate, _| {
                 rate.on_stated(per_sec, now);
             });
             return;
         }
-        let mut keys = self.lock();
-        let Some(state) = keys.get_mut(&key) else {
-            return;
-        };
         // What the provider had not counted: the sends let through after
         // that one, and those queued with a share of the window.
         let since = state
@@ -756,19 +767,58 @@ impl Gate {
         state.restate_window(stated, now);
     }
 
-    /// Adaptive mode: a send succeeded.
+    /// The key's send (its `order`-th) was served, and its answer stated
+    /// what is left of the provider's `window` and `tokens`, if it did: the
+    /// learned rate, the window and the token quota move under one lock.
+    pub(super) fn served(
+        &self,
+        key: u64,
+        order: u64,
+        now: Instant,
+        window: Option<crate::hint::RequestWindow>,
+        tokens: Option<crate::hint::TokenWindow>,
+        limit: Duration,
+    ) {
+        if self.adaptive.is_none() && window.is_none() && tokens.is_none() {
+            return;
+        }
+        let mut keys = self.lock();
+        let Some(state) = keys.get_mut(&key) else {
+            return;
+        };
+        self.learn_in(state, now, |rate, bounds| rate.on_success(bounds, now));
+        if let Some(tokens) = tokens {
+            self.tokens_in(state, tokens, now);
+        }
+        if let Some(window) = window {
+            self.window_in(state, order, now, window, limit);
+        }
+    }
+
+    /// A send succeeded, its answer stating nothing.
+    #[cfg(test)]
     pub(super) fn succeeded(&self, key: u64, now: Instant) {
-        self.learn(key, now, |rate, bounds| rate.on_success(bounds, now));
+        self.served(key, 0, now, None, None, Duration::ZERO);
     }
 
     /// Lets `update` change `key`'s learned rate; a change re-bases the
     /// schedule, and a rise worth it wakes the waiting sends.
     fn learn(&self, key: u64, now: Instant, update: impl FnOnce(&mut Learned, &AdaptiveRate)) {
-        let Some(bounds) = &self.adaptive else { return };
-        let mut keys = self.lock();
-        let Some(state) = keys.get_mut(&key) else {
+        if self.adaptive.is_none() {
             return;
-        };
+        }
+        if let Some(state) = self.lock().get_mut(&key) {
+            self.learn_in(state, now, update);
+        }
+    }
+
+    fn learn_in(
+        &self,
+        state: &mut KeyState,
+        now: Instant,
+        update: impl FnOnce(&mut Learned, &AdaptiveRate),
+    ) {
+        let Some(bounds) = &self.adaptive else { return };
         let floor = state.floor(now);
         let Some(l) = &mut state.learned else { return };
         let before = l.rate.per_sec();

@@ -51,6 +51,19 @@ pub enum KeyNews {
     Overloaded,
 }
 
+/// What the gate does about the resend of a send it judged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GateWait {
+    /// Nothing: the request waits its own wait.
+    Own,
+    /// The key is held for all of the rate limit's named wait: a resend
+    /// waits in the gate's queue.
+    KeyHeld,
+    /// The overloaded key's in-flight ceiling meters the resend: it waits
+    /// for a slot.
+    SlotMetered,
+}
+
 /// Shared by the retry loop and the gate for one logical request.
 #[derive(Clone)]
 pub(crate) struct GateLink(Arc<Shared>);
@@ -201,19 +214,19 @@ impl Sent {
 
     /// Hands the key what the policy made of the send's outcome (for the
     /// request of `link`); a named wait holds the key, up to
-    /// `max_server_wait`. Whether the gate now meters the resend (else the
-    /// request waits its own): the key is held for all of a rate limit's
-    /// named wait, or an overloaded key's in-flight ceiling is above its
-    /// floor and this is not the request's second overload in a row under
-    /// it (a slot the ceiling grew by is the one an overload takes, and
-    /// the same request must not take it each time).
+    /// `max_server_wait`. What the gate now does about the resend: holds
+    /// the key for all of a rate limit's named wait, or meters it by an
+    /// overloaded key's in-flight ceiling, when that is above its floor and
+    /// this is not the request's second overload in a row under it (a slot
+    /// the ceiling grew by is the one an overload takes, and the same
+    /// request must not take it each time).
     pub(crate) fn report(
         self,
         link: &GateLink,
         news: KeyNews,
         now: Instant,
         max_server_wait: Duration,
-    ) -> bool {
+    ) -> GateWait {
         let Sent {
             gate,
             key,
@@ -227,22 +240,20 @@ impl Sent {
             in_a_row.store(0, Ordering::Relaxed);
         }
         match news {
-            KeyNews::None => false,
+            KeyNews::None => GateWait::Own,
             KeyNews::Overloaded => {
                 let meters = in_flight.overloaded(at, now);
                 let again = in_flight.slotted() && in_a_row.fetch_add(1, Ordering::Relaxed) > 0;
-                meters && !again
+                if meters && !again {
+                    GateWait::SlotMetered
+                } else {
+                    GateWait::Own
+                }
             }
             KeyNews::Served { window, tokens } => {
                 in_flight.served();
-                gate.succeeded(key, now);
-                if let Some(tokens) = tokens {
-                    gate.observed_tokens(key, tokens, now);
-                }
-                if let Some(window) = window {
-                    gate.observed_window(key, order, now, window, max_server_wait);
-                }
-                false
+                gate.served(key, order, now, window, tokens, max_server_wait);
+                GateWait::Own
             }
             KeyNews::Throttled {
                 wait,
@@ -277,7 +288,11 @@ impl Sent {
                 if !for_tokens {
                     gate.throttled(key, at, now, wait);
                 }
-                held
+                if held {
+                    GateWait::KeyHeld
+                } else {
+                    GateWait::Own
+                }
             }
         }
     }

@@ -386,7 +386,7 @@ async fn a_send_refused_with_fewer_tokens_left_than_it_booked_holds_only_itself(
         .take_sent()
         .unwrap()
         .report(&link, refused, now, s(120));
-    assert!(!held, "the request waits its own wait");
+    assert_eq!(held, link::GateWait::Own, "the request waits its own wait");
     // The key is not held: a send with no cost to book goes at once, and
     // one with a cost waits for its tokens, not for the 2 s.
     assert_eq!(
@@ -461,7 +461,7 @@ async fn an_overload_under_a_ceiling_is_metered_once_in_a_row() {
             0,
             InFlight::start(flight, slot),
         );
-        link.take_sent().unwrap().report(&link, news, now, s(120))
+        link.take_sent().unwrap().report(&link, news, now, s(120)) == link::GateWait::SlotMetered
     };
     // Ten others in flight when the first overload comes: a ceiling of 9.
     let gate::Reserved { flight, .. } = gate
@@ -505,8 +505,10 @@ async fn an_overload_under_a_ceiling_is_metered_once_in_a_row() {
         0,
         InFlight::start(flight, None),
     );
-    assert!(!link
-        .take_sent()
-        .unwrap()
-        .report(&link, KeyNews::Overloaded, now, s(120)));
+    assert_eq!(
+        link.take_sent()
+            .unwrap()
+            .report(&link, KeyNews::Overloaded, now, s(120)),
+        link::GateWait::Own
+    );
 }

@@ -14,8 +14,7 @@ use crate::error::{BoxError, RetryError};
 use crate::hooks::{RecoveryEvent, RetryEvent};
 use crate::policy::{CredentialsFuture, Decision, Outcome, Recovery, RecoveryAction, WaitScope};
 use crate::policy::{RetryPolicy, RetryState};
-use crate::rate_limit::link::GateLink;
-use crate::rate_limit::KeyNews;
+use crate::rate_limit::link::{GateLink, GateWait};
 use crate::recover::{rewrite_body, BodyEdit};
 use crate::replay::ReplayBody;
 use crate::report::{RetryReport, StopReason};
@@ -132,7 +131,7 @@ impl Account {
             .judge(&self.state, outcome, self.state.elapsed());
         // The gate below (if any) learns what the answer meant for its key:
         // a 429's named wait holds the key.
-        let held = sent.is_some_and(|sent| {
+        let gate_wait = sent.map_or(GateWait::Own, |sent| {
             let limit = self.policy.limits().max_server_wait;
             sent.report(&self.link, judgement.key, Instant::now(), limit)
         });
@@ -159,10 +158,9 @@ impl Account {
         // An overload with no wait named, on a key whose in-flight ceiling
         // meters the resend: it waits for a slot (first in, first out,
         // within the deadline) instead of a backoff.
-        let metered = held && server_wait.is_none() && judgement.key == KeyNews::Overloaded;
-        let sleep = match scope {
-            WaitScope::Key if paced && held => Duration::ZERO,
-            _ if metered => Duration::ZERO,
+        let sleep = match (scope, gate_wait) {
+            (WaitScope::Key, GateWait::KeyHeld) if paced => Duration::ZERO,
+            (_, GateWait::SlotMetered) if server_wait.is_none() => Duration::ZERO,
             _ => delay,
         };
         // Prepare first: a resend that cannot happen spends no budget.
