@@ -165,16 +165,12 @@ impl Config {
 
     /// Whether `label`'s policy runs.
     pub(crate) fn runs(&self, label: &str) -> bool {
-        self.only
-            .as_ref()
-            .is_none_or(|only| label.contains(only.as_str()))
+        matches(self.only.as_deref(), label)
     }
 
     /// Whether `label`'s scenario runs.
     pub(crate) fn runs_scenario(&self, label: &str) -> bool {
-        self.scenarios
-            .as_ref()
-            .is_none_or(|only| label.contains(only.as_str()))
+        matches(self.scenarios.as_deref(), label)
     }
 
     pub(crate) fn logical_requests(&self) -> usize {
@@ -224,4 +220,9 @@ impl Config {
         }
         cmd
     }
+}
+
+/// Whether `label` passes a `--only`/`--scenario` filter (none: all do).
+fn matches(filter: Option<&str>, label: &str) -> bool {
+    filter.is_none_or(|text| label.contains(text))
 }

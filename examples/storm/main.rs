@@ -134,7 +134,7 @@ async fn main() -> Result<(), BoxError> {
     }
 
     let mut md = markdown::markdown(&config, &machine, &rate, &outage);
-    md.push_str(&matrix_report::matrix(&config, &rate, &outage, &shaped));
+    md.push_str(&matrix_report::matrix(&config, &rate, &shaped));
     println!("{md}");
     if let Some(dir) = &config.docs {
         std::fs::create_dir_all(dir)?;

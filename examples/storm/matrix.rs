@@ -44,6 +44,7 @@ pub(crate) enum Capacity {
 }
 
 impl Shaped {
+    /// In their numbers' order, which the report's summary keeps.
     pub(crate) const ALL: [Shaped; 7] = [
         Shaped::Anthropic,
         Shaped::OpenAi,
@@ -139,6 +140,8 @@ impl Shaped {
             Capacity::InFlight(n) => (f64::from(n) / latency.as_secs_f64(), f64::from(n)),
         };
         let mut config = base.clone();
+        // No 503 window here: the outage is its own scenario.
+        config.outage = Duration::ZERO;
         config.clients = clients;
         config.requests = requests;
         config.latency = latency;
@@ -244,7 +247,6 @@ impl Shaped {
     /// Sends per request any client must make: the first wave, sent before
     /// anything came back, gets what the upstream cannot admit at once.
     pub(crate) fn forced_sends(self, config: &Config) -> f64 {
-        let logical = config.logical_requests() as f64;
         let at_once = match self.capacity() {
             Capacity::Rate { initial, .. } => initial,
             Capacity::Window { limit, spent, .. } => {
@@ -257,12 +259,11 @@ impl Shaped {
             Capacity::Tokens { burst, .. } => burst / mean_cost(),
             Capacity::InFlight(n) => f64::from(n),
         };
-        let refused = (config.clients as f64 - at_once).max(0.0);
         // Behind a gateway that forbids retrying, a refusal ends the request.
         if self == Shaped::Gateway {
             return 1.0;
         }
-        1.0 + refused / logical
+        forced_beyond(config, at_once)
     }
 
     /// The shortest time the workload can take: the work over the
@@ -271,7 +272,7 @@ impl Shaped {
         let logical = config.logical_requests() as f64;
         let latency = config.latency.as_secs_f64();
         let secs = match self.capacity() {
-            Capacity::Rate { per_sec, initial } => (logical - initial).max(0.0) / per_sec,
+            Capacity::Rate { per_sec, initial } => rate_secs(config, per_sec, initial),
             Capacity::Window {
                 limit,
                 length,
@@ -288,6 +289,17 @@ impl Shaped {
         };
         Duration::from_secs_f64(secs + latency)
     }
+}
+
+/// Sends per request when the first wave's sends beyond `at_once` are
+/// refused once each.
+pub(crate) fn forced_beyond(config: &Config, at_once: f64) -> f64 {
+    1.0 + (config.clients as f64 - at_once).max(0.0) / config.logical_requests() as f64
+}
+
+/// Seconds the work takes at `per_sec` after an `initial` burst.
+pub(crate) fn rate_secs(config: &Config, per_sec: f64, initial: f64) -> f64 {
+    (config.logical_requests() as f64 - initial).max(0.0) / per_sec
 }
 
 /// The mean token cost of the storm's requests (see `upstream::request`).

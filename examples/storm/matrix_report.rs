@@ -47,12 +47,13 @@ impl Cell<'_> {
 
 /// The classic rate-limit scenario, in the matrix's terms.
 fn classic(config: &Config) -> (f64, Duration) {
-    let logical = config.logical_requests() as f64;
     let burst = f64::from(config.burst);
-    let forced = 1.0 + (config.clients as f64 - burst).max(0.0) / logical;
-    let secs =
-        (logical - burst).max(0.0) / f64::from(config.capacity) + config.latency.as_secs_f64();
-    (forced, Duration::from_secs_f64(secs))
+    let forced = crate::matrix::forced_beyond(config, burst);
+    let secs = crate::matrix::rate_secs(config, f64::from(config.capacity), burst);
+    (
+        forced,
+        Duration::from_secs_f64(secs + config.latency.as_secs_f64()),
+    )
 }
 
 fn mark(text: String, ok: bool) -> String {
@@ -159,7 +160,6 @@ pub(crate) fn brief(config: &Config, scenario: Shaped, runs: &[Run]) -> String {
 pub(crate) fn matrix(
     config: &Config,
     rate: &[Run],
-    outage: &[Run],
     shaped: &[(Shaped, Config, Vec<Run>)],
 ) -> String {
     let mut md = String::new();
@@ -178,14 +178,11 @@ pub(crate) fn matrix(
          sends ≤ {TARGET_SENDS} × forced, completion ≤ {TARGET_TIME} × the bound, nothing lost or \
          duplicated. Every request honours a deadline of 300 s, so every bound fits.\n"
     );
-    let mut summary: Vec<(String, Vec<Cell<'_>>)> = Vec::new();
-    if !rate.is_empty() {
-        let (forced, bound) = classic(config);
-        summary.push((
-            "1. exact bucket".to_owned(),
-            cells(rate, forced, bound, 1.0),
-        ));
-    }
+    let (forced, bound) = classic(config);
+    let mut summary: Vec<(String, Vec<Cell<'_>>)> = vec![(
+        "1. exact bucket".to_owned(),
+        cells(rate, forced, bound, 1.0),
+    )];
     for (scenario, cell_config, runs) in shaped {
         let forced = scenario.forced_sends(cell_config);
         let bound = scenario.bound(cell_config);
@@ -210,18 +207,12 @@ pub(crate) fn matrix(
         let _ = writeln!(md, "\nOutcomes:\n\n{}", outcomes_list(runs));
         summary.push((format!("{}. {}", scenario.number(), scenario.label()), row));
     }
-    summary.sort_by_key(|(name, _)| name.split('.').next().and_then(|n| n.parse::<u32>().ok()));
 
     let _ = writeln!(md, "### Summary\n");
     let _ = writeln!(
         md,
         "Each cell: served · sends per request ÷ forced · completion ÷ bound. Scenario 8, the \
-         outage, is measured by its own table above{}.\n",
-        if outage.is_empty() {
-            ""
-        } else {
-            " (load during the window)"
-        }
+         outage, is measured by its own table above (load during the window).\n"
     );
     let mut header = "| policy |".to_owned();
     let mut rule = "|---|".to_owned();

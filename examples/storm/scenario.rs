@@ -30,9 +30,6 @@ impl Scenario {
     /// The mock upstream's script: C requests/s with a burst, each reply
     /// after the fixed response time; in the outage, 503 inside the window.
     pub(crate) fn script(self, config: &Config) -> Script {
-        if let Scenario::Shaped(shaped) = self {
-            return shaped.script(config);
-        }
         let latency = config.latency;
         let ok = Route::always(Reply::anthropic_ok("Hello! How can I help?").delay(latency));
         let limited = Route::capacity(
@@ -42,8 +39,9 @@ impl Scenario {
             ok,
         );
         let route = match self {
+            Scenario::Shaped(shaped) => return shaped.script(config),
             Scenario::RateLimit => limited,
-            Scenario::Outage | Scenario::Shaped(_) => Route::outage(
+            Scenario::Outage => Route::outage(
                 config.outage_window(),
                 Reply::anthropic_error(503, "api_error", "Service unavailable").delay(latency),
                 limited,

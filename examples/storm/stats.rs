@@ -127,11 +127,7 @@ pub(crate) fn tally(config: &Config, policy: Policy, scenario: Scenario, m: Meas
     // Upstream sends, from the server's own log.
     let mut seen = vec![false; logical];
     let mut unknown_sends = 0;
-    let window = if scenario == Scenario::Outage {
-        config.outage_window()
-    } else {
-        Duration::ZERO..Duration::ZERO
-    };
+    let window = config.outage_window();
     let (mut all_during, mut first_during, mut first_before) = (0usize, 0usize, 0usize);
     for record in &m.records {
         let Some(id) = request_id(&record.headers).filter(|id| (*id as usize) < logical) else {
