@@ -20,6 +20,7 @@ use http_body::{Body, Frame, SizeHint};
 use tokio::time::Sleep;
 
 use crate::conn::ConnControl;
+use crate::limiter::InFlightSlot;
 use crate::reply::{Payload, ResponseReply};
 
 /// The body of every response the mock sends.
@@ -34,11 +35,18 @@ pub(crate) struct ReplyBody {
     flush_each: bool,
     yield_next: bool,
     ctl: Arc<ConnControl>,
+    /// Its places under in-flight ceilings: given back when the body is
+    /// over or dropped (the client gone).
+    _slots: Vec<InFlightSlot>,
 }
 
 /// Turns a scripted response into an `http::Response` bound to `ctl`'s
 /// connection.
-pub(crate) fn build_response(reply: ResponseReply, ctl: Arc<ConnControl>) -> Response<ReplyBody> {
+pub(crate) fn build_response(
+    reply: ResponseReply,
+    ctl: Arc<ConnControl>,
+    slots: Vec<InFlightSlot>,
+) -> Response<ReplyBody> {
     let headers = reply.headers();
     let (chunks, flush_each) = match reply.payload {
         Payload::Whole(bytes) => (VecDeque::from([(Duration::ZERO, bytes)]), false),
@@ -54,6 +62,7 @@ pub(crate) fn build_response(reply: ResponseReply, ctl: Arc<ConnControl>) -> Res
         flush_each,
         yield_next: false,
         ctl,
+        _slots: slots,
     };
     let mut response = Response::new(body);
     *response.status_mut() = reply.status;

@@ -67,16 +67,21 @@ where
         .and_then(|v| v.parse::<usize>().ok());
     let (bytes, read) = read_body(body, cap, hint).await;
     let path = parts.uri.path().to_owned();
-    let reply = match read {
-        BodyRead::Complete => Some(shared.router.select(&path, &bytes)),
+    // Slots under in-flight ceilings are held until the answer is over.
+    let (reply, slots) = match read {
+        BodyRead::Complete => {
+            let (reply, slots) = shared.router.select(&path, &bytes);
+            (Some(reply), slots)
+        }
         BodyRead::TooLarge => {
             let reply = shared.router.too_large();
-            Some(match parts.version {
+            let reply = match parts.version {
                 Version::HTTP_10 | Version::HTTP_11 => reply.header("connection", "close"),
                 _ => reply,
-            })
+            };
+            (Some(reply), Vec::new())
         }
-        BodyRead::Broken => None,
+        BodyRead::Broken => (None, Vec::new()),
     };
     shared.records.push(RecordedRequest {
         method: parts.method,
@@ -94,6 +99,7 @@ where
                 tokio::time::sleep(delay).await;
             }
             ctl.reset_now();
+            drop(slots);
             Err(NoResponse::Reset)
         }
         Reply::Response(response) => {
@@ -107,7 +113,7 @@ where
                 (Version::HTTP_10, Some(_)) => Some(response.full_body().len().saturating_add(1)),
                 _ => None,
             };
-            let mut response = build_response(response, ctl);
+            let mut response = build_response(response, ctl, slots);
             if let Some(len) = declared {
                 response
                     .headers_mut()

@@ -9,9 +9,8 @@
 //! request took them first). [`Route::capacity`](crate::Route::capacity)
 //! is a request bucket stated [`Shape::Exact`]ly.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
@@ -186,8 +185,6 @@ fn nanos(n: u128) -> Duration {
 struct State {
     requests: Level,
     tokens: Option<Level>,
-    /// When each admitted request's reply is over, soonest first.
-    in_flight: BinaryHeap<Reverse<Instant>>,
 }
 
 /// A [`Limit`] in force on one server.
@@ -197,13 +194,27 @@ pub(crate) struct Limiter {
     max_in_flight: Option<u32>,
     counts_tokens: bool,
     state: Mutex<State>,
+    /// Admitted requests whose answer is not over: taken under the state's
+    /// lock, given back when the answer's [`InFlightSlot`] drops.
+    in_flight: Arc<AtomicUsize>,
+}
+
+/// An admitted request's place under the in-flight ceiling, held until its
+/// answer is over: the body sent whole, or cut, or the client gone.
+#[derive(Debug)]
+pub(crate) struct InFlightSlot(Arc<AtomicUsize>);
+
+impl Drop for InFlightSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// What the limiter made of one request.
 pub(crate) enum Verdict {
-    /// Admitted: answer with the admitted route, adding these headers; call
-    /// [`Limiter::busy_until`] once the reply is known.
-    Admitted(Vec<(&'static str, String)>),
+    /// Admitted: answer with the admitted route, adding these headers, and
+    /// hold the slot (under a ceiling) until the answer is over.
+    Admitted(Vec<(&'static str, String)>, Option<InFlightSlot>),
     /// Refused: this reply.
     Refused(Reply),
 }
@@ -218,8 +229,8 @@ impl Limiter {
             state: Mutex::new(State {
                 requests: Level::new(limit.requests, spent, now),
                 tokens: limit.tokens.map(|q| Level::new(q, spent, now)),
-                in_flight: BinaryHeap::new(),
             }),
+            in_flight: Arc::default(),
         }
     }
 
@@ -242,11 +253,11 @@ impl Limiter {
         if let Some(tokens) = &mut state.tokens {
             tokens.advance(now);
         }
+        // Counted under the lock, so concurrent requests cannot all see
+        // room for one; ends are counted as they happen.
         if let Some(max) = self.max_in_flight {
-            while state.in_flight.peek().is_some_and(|end| end.0 <= now) {
-                state.in_flight.pop();
-            }
-            if state.in_flight.len() >= usize::try_from(max).unwrap_or(usize::MAX) {
+            let max = usize::try_from(max).unwrap_or(usize::MAX);
+            if self.in_flight.load(Ordering::Acquire) >= max {
                 return Verdict::Refused(Reply::overloaded());
             }
         }
@@ -269,14 +280,11 @@ impl Limiter {
         if let Some(tokens) = &mut state.tokens {
             tokens.take(cost);
         }
-        Verdict::Admitted(self.headers(&state, now))
-    }
-
-    /// An admitted request's reply is over at `end`.
-    pub(crate) fn busy_until(&self, end: Instant) {
-        if self.max_in_flight.is_some() {
-            self.lock().in_flight.push(Reverse(end));
-        }
+        let slot = self.max_in_flight.map(|_| {
+            self.in_flight.fetch_add(1, Ordering::AcqRel);
+            InFlightSlot(Arc::clone(&self.in_flight))
+        });
+        Verdict::Admitted(self.headers(&state, now), slot)
     }
 
     /// The headers every answer carries in this shape.
@@ -501,7 +509,7 @@ mod tests {
         let when = Reply::rate_limited(None);
         for left in ["1", "0"] {
             match limiter.decide(0, t0 + ms(100), &when) {
-                Verdict::Admitted(h) => {
+                Verdict::Admitted(h, _) => {
                     assert_eq!(header(&h, "x-ratelimit-remaining-requests"), Some(left));
                 }
                 Verdict::Refused(_) => panic!("the window admits two"),
@@ -512,7 +520,7 @@ mod tests {
         assert_eq!(h["retry-after"], "1");
         assert!(matches!(
             limiter.decide(0, t0 + ms(1000), &when),
-            Verdict::Admitted(_)
+            Verdict::Admitted(..)
         ));
     }
 
@@ -534,7 +542,7 @@ mod tests {
         }
         assert!(matches!(
             limiter.decide(0, t0 + ms(1000), &when),
-            Verdict::Admitted(_)
+            Verdict::Admitted(..)
         ));
     }
 
@@ -548,7 +556,7 @@ mod tests {
         .shape(Shape::Anthropic);
         let limiter = Limiter::new(&limit, t0);
         let when = Reply::rate_limited(None);
-        let Verdict::Admitted(h) = limiter.decide(0, t0, &when) else {
+        let Verdict::Admitted(h, _) = limiter.decide(0, t0, &when) else {
             panic!("a full bucket admits");
         };
         assert_eq!(
@@ -582,14 +590,14 @@ mod tests {
         let when = Reply::rate_limited(None);
         assert!(matches!(
             limiter.decide(900, t0, &when),
-            Verdict::Admitted(_)
+            Verdict::Admitted(..)
         ));
         let h = refused_headers(limiter.decide(900, t0, &when));
         assert_eq!(h["retry-after-ms"], "8000");
         assert_eq!(h["x-ratelimit-remaining-tokens"], "100");
         assert!(matches!(
             limiter.decide(50, t0, &when),
-            Verdict::Admitted(_)
+            Verdict::Admitted(..)
         ));
         // More than the bucket ever holds: refused with no wait named.
         let h = refused_headers(limiter.decide(5000, t0, &when));
@@ -606,15 +614,19 @@ mod tests {
         .max_in_flight(1);
         let limiter = Limiter::new(&limit, t0);
         let when = Reply::rate_limited(None);
-        assert!(matches!(limiter.decide(0, t0, &when), Verdict::Admitted(_)));
-        limiter.busy_until(t0 + ms(100));
+        let Verdict::Admitted(_, slot) = limiter.decide(0, t0, &when) else {
+            panic!("room for one");
+        };
+        assert!(slot.is_some());
         match limiter.decide(0, t0 + ms(50), &when) {
             Verdict::Refused(Reply::Response(r)) => assert_eq!(r.status().as_u16(), 529),
             _ => panic!("expected 529"),
         }
+        // Its answer is over (sent, or the client gone): room again.
+        drop(slot);
         assert!(matches!(
-            limiter.decide(0, t0 + ms(100), &when),
-            Verdict::Admitted(_)
+            limiter.decide(0, t0 + ms(50), &when),
+            Verdict::Admitted(..)
         ));
     }
 }

@@ -252,20 +252,6 @@ impl Reply {
         reply
     }
 
-    /// How long the reply keeps its request in flight: its delay before the
-    /// head, and its events' delays.
-    pub(crate) fn busy_for(&self) -> Duration {
-        match self {
-            Reply::Response(r) => match &r.payload {
-                Payload::Whole(_) => r.delay,
-                Payload::Events(events) => events
-                    .iter()
-                    .fold(r.delay, |total, e| total.saturating_add(e.delay())),
-            },
-            Reply::ResetBeforeHeaders { delay } => *delay,
-        }
-    }
-
     /// Whether the reply already sends a header called `name` (any case);
     /// always `false` for [`Reply::reset_before_headers`].
     pub(crate) fn has_header(&self, name: &str) -> bool {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::limiter::{token_cost, Limiter, Verdict};
+use crate::limiter::{token_cost, InFlightSlot, Limiter, Verdict};
 use crate::reply::Reply;
 use crate::script::{path_salt, Limited, Outage, Picker, Route, RouteKind, Script};
 
@@ -76,7 +76,16 @@ impl Node {
         }
     }
 
-    fn next(&self, body: &[u8], seed: u64, salt: u64, started: Instant) -> Reply {
+    /// The reply to a request with `body`; an admitted request under
+    /// in-flight ceilings also gets their `slots`, to hold until answered.
+    fn next(
+        &self,
+        body: &[u8],
+        seed: u64,
+        salt: u64,
+        started: Instant,
+        slots: &mut Vec<InFlightSlot>,
+    ) -> Reply {
         match self {
             Node::Pick { picker, hits } => {
                 let nth = hits.fetch_add(1, Ordering::Relaxed);
@@ -97,7 +106,7 @@ impl Node {
                 if window.contains(&since_start) {
                     during.clone()
                 } else {
-                    otherwise.next(body, seed, salt, started)
+                    otherwise.next(body, seed, salt, started, slots)
                 }
             }
             Node::Limited {
@@ -113,9 +122,9 @@ impl Node {
                 let now = Instant::now();
                 match limiter.decide(cost, now, when_limited) {
                     Verdict::Refused(reply) => reply,
-                    Verdict::Admitted(headers) => {
-                        let mut reply = admitted.next(body, seed, salt, started);
-                        limiter.busy_until(now + reply.busy_for());
+                    Verdict::Admitted(headers, held) => {
+                        let mut reply = admitted.next(body, seed, salt, started, slots);
+                        slots.extend(held);
                         for (name, value) in headers {
                             reply = reply.header(name, &value);
                         }
@@ -171,16 +180,21 @@ impl Router {
     }
 
     /// The reply for the next request to `path`, whose body is `body`;
-    /// counts it.
-    pub(crate) fn select(&self, path: &str, body: &[u8]) -> Reply {
-        match self.routes.get(path).or(self.fallback.as_ref()) {
-            Some(slot) => slot.node.next(body, self.seed, slot.salt, self.started),
+    /// counts it. An admitted request under an in-flight ceiling holds the
+    /// returned slot until its answer is over.
+    pub(crate) fn select(&self, path: &str, body: &[u8]) -> (Reply, Vec<InFlightSlot>) {
+        let mut held = Vec::new();
+        let reply = match self.routes.get(path).or(self.fallback.as_ref()) {
+            Some(slot) => slot
+                .node
+                .next(body, self.seed, slot.salt, self.started, &mut held),
             None => Reply::anthropic_error(
                 404,
                 "not_found_error",
                 &format!("llm-retry-mock: no route for {path}"),
             ),
-        }
+        };
+        (reply, held)
     }
 
     /// The answer to a body over the cap.

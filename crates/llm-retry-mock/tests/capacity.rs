@@ -283,3 +283,38 @@ async fn capacity_holds_on_the_real_clock() {
     // (the paused-clock tests above pin the refill exactly).
     assert!(admitted >= 5, "only {admitted} admitted");
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_cut_short_gives_its_in_flight_slot_back_at_once() {
+    // Room for one in flight. The admitted answer is scripted to stream
+    // for 10 s but is cut after its first bytes: the slot is free as soon
+    // as the answer is over, not when the script would have ended.
+    use llm_retry_mock::{Limit, Quota, SseEvent};
+    let events = [
+        SseEvent::new(None, "first"),
+        SseEvent::new(None, "second").after(Duration::from_secs(10)),
+    ];
+    let limit = Limit::new(Quota::Bucket {
+        per_second: 1000,
+        burst: 1000,
+    })
+    .max_in_flight(1);
+    let route = Route::limited(
+        limit,
+        Reply::rate_limited(None),
+        Route::sequence_then(
+            [Reply::sse(events).reset_after_bytes(5)],
+            Reply::status(200),
+        ),
+    );
+    let mock = start(Script::new().route("/", route)).await;
+    let url = mock.url("/");
+    let cut = client();
+    let response = get(&cut, &url).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(response.into_body().collect().await.is_err(), "cut short");
+    let start = Instant::now();
+    let next = client();
+    assert_eq!(get(&next, &url).await.unwrap().status(), 200);
+    assert!(start.elapsed() < Duration::from_secs(1));
+}
