@@ -206,19 +206,15 @@ impl Config {
             field: field.to_owned(),
             problem,
         };
-        // A top-level duration: its default when absent; zero refused
-        // unless `zero_ok`.
-        let duration_of =
-            |field: &str, value: &Option<Spanned<String>>, default: Duration, zero_ok: bool| {
-                let Some(text) = value else {
-                    return Ok(default);
-                };
-                match duration::parse(text.get_ref()) {
-                    Ok(d) if zero_ok || !d.is_zero() => Ok(d),
-                    Ok(_) => Err(at_top(field, text.span(), "must be more than 0".to_owned())),
-                    Err(problem) => Err(at_top(field, text.span(), problem)),
-                }
-            };
+        // A top-level duration: its default when absent, read by `parse`.
+        let duration_of = |field: &str,
+                           value: &Option<Spanned<String>>,
+                           default: Duration,
+                           parse: fn(&str) -> Result<Duration, String>| {
+            value.as_ref().map_or(Ok(default), |text| {
+                parse(text.get_ref()).map_err(|problem| at_top(field, text.span(), problem))
+            })
+        };
         // A top-level count: its default when absent; zero refused.
         let count_of = |field: &str, value: &Option<Spanned<usize>>, default: usize| match value {
             Some(n) if *n.get_ref() == 0 => {
@@ -231,7 +227,7 @@ impl Config {
             "shutdown_grace",
             &file.shutdown_grace,
             Duration::from_secs(30),
-            true,
+            duration::parse,
         )?;
         let max_body = count_of("max_body", &file.max_body, 16 << 20)?;
         let max_in_flight = count_of("max_in_flight", &file.max_in_flight, 1024)?;
@@ -239,13 +235,13 @@ impl Config {
             "body_timeout",
             &file.body_timeout,
             Duration::from_secs(60),
-            false,
+            duration::parse_positive,
         )?;
         let stream_idle_timeout = duration_of(
             "stream_idle_timeout",
             &file.stream_idle_timeout,
             Duration::from_secs(300),
-            false,
+            duration::parse_positive,
         )?;
         let client_key = match &file.client_key_env {
             Some(var) => match env(var.get_ref()).filter(|key| !key.is_empty()) {
@@ -287,12 +283,9 @@ impl Config {
                 return Err(at("path_prefix", "must start with /".to_owned()));
             }
             let deadline = match &route.deadline {
-                Some(text) => duration::parse(text).map_err(|p| at("deadline", p))?,
+                Some(text) => duration::parse_positive(text).map_err(|p| at("deadline", p))?,
                 None => DEFAULT_DEADLINE,
             };
-            if deadline.is_zero() {
-                return Err(at("deadline", "must be more than 0".to_owned()));
-            }
             let exhaustion_retry = match &route.exhaustion_retry {
                 Some(retry) => Some(llm_retry::failover::ExhaustionRetry::new(
                     retry.max_rounds,
@@ -485,13 +478,12 @@ fn target(
         ));
     }
     // A target's timeout: absent, or more than zero.
-    let timeout =
-        |field: &'static str, text: &Option<String>| match text.as_deref().map(duration::parse) {
-            None => Ok(None),
-            Some(Ok(d)) if d.is_zero() => Err((field, "must be more than 0".to_owned())),
-            Some(Ok(d)) => Ok(Some(d)),
-            Some(Err(problem)) => Err((field, problem)),
-        };
+    let timeout = |field: &'static str, text: &Option<String>| {
+        text.as_deref()
+            .map(duration::parse_positive)
+            .transpose()
+            .map_err(|problem| (field, problem))
+    };
     let attempt_timeout = timeout("attempt_timeout", &file.attempt_timeout)?;
     let first_content_timeout = timeout("first_content_timeout", &file.first_content_timeout)?;
     if file.requests_per_minute == Some(0) {

@@ -30,6 +30,14 @@ pub(crate) fn parse(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(seconds))
 }
 
+/// [`parse`], and zero refused: a timeout or deadline of nothing.
+pub(crate) fn parse_positive(text: &str) -> Result<Duration, String> {
+    match parse(text)? {
+        d if d.is_zero() => Err("must be more than 0".to_owned()),
+        d => Ok(d),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

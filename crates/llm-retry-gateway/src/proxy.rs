@@ -244,18 +244,18 @@ fn failed(uri: &http::Uri, failure: &llm_retry::BoxError) -> Response {
 /// Answers while the gateway drains: try again (at another instance) in a
 /// second, so not marked final.
 fn draining() -> Response {
-    retry_soon("draining", Duration::from_secs(1))
+    retry_soon("draining")
 }
 
 /// Answers when `max_in_flight` requests are already in flight.
 fn busy() -> Response {
-    retry_soon("too many requests in flight", Duration::from_secs(1))
+    retry_soon("too many requests in flight")
 }
 
-fn retry_soon(message: &'static str, wait: Duration) -> Response {
+/// A 503 the client may retry in a second, on a new connection.
+fn retry_soon(message: &'static str) -> Response {
     let mut response = (StatusCode::SERVICE_UNAVAILABLE, message).into_response();
-    let secs = HeaderValue::from(wait.as_secs().max(1));
-    response.headers_mut().insert("retry-after", secs);
+    llm_retry::downstream::set_wait_headers(response.headers_mut(), Duration::from_secs(1));
     response
         .headers_mut()
         .insert("connection", HeaderValue::from_static("close"));

@@ -45,6 +45,16 @@ fn a_good_config_is_read_and_its_secrets_stay_out_of_debug() {
 }
 
 #[test]
+fn a_shutdown_grace_of_nothing_is_allowed() {
+    let text = GOOD.replacen(
+        "listen = \"127.0.0.1:9000\"",
+        "listen = \"127.0.0.1:9000\"\nshutdown_grace = \"0s\"",
+        1,
+    );
+    Config::parse(&text, env).unwrap();
+}
+
+#[test]
 fn the_shipped_example_config_is_valid() {
     let text =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/gateway.example.toml"))
@@ -142,6 +152,22 @@ fn every_refusal_names_the_field_and_its_line() {
             replace("deadline = \"60s\"", "deadline = \"1s\""),
             "route[claude].exhaustion_retry.max_wait",
             Some(4),
+        ),
+        (
+            replace(
+                "listen = \"127.0.0.1:9000\"",
+                "listen = \"127.0.0.1:9000\"\nbody_timeout = \"0s\"",
+            ),
+            "body_timeout",
+            Some(3),
+        ),
+        (
+            replace(
+                "max_retries = 1",
+                "max_retries = 1\nattempt_timeout = \"0ms\"",
+            ),
+            "route[claude].target[backup].attempt_timeout",
+            Some(17),
         ),
         ("listen = \"127.0.0.1:1\"\n".to_owned(), "route", None),
     ];
