@@ -479,10 +479,19 @@ impl<S> Operation<S> {
                 let mut response = response.map(FailoverBody::kept);
                 let headers = response.headers_mut();
                 headers.insert("x-should-retry", HeaderValue::from_static("false"));
-                headers.remove("retry-after");
-                headers.remove("retry-after-ms");
-                if let Some(at) = named {
-                    crate::downstream::set_wait_headers(headers, at.saturating_duration_since(now));
+                // What is left of the soonest named wait, or none: the
+                // answer's own wait was named when it came, not now.
+                match named {
+                    Some(at) => {
+                        crate::downstream::set_wait_headers(
+                            headers,
+                            at.saturating_duration_since(now),
+                        );
+                    }
+                    None => {
+                        headers.remove("retry-after");
+                        headers.remove("retry-after-ms");
+                    }
                 }
                 response.extensions_mut().insert(self.report.clone());
                 Ok(response)

@@ -137,16 +137,30 @@ impl Cooldown {
 /// It is [`recover::rewrite_body`](crate::recover::rewrite_body) with
 /// [`BodyEdit::Model`](crate::recover::BodyEdit::Model): every other member
 /// keeps its bytes, so provider prompt caches stay warm. A body that names
-/// no model (or is not a JSON object: a `GET`, an upload) has none to
-/// rewrite and is sent as it is.
+/// no model (or is no JSON object at all: a `GET`, an upload) has none to
+/// rewrite and is sent as it is. A body that opens as a JSON object but
+/// does not parse as one fails the rewrite: sent on, it would reach the
+/// target under the other target's model name.
 pub fn set_model(
     model: impl Into<String>,
 ) -> impl Fn(&mut Parts, &mut Bytes) -> Result<(), BoxError> + Send + Sync + 'static {
+    use crate::recover::RewriteError;
     let edit = crate::recover::BodyEdit::Model(model.into());
-    move |_parts, body| {
-        if let Ok((rewritten, _)) = crate::recover::rewrite_body(body, &edit) {
+    move |_parts, body| match crate::recover::rewrite_body(body, &edit) {
+        Ok((rewritten, _)) => {
             *body = rewritten;
+            Ok(())
         }
-        Ok(())
+        Err(RewriteError::NotJsonObject) if opens_an_object(body) => {
+            Err(RewriteError::NotJsonObject.into())
+        }
+        Err(_) => Ok(()),
     }
+}
+
+/// Whether `body` starts (after whitespace) as a JSON object would.
+fn opens_an_object(body: &[u8]) -> bool {
+    body.iter()
+        .find(|b| !b.is_ascii_whitespace())
+        .is_some_and(|b| *b == b'{')
 }

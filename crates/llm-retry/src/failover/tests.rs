@@ -1062,4 +1062,10 @@ fn set_model_keeps_every_other_byte_and_leaves_bodies_without_a_model_alone() {
         rewrite(&mut parts, &mut body).unwrap();
         assert_eq!(&body[..], untouched);
     }
+    // An object that does not parse (cut short, trailing bytes) is no body
+    // to send on under another target's model name.
+    for broken in [&br#"{"model":"a","#[..], br#" {"model":"a"} x"#] {
+        let mut body = Bytes::copy_from_slice(broken);
+        assert!(rewrite(&mut parts, &mut body).is_err(), "{broken:?}");
+    }
 }

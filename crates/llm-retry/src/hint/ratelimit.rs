@@ -7,7 +7,7 @@
 //! all valid resets.
 
 use super::go_duration::parse_go_duration;
-use super::headers::{first_valid, known_zero, text};
+use super::headers::{count, first_valid, known_zero, text};
 use super::retry_after::until;
 use super::rfc3339::parse_rfc3339;
 use super::{RequestWindow, ServerWait, TokenWindow, WaitSource};
@@ -93,17 +93,16 @@ pub(crate) fn request_window(headers: &HeaderMap, now: SystemTime) -> Option<Req
     const OPENAI_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit-requests");
     const ANTHROPIC_LIMIT: HeaderName =
         HeaderName::from_static("anthropic-ratelimit-requests-limit");
-    let count = |name: &HeaderName| first_valid(headers, name, |v| text(v)?.parse::<u64>().ok());
     // A quota of zero per minute states no rate.
-    let per_minute = |name: &HeaderName| count(name).filter(|n| *n > 0);
+    let per_minute = |name: &HeaderName| count(headers, name).filter(|n| *n > 0);
     // A count without a (valid) reset still says how many more the window
     // admits; when it ends is unknown.
-    let openai = count(&OPENAI_LEFT).map(|remaining| RequestWindow {
+    let openai = count(headers, &OPENAI_LEFT).map(|remaining| RequestWindow {
         remaining,
         reset_in: first_valid(headers, &OPENAI_RESET, |v| parse_go_duration(text(v)?)),
         per_minute: per_minute(&OPENAI_LIMIT),
     });
-    let anthropic = count(&ANTHROPIC_LEFT).map(|remaining| RequestWindow {
+    let anthropic = count(headers, &ANTHROPIC_LEFT).map(|remaining| RequestWindow {
         remaining,
         reset_in: first_valid(headers, &ANTHROPIC_RESET, |v| parse_rfc3339(text(v)?))
             .map(|at| until(at, now)),
@@ -129,13 +128,12 @@ pub(crate) fn token_window(headers: &HeaderMap) -> Option<TokenWindow> {
             HeaderName::from_static("anthropic-ratelimit-tokens-remaining"),
         ),
     ];
-    let count = |name: &HeaderName| first_valid(headers, name, |v| text(v)?.parse::<u64>().ok());
     PAIRS
         .iter()
         .filter_map(|(limit, remaining)| {
             Some(TokenWindow {
-                per_minute: count(limit).filter(|n| *n > 0)?,
-                remaining: count(remaining)?,
+                per_minute: count(headers, limit).filter(|n| *n > 0)?,
+                remaining: count(headers, remaining)?,
             })
         })
         .min_by_key(|w| w.remaining)
