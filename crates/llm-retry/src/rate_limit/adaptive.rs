@@ -139,24 +139,19 @@ impl Learned {
         self.per_sec
     }
 
-    /// Whether the key is still unpaced: no ceiling and no 429 yet.
-    fn unmeasured(&self) -> bool {
+    /// Whether the key is still unpaced: no ceiling, no stated quota and
+    /// no 429 yet.
+    pub(super) fn unmeasured(&self) -> bool {
         self.per_sec.is_infinite()
-    }
-
-    /// Whether the key has a rate: measured, stated, or a ceiling.
-    pub(super) fn has_rate(&self) -> bool {
-        !self.unmeasured()
     }
 
     /// The provider stated the key's sustained rate at `now`: an unpaced
     /// key starts there (the 429s of sends that went before belong to no
     /// decrease), and no key rises above it. A stated rate below the
     /// bounds' floor is taken as stated: the floor bounds what 429s teach.
-    /// Whether the rate changed.
-    pub(super) fn on_stated(&mut self, per_sec: f64, now: Instant) -> bool {
+    pub(super) fn on_stated(&mut self, per_sec: f64, now: Instant) {
         if !(per_sec.is_finite() && per_sec > 0.0) {
-            return false;
+            return;
         }
         self.stated = Some(per_sec);
         if self.unmeasured() {
@@ -166,14 +161,10 @@ impl Learned {
             self.refining = false;
             self.quiet_until = Some(now);
             self.changed = Some(now);
-            return true;
-        }
-        if self.per_sec > per_sec {
+        } else if self.per_sec > per_sec {
             self.per_sec = per_sec;
             self.changed = Some(now);
-            return true;
         }
-        false
     }
 
     /// A send booked at `now`: an unmeasured key's measurement starts.

@@ -291,3 +291,53 @@ fn the_rest_of_the_first_burst_refines_the_first_rate_down_only() {
     // And the refining is over: a quiet 429 naming a longer wait changes nothing.
     assert!(!learned.on_throttle(&bounds, at, later, Some(ms(50))));
 }
+
+const UNBOUNDED: AdaptiveRate = AdaptiveRate {
+    min_per_sec: 1.0,
+    max_per_sec: f64::INFINITY,
+};
+
+#[tokio::test(start_paused = true)]
+async fn a_stated_quota_paces_an_unmeasured_key_and_caps_a_learned_one() {
+    let t0 = Instant::now();
+    let mut learned = UNBOUNDED.start();
+    assert!(learned.unmeasured());
+    learned.on_stated(10.0, t0);
+    assert_eq!(learned.per_sec(), 10.0, "paced from the statement on");
+    // 429s of sends that went before it belong to no decrease.
+    assert!(!learned.on_throttle(&UNBOUNDED, t0, t0, None));
+    // Successes never take it past the stated rate.
+    let mut at = t0;
+    for _ in 0..500 {
+        at += Duration::from_millis(10);
+        learned.on_success(&UNBOUNDED, at);
+    }
+    assert_eq!(learned.per_sec(), 10.0);
+    // A lower statement lowers it; nonsense states nothing.
+    learned.on_stated(5.0, at);
+    learned.on_stated(f64::NAN, at);
+    learned.on_stated(0.0, at);
+    assert_eq!(learned.per_sec(), 5.0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_long_wait_on_an_unmeasured_key_is_a_window_reset_not_a_rate() {
+    let t0 = Instant::now();
+    let mut learned = UNBOUNDED.start();
+    learned.on_send(t0);
+    tokio::time::advance(Duration::from_millis(5)).await;
+    let now = Instant::now();
+    // "Come back in 1 s" to a key with nothing measured: the queue leaves
+    // fast when it ends, not one send a second.
+    assert!(learned.on_throttle(&UNBOUNDED, t0, now, Some(Duration::from_secs(1))));
+    assert_eq!(learned.per_sec(), RELEASE_AFTER_RESET);
+    // A wait named to the millisecond is a bucket's next token: its rate.
+    let mut bucket = UNBOUNDED.start();
+    bucket.on_send(t0);
+    assert!(bucket.on_throttle(&UNBOUNDED, t0, now, Some(Duration::from_millis(10))));
+    assert!(
+        (bucket.per_sec() - 100.0).abs() < 1e-6,
+        "{}",
+        bucket.per_sec()
+    );
+}

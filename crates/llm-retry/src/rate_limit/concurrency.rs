@@ -25,7 +25,7 @@
 //! hold there, and resends back off as well.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
@@ -50,6 +50,9 @@ pub(super) struct Flight {
     /// lock until the key has a ceiling.
     state: AtomicU64,
     ceiling: Mutex<Option<Ceiling>>,
+    /// The ceiling's slots, readable without its lock once made (before
+    /// [`LIMITED`] is set, so a send that sees the bit finds them).
+    slots: OnceLock<Arc<Semaphore>>,
 }
 
 #[derive(Debug)]
@@ -97,7 +100,7 @@ impl Flight {
         if self.state.load(Ordering::Acquire) & LIMITED == 0 {
             return None;
         }
-        lock(&self.ceiling).as_ref().map(|c| Arc::clone(&c.slots))
+        self.slots.get().cloned()
     }
 
     /// Sends in flight now.
@@ -119,12 +122,14 @@ impl Flight {
             None => {
                 // Every send that started before this is counted here, and
                 // gives its slot back when it ends; every later one sees
-                // the ceiling.
+                // the ceiling (and waits for its first permits, added now).
+                let semaphore = Arc::clone(self.slots.get_or_init(|| Arc::new(Semaphore::new(0))));
                 let in_flight = count(self.state.fetch_or(LIMITED, Ordering::AcqRel));
                 let limit = (others * FIRST).max(1.0);
                 let slots = limit as usize;
+                semaphore.add_permits(slots.saturating_sub(in_flight));
                 *ceiling = Some(Ceiling {
-                    slots: Arc::new(Semaphore::new(slots.saturating_sub(in_flight))),
+                    slots: semaphore,
                     limit,
                     debt: in_flight.saturating_sub(slots),
                     quiet_until: now,

@@ -45,8 +45,9 @@ struct Ticket {
     key: u64,
     booking: Booking,
     link: Option<GateLink>,
-    /// The key's sends in flight, which this one joins when it goes.
-    flight: Arc<Flight>,
+    /// The key's sends in flight, which this one joins when it goes
+    /// (moved into its count then).
+    flight: Option<Arc<Flight>>,
     /// Whether the send was made (past its turn it may still wait for a
     /// slot in flight).
     sent: bool,
@@ -120,7 +121,7 @@ impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
                 key,
                 booking,
                 link,
-                flight,
+                flight: Some(flight),
                 sent: false,
             }),
             slot: None,
@@ -203,16 +204,14 @@ where
                         Ok(Check::Go) => this.state.set(State::admitting()),
                         Ok(Check::WaitUntil(slot)) => sleep.reset(slot),
                         Err(refused) => {
-                            tracing::warn!(error = %refused, "llm-retry: rate limit refused a send");
-                            crate::observe::gate_refusal(refused.label());
                             this.pending.take();
-                            return Poll::Ready(Err(refused.into()));
+                            return refuse(refused);
                         }
                     }
                 }
                 StateProj::Admitting { acquire, deadline } => {
                     if acquire.is_none() {
-                        let slots = this.gate.as_ref().and_then(|t| t.flight.slots());
+                        let slots = this.gate.as_ref().and_then(|t| t.flight.as_ref()?.slots());
                         let Some(slots) = slots else {
                             this.state.set(State::Readying);
                             continue;
@@ -236,14 +235,12 @@ where
                     }
                     if let Some(deadline) = deadline.as_mut() {
                         if deadline.as_mut().poll(cx).is_ready() {
-                            let refused = GateError::PastDeadline {
-                                wait: Duration::ZERO,
-                            };
-                            crate::observe::gate_refusal(refused.label());
                             this.pending.take();
                             // Out of the slot queue at once.
                             this.state.set(State::Refused { error: None });
-                            return Poll::Ready(Err(refused.into()));
+                            return refuse(GateError::PastDeadline {
+                                wait: Duration::ZERO,
+                            });
                         }
                     }
                     return Poll::Pending;
@@ -267,35 +264,32 @@ where
                         (false, Some(ticket)) => ticket.booking.slot,
                         _ => Instant::now(),
                     };
-                    let in_flight = this.gate.as_mut().map(|t| {
+                    // Counted in flight from before its call.
+                    let mut in_flight = this.gate.as_mut().and_then(|t| {
                         t.sent = true;
-                        InFlight::start(Arc::clone(&t.flight), this.slot.take())
+                        Some(InFlight::start(t.flight.take()?, this.slot.take()))
                     });
                     let future = service.call(request);
                     // The retry loop above judges the answer and tells the
                     // key what it meant (a 429's named wait holds the key);
-                    // the send counts in flight until then.
-                    let (link, in_flight) = match (this.gate.as_ref(), in_flight) {
-                        (Some(ticket), Some(in_flight)) => match ticket.link.as_ref() {
-                            Some(link) => {
-                                let booking = &ticket.booking;
-                                link.sent(
-                                    &ticket.gate,
-                                    ticket.key,
-                                    at,
-                                    booking.order,
-                                    booking.stated_cost(),
-                                    in_flight,
-                                );
-                                (Some(link), None)
-                            }
-                            None => (None, Some(in_flight)),
-                        },
-                        (_, in_flight) => (None, in_flight),
-                    };
-                    let timeout = link
-                        .and_then(GateLink::attempt_timeout)
-                        .map(|d| Box::pin(tokio::time::sleep(d)));
+                    // the send counts in flight until then. Without one, it
+                    // counts until its answer comes.
+                    let link = this.gate.as_ref().and_then(|t| Some((t, t.link.as_ref()?)));
+                    let mut timeout = None;
+                    if let (Some((ticket, link)), Some(counted)) = (link, in_flight.take()) {
+                        let booking = &ticket.booking;
+                        link.sent(
+                            &ticket.gate,
+                            ticket.key,
+                            at,
+                            booking.order,
+                            booking.stated_cost(),
+                            counted,
+                        );
+                        timeout = link
+                            .attempt_timeout()
+                            .map(|d| Box::pin(tokio::time::sleep(d)));
+                    }
                     this.state.set(State::Calling {
                         future,
                         timeout,
@@ -320,4 +314,11 @@ where
             }
         }
     }
+}
+
+/// A send the gate refused: logged, counted, and the error.
+fn refuse<T>(refused: GateError) -> Poll<Result<T, BoxError>> {
+    tracing::warn!(error = %refused, "llm-retry: rate limit refused a send");
+    crate::observe::gate_refusal(refused.label());
+    Poll::Ready(Err(refused.into()))
 }

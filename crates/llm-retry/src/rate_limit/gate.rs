@@ -643,7 +643,7 @@ impl Gate {
         let has_rate = keys
             .get(&key)
             .and_then(|state| state.learned.as_ref())
-            .is_some_and(|l| l.rate.has_rate());
+            .is_some_and(|l| !l.rate.unmeasured());
         let (hold, full) = if whole_seconds && has_rate {
             (wait.saturating_sub(Duration::from_secs(1)), false)
         } else {
