@@ -120,8 +120,9 @@ impl Limit {
     }
 
     /// The quotas' first window (or a bucket's first fill) is used up when
-    /// the server starts: every request before the first reset is refused,
-    /// each told the same reset.
+    /// the server starts. A window refuses every request before its first
+    /// reset, each told the same reset; a bucket starts empty, and tells
+    /// each request when its next unit is there.
     pub fn first_window_spent(mut self) -> Limit {
         self.first_window_spent = true;
         self

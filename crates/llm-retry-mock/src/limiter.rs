@@ -240,9 +240,14 @@ impl Limiter {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Whether the limiter counts tokens (and so needs a request's cost).
-    pub(crate) fn counts_tokens(&self) -> bool {
-        self.counts_tokens
+    /// What a request with `body` costs here: its tokens when the limit
+    /// counts them, else nothing (and the body is not read).
+    pub(crate) fn cost(&self, body: &[u8]) -> u64 {
+        if self.counts_tokens {
+            token_cost(body)
+        } else {
+            0
+        }
     }
 
     /// Admits or refuses a request costing `cost` tokens at `now`.
@@ -289,45 +294,86 @@ impl Limiter {
 
     /// The headers every answer carries in this shape.
     fn headers(&self, state: &State, now: Instant) -> Vec<(&'static str, String)> {
-        let quotas = [
-            ("requests", Some(&state.requests)),
-            ("tokens", state.tokens.as_ref()),
-        ];
         let mut headers = Vec::new();
-        for (what, level) in quotas {
-            let Some(level) = level else { continue };
-            let limit = level.per_minute().to_string();
-            let remaining = level.remaining().to_string();
-            let reset = level.reset_in(now);
-            match (self.shape, what) {
-                (Shape::Exact, _) => {}
-                (Shape::Anthropic, "requests") => {
-                    headers.push(("anthropic-ratelimit-requests-limit", limit));
-                    headers.push(("anthropic-ratelimit-requests-remaining", remaining));
-                    headers.push(("anthropic-ratelimit-requests-reset", rfc3339(reset)));
-                }
-                (Shape::Anthropic, _) => {
-                    headers.push(("anthropic-ratelimit-tokens-limit", limit));
-                    headers.push(("anthropic-ratelimit-tokens-remaining", remaining));
-                    headers.push(("anthropic-ratelimit-tokens-reset", rfc3339(reset)));
-                }
-                (Shape::OpenAi, "requests") => {
-                    headers.push(("x-ratelimit-limit-requests", limit));
-                    headers.push(("x-ratelimit-remaining-requests", remaining));
-                    headers.push(("x-ratelimit-reset-requests", go_duration(reset)));
-                }
-                (Shape::OpenAi, _) => {
-                    headers.push(("x-ratelimit-limit-tokens", limit));
-                    headers.push(("x-ratelimit-remaining-tokens", remaining));
-                    headers.push(("x-ratelimit-reset-tokens", go_duration(reset)));
-                }
-                (Shape::Azure, "requests") => {
-                    headers.push(("x-ratelimit-remaining-requests", remaining));
-                }
-                (Shape::Azure, _) => headers.push(("x-ratelimit-remaining-tokens", remaining)),
+        let quotas = [
+            (Names::of(self.shape, false), Some(&state.requests)),
+            (Names::of(self.shape, true), state.tokens.as_ref()),
+        ];
+        for (names, level) in quotas {
+            let (Some(names), Some(level)) = (names, level) else {
+                continue;
+            };
+            if let Some(name) = names.limit {
+                headers.push((name, level.per_minute().to_string()));
+            }
+            headers.push((names.remaining, level.remaining().to_string()));
+            if let Some((name, write)) = names.reset {
+                headers.push((name, write(level.reset_in(now))));
             }
         }
         headers
+    }
+}
+
+/// What one provider shape calls one quota's headers.
+struct Names {
+    limit: Option<&'static str>,
+    remaining: &'static str,
+    /// The reset's header and how it is written.
+    reset: Option<(&'static str, WriteReset)>,
+}
+
+/// Writes the time to a quota's reset as a shape states it.
+type WriteReset = fn(Duration) -> String;
+
+impl Names {
+    /// The request quota's names (`tokens`: the token quota's) in `shape`;
+    /// none for [`Shape::Exact`], which states nothing.
+    fn of(shape: Shape, tokens: bool) -> Option<Names> {
+        let pick =
+            |requests: &'static str, token: &'static str| if tokens { token } else { requests };
+        Some(match shape {
+            Shape::Exact => return None,
+            Shape::Anthropic => Names {
+                limit: Some(pick(
+                    "anthropic-ratelimit-requests-limit",
+                    "anthropic-ratelimit-tokens-limit",
+                )),
+                remaining: pick(
+                    "anthropic-ratelimit-requests-remaining",
+                    "anthropic-ratelimit-tokens-remaining",
+                ),
+                reset: Some((
+                    pick(
+                        "anthropic-ratelimit-requests-reset",
+                        "anthropic-ratelimit-tokens-reset",
+                    ),
+                    rfc3339,
+                )),
+            },
+            Shape::OpenAi => Names {
+                limit: Some(pick(
+                    "x-ratelimit-limit-requests",
+                    "x-ratelimit-limit-tokens",
+                )),
+                remaining: pick(
+                    "x-ratelimit-remaining-requests",
+                    "x-ratelimit-remaining-tokens",
+                ),
+                reset: Some((
+                    pick("x-ratelimit-reset-requests", "x-ratelimit-reset-tokens"),
+                    go_duration,
+                )),
+            },
+            Shape::Azure => Names {
+                limit: None,
+                remaining: pick(
+                    "x-ratelimit-remaining-requests",
+                    "x-ratelimit-remaining-tokens",
+                ),
+                reset: None,
+            },
+        })
     }
 }
 

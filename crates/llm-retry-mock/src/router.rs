@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::limiter::{token_cost, InFlightSlot, Limiter, Verdict};
+use crate::limiter::{InFlightSlot, Limiter, Verdict};
 use crate::reply::Reply;
 use crate::script::{path_salt, Limited, Outage, Picker, Route, RouteKind, Script};
 
@@ -114,13 +114,8 @@ impl Node {
                 when_limited,
                 admitted,
             } => {
-                let cost = if limiter.counts_tokens() {
-                    token_cost(body)
-                } else {
-                    0
-                };
                 let now = Instant::now();
-                match limiter.decide(cost, now, when_limited) {
+                match limiter.decide(limiter.cost(body), now, when_limited) {
                     Verdict::Refused(reply) => reply,
                     Verdict::Admitted(headers, held) => {
                         let mut reply = admitted.next(body, seed, salt, started, slots);
