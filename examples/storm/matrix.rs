@@ -197,39 +197,44 @@ impl Shaped {
         let latency = config.latency;
         let ok = Route::always(Reply::anthropic_ok("Hello! How can I help?").delay(latency));
         let limited = Reply::rate_limited(None).delay(latency);
-        let bucket = |per_second: u64, burst: u64| Quota::Bucket { per_second, burst };
-        let (limit, when_limited) = match (self, self.capacity()) {
-            (Shaped::Anthropic, _) => {
-                (Limit::new(bucket(100, 20)).shape(Shape::Anthropic), limited)
-            }
-            (Shaped::OpenAi, _) => (Limit::new(bucket(150, 30)).shape(Shape::OpenAi), limited),
-            (
-                _,
-                Capacity::Window {
-                    limit,
-                    length,
-                    spent,
-                },
-            ) => {
-                let l = Limit::new(Quota::Window { limit, length }).shape(Shape::Azure);
-                (if spent { l.first_window_spent() } else { l }, limited)
-            }
-            (_, Capacity::Tokens { per_sec, burst }) => (
-                Limit::new(bucket(100_000, 100_000))
-                    .tokens(bucket(per_sec as u64, burst as u64))
-                    .shape(Shape::OpenAi),
-                limited,
-            ),
-            (_, Capacity::InFlight(n)) => (
-                Limit::new(bucket(100_000, 100_000)).max_in_flight(n),
-                limited,
-            ),
-            (_, _) => (
-                Limit::new(bucket(100, 10)),
-                limited.header("x-should-retry", "false"),
-            ),
+        // The upstream is built from the scenario's capacity, so the bound
+        // and the known-quota row read the same numbers.
+        let bucket = |per_sec: f64, burst: f64| Quota::Bucket {
+            per_second: per_sec as u64,
+            burst: burst as u64,
         };
-        Script::new().route(PATH, Route::limited(limit, when_limited, ok))
+        // Requests all but unlimited where another quota is the limit.
+        let unlimited = bucket(100_000.0, 100_000.0);
+        let limit = match self.capacity() {
+            Capacity::Rate { per_sec, initial } => Limit::new(bucket(per_sec, initial)),
+            Capacity::Window {
+                limit,
+                length,
+                spent,
+            } => {
+                let window = Limit::new(Quota::Window { limit, length });
+                if spent {
+                    window.first_window_spent()
+                } else {
+                    window
+                }
+            }
+            Capacity::Tokens { per_sec, burst } => {
+                Limit::new(unlimited).tokens(bucket(per_sec, burst))
+            }
+            Capacity::InFlight(n) => Limit::new(unlimited).max_in_flight(n),
+        };
+        let shape = match self {
+            Shaped::Anthropic => Shape::Anthropic,
+            Shaped::OpenAi | Shaped::Tokens => Shape::OpenAi,
+            Shaped::Azure | Shaped::WindowReset => Shape::Azure,
+            Shaped::Concurrency | Shaped::Gateway => Shape::Exact,
+        };
+        let when_limited = match self {
+            Shaped::Gateway => limited.header("x-should-retry", "false"),
+            _ => limited,
+        };
+        Script::new().route(PATH, Route::limited(limit.shape(shape), when_limited, ok))
     }
 
     /// The largest share of requests any client can have served: behind a
