@@ -131,6 +131,7 @@ async fn a_window_reset_releases_the_waiting_sends_together_not_one_per_named_wa
     // 50 requests at once, each told to come back at the same instant
     // 800 ms away: a window's reset, not a rate of one send per 800 ms.
     let sends = Sends::default();
+    let start = Instant::now();
     let (took, statuses) = run(
         window_reset(Duration::from_millis(800), sends.clone()),
         50,
@@ -143,9 +144,28 @@ async fn a_window_reset_releases_the_waiting_sends_together_not_one_per_named_wa
     );
     let sends = sends.lock().unwrap().clone();
     assert_eq!(sends.len(), 100, "each request refused once, then served");
-    // In order, a millisecond apart, from the reset on (with the 10 %
-    // jitter of a server-named wait at most, had each waited its own).
     assert!(took < Duration::from_millis(1000), "took {took:?}");
+    // From the reset on, paced a millisecond or less apart and speeding
+    // up: not together (each waiting out its own wait, with jitter, would
+    // bunch at random), and not one per named wait.
+    let served: Vec<Duration> = sends
+        .iter()
+        .filter(|(_, ok)| *ok)
+        .map(|(at, _)| *at - start)
+        .collect();
+    assert_eq!(served.len(), 50);
+    let reset = Duration::from_millis(800);
+    assert!(served.iter().all(|at| *at >= reset), "{served:?}");
+    assert!(
+        served.windows(2).all(|w| w[1] > w[0]),
+        "one at a time: {served:?}"
+    );
+    // 50 a millisecond apart (the upstream records each after its reply's
+    // latency, so they start after the reset).
+    assert!(
+        served[49] - served[0] < Duration::from_millis(60),
+        "{served:?}"
+    );
 }
 
 #[tokio::test(start_paused = true)]
