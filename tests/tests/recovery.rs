@@ -69,6 +69,17 @@ fn anthropic_body() -> Value {
     })
 }
 
+/// Anthropic's answer to a request whose input and max_tokens (20,000)
+/// overflow the context: the cut is to 10,941.
+fn anthropic_overflow() -> Reply {
+    Reply::anthropic_error(
+        400,
+        "invalid_request_error",
+        "input length and `max_tokens` exceed context limit: 188059 + 20000 > 200000, \
+         decrease input length or `max_tokens` and try again",
+    )
+}
+
 fn without(mut value: Value, field: &str) -> Value {
     value.as_object_mut().unwrap().remove(field);
     value
@@ -76,12 +87,7 @@ fn without(mut value: Value, field: &str) -> Value {
 
 #[tokio::test(start_paused = true)]
 async fn context_overflows_are_resent_at_once_with_the_exact_cut() {
-    let anthropic = Reply::anthropic_error(
-        400,
-        "invalid_request_error",
-        "input length and `max_tokens` exceed context limit: 188059 + 20000 > 200000, \
-         decrease input length or `max_tokens` and try again",
-    );
+    let anthropic = anthropic_overflow();
     let openai = Reply::openai_error(
         400,
         "invalid_request_error",
@@ -376,12 +382,7 @@ async fn a_cut_resend_is_booked_at_its_new_cost_by_a_token_quota() {
     // ~20,000 (max_tokens 20,000 plus a token per four bytes). The cut
     // resend asks for max_tokens 10,941: it waits ~6 s for what it lacks,
     // not the ~15 s the uncut cost would.
-    let overflow = Reply::anthropic_error(
-        400,
-        "invalid_request_error",
-        "input length and `max_tokens` exceed context limit: 188059 + 20000 > 200000, \
-         decrease input length or `max_tokens` and try again",
-    );
+    let overflow = anthropic_overflow();
     let mock = mock(Route::sequence([overflow, Reply::anthropic_ok("fits")])).await;
     let quotas = llm_retry::rate_limit::Quotas::none().tokens_per_minute_with_burst(60_000, 25_000);
     let gate = llm_retry::rate_limit::RateLimitLayer::new(quotas).unwrap();
