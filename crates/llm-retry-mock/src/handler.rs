@@ -89,6 +89,7 @@ where
         headers: parts.headers,
         body: bytes,
         received_at,
+        reply: reply.clone(),
     });
     let Some(reply) = reply else {
         return Err(NoResponse::BrokenRequest);

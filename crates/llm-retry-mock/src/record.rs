@@ -7,6 +7,8 @@ use bytes::Bytes;
 use http::{HeaderMap, Method};
 use tokio::time::Instant;
 
+use crate::reply::Reply;
+
 /// One request as the server received it, recorded before it was answered
 /// (resets included).
 #[derive(Debug, Clone)]
@@ -25,6 +27,10 @@ pub struct RecordedRequest {
     /// When the request head arrived, on the tokio clock (paused clocks
     /// included).
     pub received_at: Instant,
+    /// The reply played for it (its [`Reply::expected_body`] and
+    /// [`Reply::delivered_body`] say what the client can have received);
+    /// `None` when the request body failed and nothing was answered.
+    pub reply: Option<Reply>,
 }
 
 impl RecordedRequest {
