@@ -142,40 +142,78 @@ struct File {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RouteFile {
-    name: String,
-    path_prefix: Option<String>,
+    name: Spanned<String>,
+    path_prefix: Option<Spanned<String>>,
     #[serde(default)]
     models: Vec<String>,
-    max_target_attempts: Option<usize>,
-    max_upstream_sends: Option<u32>,
-    deadline: Option<String>,
-    exhaustion_retry: Option<ExhaustionFile>,
-    state_bound_header: Option<String>,
+    max_target_attempts: Option<Spanned<usize>>,
+    max_upstream_sends: Option<Spanned<u32>>,
+    deadline: Option<Spanned<String>>,
+    exhaustion_retry: Option<Spanned<ExhaustionFile>>,
+    state_bound_header: Option<Spanned<String>>,
     #[serde(default, rename = "target")]
     targets: Vec<Spanned<TargetFile>>,
+}
+
+impl RouteFile {
+    /// Where `field` (a setting's name, as errors name it) is written, when
+    /// it is.
+    fn span_of(&self, field: &str) -> Option<Range<usize>> {
+        let retry = self.exhaustion_retry.as_ref();
+        match field {
+            "name" => Some(self.name.span()),
+            "path_prefix" => self.path_prefix.as_ref().map(Spanned::span),
+            "max_target_attempts" => self.max_target_attempts.as_ref().map(Spanned::span),
+            "max_upstream_sends" => self.max_upstream_sends.as_ref().map(Spanned::span),
+            "deadline" => self.deadline.as_ref().map(Spanned::span),
+            "state_bound_header" => self.state_bound_header.as_ref().map(Spanned::span),
+            "exhaustion_retry.max_rounds" => retry.map(|r| r.get_ref().max_rounds.span()),
+            "exhaustion_retry.max_wait" => retry.map(|r| r.get_ref().max_wait.span()),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ExhaustionFile {
-    max_rounds: u32,
-    max_wait: String,
+    max_rounds: Spanned<u32>,
+    max_wait: Spanned<String>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct TargetFile {
-    name: String,
-    base_url: String,
-    api_key_env: Option<String>,
-    auth: Option<String>,
-    model: Option<String>,
-    max_retries: Option<u32>,
-    attempt_timeout: Option<String>,
-    first_content_timeout: Option<String>,
-    requests_per_minute: Option<u32>,
+    name: Spanned<String>,
+    base_url: Spanned<String>,
+    api_key_env: Option<Spanned<String>>,
+    auth: Option<Spanned<String>>,
+    model: Option<Spanned<String>>,
+    max_retries: Option<Spanned<u32>>,
+    attempt_timeout: Option<Spanned<String>>,
+    first_content_timeout: Option<Spanned<String>>,
+    requests_per_minute: Option<Spanned<u32>>,
     #[serde(default)]
     cooldown: bool,
+}
+
+impl TargetFile {
+    /// Where `field` is written, when it is.
+    fn span_of(&self, field: &str) -> Option<Range<usize>> {
+        let span = |value: &Option<Spanned<String>>| value.as_ref().map(Spanned::span);
+        match field {
+            "name" => Some(self.name.span()),
+            "base_url" => Some(self.base_url.span()),
+            "api_key_env" => span(&self.api_key_env),
+            "auth" => span(&self.auth),
+            "model" => span(&self.model),
+            "attempt_timeout" => span(&self.attempt_timeout),
+            "first_content_timeout" => span(&self.first_content_timeout),
+            "max_retries" => self.max_retries.as_ref().map(Spanned::span),
+            "requests_per_minute" => self.requests_per_minute.as_ref().map(Spanned::span),
+            _ => None,
+        }
+    }
 }
 
 /// Most retries a target's own stack may make per attempt.
@@ -265,40 +303,43 @@ impl Config {
         }
         let mut routes = Vec::with_capacity(file.routes.len());
         for spanned in &file.routes {
-            let line = line_of(spanned.span());
             let route = spanned.get_ref();
+            let name = route.name.get_ref();
+            // At the field's own line when it is written, else the route's.
             let at = |field: &str, problem: String| ConfigError {
-                line,
-                field: format!("route[{}].{field}", route.name),
+                line: line_of(route.span_of(field).unwrap_or(spanned.span())),
+                field: format!("route[{name}].{field}"),
                 problem,
             };
-            if routes.iter().any(|r: &RouteConfig| r.name == route.name) {
+            if routes.iter().any(|r: &RouteConfig| &r.name == name) {
                 return Err(at("name", "is used by an earlier route".to_owned()));
             }
             if route
                 .path_prefix
                 .as_ref()
-                .is_some_and(|p| !p.starts_with('/'))
+                .is_some_and(|p| !p.get_ref().starts_with('/'))
             {
                 return Err(at("path_prefix", "must start with /".to_owned()));
             }
             let deadline = match &route.deadline {
-                Some(text) => duration::parse_positive(text).map_err(|p| at("deadline", p))?,
+                Some(text) => {
+                    duration::parse_positive(text.get_ref()).map_err(|p| at("deadline", p))?
+                }
                 None => DEFAULT_DEADLINE,
             };
-            let exhaustion_retry = match &route.exhaustion_retry {
+            let exhaustion_retry = match route.exhaustion_retry.as_ref().map(Spanned::get_ref) {
                 Some(retry) => Some(llm_retry::failover::ExhaustionRetry::new(
-                    retry.max_rounds,
-                    duration::parse(&retry.max_wait)
+                    *retry.max_rounds.get_ref(),
+                    duration::parse(retry.max_wait.get_ref())
                         .map_err(|p| at("exhaustion_retry.max_wait", p))?,
                 )),
                 None => None,
             };
-            let state_bound_header = match &route.state_bound_header {
-                Some(name) => Some(HeaderName::try_from(name.as_str()).map_err(|_| {
+            let state_bound_header = match route.state_bound_header.as_ref().map(Spanned::get_ref) {
+                Some(header) => Some(HeaderName::try_from(header.as_str()).map_err(|_| {
                     at(
                         "state_bound_header",
-                        format!("{name:?} is not a header name"),
+                        format!("{header:?} is not a header name"),
                     )
                 })?),
                 None => None,
@@ -311,31 +352,27 @@ impl Config {
             }
             let mut targets: Vec<TargetConfig> = Vec::with_capacity(route.targets.len());
             for spanned in &route.targets {
-                let target =
-                    target(spanned.get_ref(), &env).map_err(|(field, problem)| ConfigError {
-                        line: line_of(spanned.span()),
-                        field: format!(
-                            "route[{}].target[{}].{field}",
-                            route.name,
-                            spanned.get_ref().name
-                        ),
-                        problem,
-                    })?;
+                let file = spanned.get_ref();
+                let target = target(file, &env).map_err(|(field, problem)| ConfigError {
+                    line: line_of(file.span_of(field).unwrap_or(spanned.span())),
+                    field: format!("route[{name}].target[{}].{field}", file.name.get_ref()),
+                    problem,
+                })?;
                 if targets.iter().any(|t| t.name == target.name) {
                     return Err(ConfigError {
-                        line: line_of(spanned.span()),
-                        field: format!("route[{}].target[{}].name", route.name, target.name),
+                        line: line_of(file.name.span()),
+                        field: format!("route[{name}].target[{}].name", target.name),
                         problem: "is used by an earlier target of the route".to_owned(),
                     });
                 }
                 targets.push(target);
             }
             let config = RouteConfig {
-                name: route.name.clone(),
-                path_prefix: route.path_prefix.clone(),
+                name: name.clone(),
+                path_prefix: route.path_prefix.as_ref().map(|p| p.get_ref().clone()),
                 models: route.models.clone(),
-                max_target_attempts: route.max_target_attempts,
-                max_upstream_sends: route.max_upstream_sends,
+                max_target_attempts: route.max_target_attempts.as_ref().map(|n| *n.get_ref()),
+                max_upstream_sends: route.max_upstream_sends.as_ref().map(|n| *n.get_ref()),
                 deadline,
                 exhaustion_retry,
                 state_bound_header,
@@ -350,6 +387,17 @@ impl Config {
                 if let Err(error) = crate::upstream::validate(&config, target) {
                     return Err(at(&format!("target[{}]", target.name), error.to_string()));
                 }
+            }
+            if let Some(earlier) = routes.iter().find(|r| crate::route::shadows(r, &config)) {
+                return Err(ConfigError {
+                    line: line_of(spanned.span()),
+                    field: format!("route[{name}]"),
+                    problem: format!(
+                        "is never reached: route[{}] before it takes every request it would \
+                         (same or wider path_prefix, and models)",
+                        earlier.name
+                    ),
+                });
             }
             routes.push(config);
         }
@@ -386,21 +434,22 @@ fn target(
     file: &TargetFile,
     env: &impl Fn(&str) -> Option<String>,
 ) -> Result<TargetConfig, (&'static str, String)> {
-    let base_url: Uri = file
-        .base_url
+    let text = |value: &Option<Spanned<String>>| value.as_ref().map(|v| v.get_ref().clone());
+    let written_url = file.base_url.get_ref();
+    let base_url: Uri = written_url
         .parse()
-        .map_err(|_| ("base_url", format!("{:?} is not a URL", file.base_url)))?;
+        .map_err(|_| ("base_url", format!("{written_url:?} is not a URL")))?;
     match base_url.scheme_str() {
         Some("http" | "https") => {}
         _ => {
             return Err((
                 "base_url",
-                format!("{:?} must start with http:// or https://", file.base_url),
+                format!("{written_url:?} must start with http:// or https://"),
             ))
         }
     }
     if base_url.authority().is_none() {
-        return Err(("base_url", format!("{:?} has no host", file.base_url)));
+        return Err(("base_url", format!("{written_url:?} has no host")));
     }
     if base_url.query().is_some() {
         return Err(("base_url", "must not have a query".to_owned()));
@@ -414,7 +463,8 @@ fn target(
             "must not carry a user or password (use api_key_env)".to_owned(),
         ));
     }
-    let auth = match file.auth.as_deref() {
+    let auth_written = text(&file.auth);
+    let auth = match auth_written.as_deref() {
         None | Some("bearer") => None,
         Some("x-api-key") => Some(HeaderName::from_static("x-api-key")),
         Some("api-key") => Some(HeaderName::from_static("api-key")),
@@ -425,7 +475,7 @@ fn target(
             ))
         }
     };
-    let credential = match &file.api_key_env {
+    let credential = match text(&file.api_key_env) {
         None if file.auth.is_some() => {
             return Err((
                 "auth",
@@ -434,7 +484,7 @@ fn target(
         }
         None => None,
         Some(var) => {
-            let key = env(var).filter(|key| !key.is_empty()).ok_or_else(|| {
+            let key = env(&var).filter(|key| !key.is_empty()).ok_or_else(|| {
                 (
                     "api_key_env",
                     format!("the environment variable {var} is not set"),
@@ -465,12 +515,11 @@ fn target(
         return Err((
             "base_url",
             format!(
-                "{:?} is plain http to another host: the key would travel in clear (use https)",
-                file.base_url
+                "{written_url:?} is plain http to another host: the key would travel in clear (use https)"
             ),
         ));
     }
-    let max_retries = file.max_retries.unwrap_or(2);
+    let max_retries = file.max_retries.as_ref().map_or(2, |n| *n.get_ref());
     if max_retries > MAX_TARGET_RETRIES {
         return Err((
             "max_retries",
@@ -478,26 +527,28 @@ fn target(
         ));
     }
     // A target's timeout: absent, or more than zero.
-    let timeout = |field: &'static str, text: &Option<String>| {
-        text.as_deref()
-            .map(duration::parse_positive)
+    let timeout = |field: &'static str, written: &Option<Spanned<String>>| {
+        written
+            .as_ref()
+            .map(|w| duration::parse_positive(w.get_ref()))
             .transpose()
             .map_err(|problem| (field, problem))
     };
     let attempt_timeout = timeout("attempt_timeout", &file.attempt_timeout)?;
     let first_content_timeout = timeout("first_content_timeout", &file.first_content_timeout)?;
-    if file.requests_per_minute == Some(0) {
+    let requests_per_minute = file.requests_per_minute.as_ref().map(|n| *n.get_ref());
+    if requests_per_minute == Some(0) {
         return Err(("requests_per_minute", "must be more than 0".to_owned()));
     }
     Ok(TargetConfig {
-        name: file.name.clone(),
+        name: file.name.get_ref().clone(),
         base_url,
         credential,
-        model: file.model.clone(),
+        model: text(&file.model),
         max_retries,
         attempt_timeout,
         first_content_timeout,
-        requests_per_minute: file.requests_per_minute,
+        requests_per_minute,
         cooldown: file.cooldown,
     })
 }

@@ -48,15 +48,37 @@ impl Route {
     /// prefix matches whole segments: `/v1/messages` takes
     /// `/v1/messages/count_tokens`, not `/v1/messagesX`.
     pub(crate) fn matches(&self, path: &str, model: Option<&str>) -> bool {
-        let path_ok = self.config.path_prefix.as_deref().is_none_or(|prefix| {
-            path.strip_prefix(prefix).is_some_and(|rest| {
-                prefix.ends_with('/') || rest.is_empty() || rest.starts_with('/')
-            })
-        });
+        let path_ok = self
+            .config
+            .path_prefix
+            .as_deref()
+            .is_none_or(|prefix| prefix_takes(prefix, path));
         let model_ok = self.config.models.is_empty()
             || model.is_some_and(|model| self.config.models.iter().any(|m| m == model));
         path_ok && model_ok
     }
+}
+
+/// Whether a route with path prefix `prefix` takes `path`: the prefix
+/// matches whole segments.
+pub(crate) fn prefix_takes(prefix: &str, path: &str) -> bool {
+    path.strip_prefix(prefix)
+        .is_some_and(|rest| prefix.ends_with('/') || rest.is_empty() || rest.starts_with('/'))
+}
+
+/// Whether route `earlier` takes every request route `later` would: then
+/// `later` is never reached, since the first matching route wins.
+pub(crate) fn shadows(earlier: &RouteConfig, later: &RouteConfig) -> bool {
+    // Every path `later` takes starts with its prefix at a segment end, so
+    // `earlier` takes them all when it takes the prefix itself.
+    let paths = match (&earlier.path_prefix, &later.path_prefix) {
+        (None, _) => true,
+        (Some(_), None) => false,
+        (Some(earlier), Some(later)) => prefix_takes(earlier, later),
+    };
+    let models = earlier.models.is_empty()
+        || (!later.models.is_empty() && later.models.iter().all(|m| earlier.models.contains(m)));
+    paths && models
 }
 
 /// The failover's own validation of a route's budgets, without building

@@ -63,7 +63,7 @@ fn the_shipped_example_config_is_valid() {
 }
 
 #[test]
-fn every_refusal_names_the_field_and_its_line() {
+fn every_refusal_names_the_field_and_the_line_it_is_on() {
     let replace = |from: &str, to: &str| {
         assert!(GOOD.contains(from), "{from}");
         GOOD.replacen(from, to, 1)
@@ -77,27 +77,27 @@ fn every_refusal_names_the_field_and_its_line() {
         (
             replace("deadline = \"60s\"", "deadline = \"60\""),
             "route[claude].deadline",
-            Some(4),
+            Some(7),
         ),
         (
             replace("deadline = \"60s\"", "deadline = \"0s\""),
             "route[claude].deadline",
-            Some(4),
+            Some(7),
         ),
         (
             replace("max_wait = \"2s\"", "max_wait = \"2m\""),
             "route[claude].exhaustion_retry.max_wait",
-            Some(4),
+            Some(8),
         ),
         (
             replace("max_rounds = 1", "max_rounds = 5"),
             "route[claude].exhaustion_retry.max_rounds",
-            Some(4),
+            Some(8),
         ),
         (
             replace("https://api.anthropic.com", "ftp://api.anthropic.com"),
             "route[claude].target[primary].base_url",
-            Some(10),
+            Some(12),
         ),
         (
             replace(
@@ -105,7 +105,7 @@ fn every_refusal_names_the_field_and_its_line() {
                 "https://api.anthropic.com/?key=1",
             ),
             "route[claude].target[primary].base_url",
-            Some(10),
+            Some(12),
         ),
         (
             replace(
@@ -113,27 +113,27 @@ fn every_refusal_names_the_field_and_its_line() {
                 "api_key_env = \"UNSET_KEY\"",
             ),
             "route[claude].target[primary].api_key_env",
-            Some(10),
+            Some(13),
         ),
         (
             replace("auth = \"x-api-key\"", "auth = \"basic\""),
             "route[claude].target[primary].auth",
-            Some(10),
+            Some(14),
         ),
         (
             replace("max_retries = 1", "max_retries = 50"),
             "route[claude].target[backup].max_retries",
-            Some(17),
+            Some(23),
         ),
         (
             replace("name = \"backup\"", "name = \"primary\""),
             "route[claude].target[primary].name",
-            Some(17),
+            Some(18),
         ),
         (
             replace("path_prefix = \"/v1/messages\"", "path_prefix = \"v1\""),
             "route[claude].path_prefix",
-            Some(4),
+            Some(6),
         ),
         (
             replace(
@@ -141,7 +141,7 @@ fn every_refusal_names_the_field_and_its_line() {
                 "deadline = \"60s\"\nmax_upstream_sends = 1",
             ),
             "route[claude].max_upstream_sends",
-            Some(4),
+            Some(8),
         ),
         (
             replace("cooldown = true", "cooldown = true\ncolour = \"blue\""),
@@ -151,7 +151,7 @@ fn every_refusal_names_the_field_and_its_line() {
         (
             replace("deadline = \"60s\"", "deadline = \"1s\""),
             "route[claude].exhaustion_retry.max_wait",
-            Some(4),
+            Some(8),
         ),
         (
             replace(
@@ -167,7 +167,7 @@ fn every_refusal_names_the_field_and_its_line() {
                 "max_retries = 1\nattempt_timeout = \"0ms\"",
             ),
             "route[claude].target[backup].attempt_timeout",
-            Some(17),
+            Some(24),
         ),
         ("listen = \"127.0.0.1:1\"\n".to_owned(), "route", None),
     ];
@@ -176,5 +176,58 @@ fn every_refusal_names_the_field_and_its_line() {
         assert_eq!(error.field, field, "{error}");
         assert_eq!(error.line, line, "{error}");
         assert!(!error.to_string().contains("secret-"), "{error}");
+    }
+}
+
+#[test]
+fn a_route_an_earlier_route_takes_every_request_of_is_refused() {
+    let route = |name: &str, prefix: Option<&str>, models: &[&str]| {
+        let prefix = prefix.map_or(String::new(), |p| format!("path_prefix = \"{p}\"\n"));
+        let models = if models.is_empty() {
+            String::new()
+        } else {
+            format!("models = {models:?}\n")
+        };
+        format!(
+            "[[route]]\nname = \"{name}\"\n{prefix}{models}\n[[route.target]]\nname = \"t\"\nbase_url = \"http://127.0.0.1:9\"\n\n"
+        )
+    };
+    // (earlier route, later route, whether the later one is never reached)
+    let cases = [
+        ((None, &[][..]), (Some("/v1/messages"), &[][..]), true),
+        ((Some("/v1"), &[]), (Some("/v1/messages"), &[]), true),
+        ((Some("/v1/"), &[]), (Some("/v1/messages"), &[]), true),
+        (
+            (Some("/v1/messages"), &[]),
+            (Some("/v1/messages"), &[]),
+            true,
+        ),
+        ((Some("/v1"), &[]), (Some("/v1"), &["gpt-4o"]), true),
+        ((None, &["a", "b"]), (None, &["b"]), true),
+        ((None, &["a", "b"]), (Some("/v1"), &["a", "b"]), true),
+        // Reachable: a narrower or different path, or a model the earlier
+        // route does not take.
+        ((Some("/v1/messages"), &[]), (Some("/v1"), &[]), false),
+        ((Some("/v1"), &[]), (Some("/v10"), &[]), false),
+        ((Some("/v1/"), &[]), (Some("/v1"), &[]), false),
+        ((Some("/v1/messages"), &[]), (None, &[]), false),
+        ((None, &["a"]), (None, &[]), false),
+        ((None, &["a"]), (None, &["a", "b"]), false),
+        ((Some("/v1"), &["a"]), (Some("/v1/chat"), &["b"]), false),
+    ];
+    for ((first_prefix, first_models), (second_prefix, second_models), shadowed) in cases {
+        let first = route("first", first_prefix, first_models);
+        let second = route("second", second_prefix, second_models);
+        let text = format!("{first}{second}");
+        let first_lines = first.matches('\n').count();
+        match Config::parse(&text, env) {
+            Ok(_) => assert!(!shadowed, "accepted:\n{text}"),
+            Err(error) => {
+                assert!(shadowed, "{error}\n{text}");
+                assert_eq!(error.field, "route[second]");
+                assert!(error.problem.contains("route[first]"), "{error}");
+                assert_eq!(error.line, Some(first_lines + 1), "{error}");
+            }
+        }
     }
 }
