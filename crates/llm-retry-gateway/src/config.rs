@@ -23,6 +23,9 @@ pub struct Config {
     pub max_in_flight: usize,
     /// How long reading a request's body may take.
     pub body_timeout: Duration,
+    /// How long a client may take to send a request's head (HTTP/1: the
+    /// request line and headers); past it the connection is closed.
+    pub header_read_timeout: Duration,
     /// How long an answer's body may go without a frame before it is ended.
     pub stream_idle_timeout: Duration,
     /// The key clients must present (`Authorization: Bearer …` or
@@ -133,6 +136,7 @@ struct File {
     max_body: Option<Spanned<usize>>,
     max_in_flight: Option<Spanned<usize>>,
     body_timeout: Option<Spanned<String>>,
+    header_read_timeout: Option<Spanned<String>>,
     stream_idle_timeout: Option<Spanned<String>>,
     client_key_env: Option<Spanned<String>>,
     #[serde(default, rename = "route")]
@@ -273,6 +277,12 @@ impl Config {
             "body_timeout",
             &file.body_timeout,
             Duration::from_secs(60),
+            duration::parse_positive,
+        )?;
+        let header_read_timeout = duration_of(
+            "header_read_timeout",
+            &file.header_read_timeout,
+            Duration::from_secs(30),
             duration::parse_positive,
         )?;
         let stream_idle_timeout = duration_of(
@@ -422,6 +432,7 @@ impl Config {
             max_body,
             max_in_flight,
             body_timeout,
+            header_read_timeout,
             stream_idle_timeout,
             client_key,
             routes,

@@ -4,15 +4,22 @@ use crate::config::Config;
 use crate::inflight::InFlight;
 use crate::proxy;
 use crate::route::Route;
+use axum::body::Body;
 use axum::routing::{any, get};
 use axum::Router;
 use http::StatusCode;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
 use llm_retry::failover::Shutdown;
 use metrics_exporter_prometheus::PrometheusHandle;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use tower::ServiceExt;
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::trace::TraceLayer;
 
@@ -22,6 +29,7 @@ use tower_http::trace::TraceLayer;
 pub struct Gateway {
     shared: Arc<Shared>,
     shutdown_grace: Duration,
+    header_read_timeout: Duration,
 }
 
 /// What every request handler shares.
@@ -85,6 +93,7 @@ impl Gateway {
                 metrics: std::sync::OnceLock::new(),
             }),
             shutdown_grace: config.shutdown_grace,
+            header_read_timeout: config.header_read_timeout,
         })
     }
 
@@ -126,46 +135,79 @@ impl Gateway {
     }
 
     /// Serves on `listener` until `signal` resolves, then drains: requests
-    /// in flight get up to the configured grace period to finish.
+    /// in flight get up to the configured grace period to finish (new ones
+    /// are answered `503` meanwhile), then connections still busy get a
+    /// last second before they are cut. A client that has not sent a
+    /// request's head within the header-read timeout is disconnected.
     pub async fn serve<F>(self, listener: tokio::net::TcpListener, signal: F) -> std::io::Result<()>
     where
         F: Future<Output = ()> + Send + 'static,
     {
         let router = self.router();
-        let (drain_ended, ended) = tokio::sync::oneshot::channel::<()>();
-        let drain = {
-            let gateway = self.clone();
-            async move {
-                signal.await;
-                tracing::info!(in_flight = gateway.in_flight(), "draining");
-                gateway.start_draining();
-                let idle = gateway.shared.in_flight.idle();
-                let _ = tokio::time::timeout(gateway.shutdown_grace, idle).await;
-                let _ = drain_ended.send(());
-            }
+        let mut connections = auto::Builder::new(TokioExecutor::new());
+        connections
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(self.header_read_timeout);
+        let graceful = GracefulShutdown::new();
+        let drain = async {
+            signal.await;
+            tracing::info!(in_flight = self.in_flight(), "draining");
+            self.start_draining();
+            let idle = self.shared.in_flight.idle();
+            let _ = tokio::time::timeout(self.shutdown_grace, idle).await;
         };
-        // Streams are many small writes: without TCP_NODELAY each event
-        // after the first can wait out a delayed ACK.
-        let listener =
-            axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
-                if let Err(error) = tcp.set_nodelay(true) {
-                    tracing::debug!(%error, "TCP_NODELAY not set on an accepted connection");
+        let mut drain = std::pin::pin!(drain);
+        loop {
+            let tcp = tokio::select! {
+                () = &mut drain => break,
+                accepted = listener.accept() => match accepted {
+                    Ok((tcp, _)) => tcp,
+                    Err(error) => {
+                        accept_failed(&error).await;
+                        continue;
+                    }
+                },
+            };
+            // Streams are many small writes: without TCP_NODELAY each event
+            // after the first can wait out a delayed ACK.
+            if let Err(error) = tcp.set_nodelay(true) {
+                tracing::debug!(%error, "TCP_NODELAY not set on an accepted connection");
+            }
+            let service = TowerToHyperService::new(
+                router
+                    .clone()
+                    .map_request(|request: http::Request<Incoming>| request.map(Body::new)),
+            );
+            let connections = connections.clone();
+            let watcher = graceful.watcher();
+            tokio::spawn(async move {
+                let connection = connections.serve_connection(TokioIo::new(tcp), service);
+                if let Err(error) = watcher.watch(connection).await {
+                    tracing::debug!(%error, "connection ended with an error");
                 }
             });
-        let server = axum::serve(listener, router).with_graceful_shutdown(drain);
-        tokio::select! {
-            result = server => result,
-            // Connections still busy once the drain ended get a last
-            // second, then are cut.
-            () = async {
-                if ended.await.is_ok() {
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                } else {
-                    std::future::pending::<()>().await;
-                }
-            } => Ok(()),
         }
+        drop(listener);
+        // Connections still busy once the drain ended get a last second.
+        let _ = tokio::time::timeout(Duration::from_secs(1), graceful.shutdown()).await;
+        Ok(())
     }
+}
+
+/// After a failed accept: a connection that went away before it was taken
+/// is nothing; anything else (out of file descriptors, say) is waited out
+/// for a second, so the loop does not spin.
+async fn accept_failed(error: &std::io::Error) {
+    use std::io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset};
+    if matches!(
+        error.kind(),
+        ConnectionAborted | ConnectionRefused | ConnectionReset
+    ) {
+        return;
+    }
+    tracing::warn!(%error, "accepting a connection failed");
+    tokio::time::sleep(Duration::from_secs(1)).await;
 }
 
 async fn healthz(

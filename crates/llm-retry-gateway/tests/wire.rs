@@ -387,3 +387,43 @@ async fn a_responses_request_continuing_stored_state_stays_on_its_first_target()
     let (head, _) = send(post(&gw.url("/v1/responses"), fresh)).await;
     assert_eq!(head.status, 200, "an unbound request fails over");
 }
+
+/// Sends `head` on a new connection and reads until the gateway closes it;
+/// what came back, and how long (on the paused clock) it took.
+async fn send_and_wait_for_close(addr: std::net::SocketAddr, head: &[u8]) -> (Vec<u8>, Duration) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let start = tokio::time::Instant::now();
+    tcp.write_all(head).await.unwrap();
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(60), tcp.read_to_end(&mut got)).await;
+    assert!(read.is_ok(), "still open after a minute: {got:?}");
+    (got, start.elapsed())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_client_that_never_finishes_its_request_head_is_disconnected() {
+    let upstream = target(Route::always(Reply::anthropic_ok("hi"))).await;
+    let toml = one_target(&upstream.url(""), "header_read_timeout = \"5s\"", "");
+    let gw = gateway(&toml, no_env).await;
+    // Half a head, then nothing: the connection is closed at the timeout,
+    // with no answer and nothing sent upstream.
+    let (got, took) =
+        send_and_wait_for_close(gw.addr, b"POST /v1/messages HTTP/1.1\r\nhost: x\r\n").await;
+    assert!(!String::from_utf8_lossy(&got).contains("200 OK"), "{got:?}");
+    assert!(
+        took >= Duration::from_secs(5) && took < Duration::from_secs(6),
+        "{took:?}"
+    );
+    assert_eq!(upstream.request_count(), 0);
+    // A whole head is answered.
+    let head = format!(
+        "POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{PROMPT}",
+        PROMPT.len()
+    );
+    let (got, _) = send_and_wait_for_close(gw.addr, head.as_bytes()).await;
+    assert!(
+        String::from_utf8_lossy(&got).starts_with("HTTP/1.1 200"),
+        "{got:?}"
+    );
+}
