@@ -79,6 +79,9 @@ pub struct TargetConfig {
     pub requests_per_minute: Option<u32>,
     /// Skip the target while a wait its provider named runs.
     pub cooldown: bool,
+    /// Skip the target for the window once it failed this many times
+    /// within it: `(failures, window)`.
+    pub unhealthy_after: Option<(u32, Duration)>,
 }
 
 impl fmt::Debug for TargetConfig {
@@ -199,6 +202,14 @@ struct TargetFile {
     requests_per_minute: Option<Spanned<u32>>,
     #[serde(default)]
     cooldown: bool,
+    unhealthy_after: Option<Spanned<HealthFile>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HealthFile {
+    failures: u32,
+    within: String,
 }
 
 impl TargetFile {
@@ -215,6 +226,7 @@ impl TargetFile {
             "first_content_timeout" => span(&self.first_content_timeout),
             "max_retries" => self.max_retries.as_ref().map(Spanned::span),
             "requests_per_minute" => self.requests_per_minute.as_ref().map(Spanned::span),
+            "unhealthy_after" => self.unhealthy_after.as_ref().map(Spanned::span),
             _ => None,
         }
     }
@@ -547,6 +559,17 @@ fn target(
     };
     let attempt_timeout = timeout("attempt_timeout", &file.attempt_timeout)?;
     let first_content_timeout = timeout("first_content_timeout", &file.first_content_timeout)?;
+    let unhealthy_after = match file.unhealthy_after.as_ref().map(Spanned::get_ref) {
+        None => None,
+        Some(HealthFile { failures: 0, .. }) => {
+            return Err(("unhealthy_after", "failures must be more than 0".to_owned()))
+        }
+        Some(health) => {
+            let within = duration::parse_positive(&health.within)
+                .map_err(|problem| ("unhealthy_after", format!("within: {problem}")))?;
+            Some((health.failures, within))
+        }
+    };
     let requests_per_minute = file.requests_per_minute.as_ref().map(|n| *n.get_ref());
     if requests_per_minute == Some(0) {
         return Err(("requests_per_minute", "must be more than 0".to_owned()));
@@ -561,5 +584,6 @@ fn target(
         first_content_timeout,
         requests_per_minute,
         cooldown: file.cooldown,
+        unhealthy_after,
     })
 }

@@ -101,6 +101,9 @@ fn shape<S>(mut target: Target<S>, config: &crate::config::TargetConfig) -> Targ
     if config.cooldown {
         target = target.cooldown();
     }
+    if let Some((failures, within)) = config.unhealthy_after {
+        target = target.unhealthy_after(failures, within);
+    }
     target
 }
 

@@ -231,3 +231,31 @@ fn a_route_an_earlier_route_takes_every_request_of_is_refused() {
         }
     }
 }
+
+#[test]
+fn a_targets_health_window_is_read_and_checked() {
+    let with =
+        |health: &str| GOOD.replacen("cooldown = true", &format!("cooldown = true\n{health}"), 1);
+    let config = Config::parse(
+        &with("unhealthy_after = { failures = 3, within = \"20s\" }"),
+        env,
+    )
+    .unwrap();
+    assert_eq!(
+        config.routes[0].targets[0].unhealthy_after,
+        Some((3, std::time::Duration::from_secs(20)))
+    );
+    assert_eq!(config.routes[0].targets[1].unhealthy_after, None);
+    for bad in [
+        "unhealthy_after = { failures = 0, within = \"20s\" }",
+        "unhealthy_after = { failures = 3, within = \"0s\" }",
+        "unhealthy_after = { failures = 3, within = \"20\" }",
+    ] {
+        let error = Config::parse(&with(bad), env).unwrap_err();
+        assert_eq!(
+            error.field, "route[claude].target[primary].unhealthy_after",
+            "{error}"
+        );
+        assert_eq!(error.line, Some(16), "{error}");
+    }
+}

@@ -42,6 +42,8 @@
 //!   conversation) only ever goes to the first target.
 //! - A target with [`cooldown`](Target::cooldown) is skipped by every
 //!   request until the wait its provider named has passed.
+//! - A target with [`unhealthy_after`](Target::unhealthy_after) is skipped
+//!   by every request for a window once it failed that often within it.
 //! - A target with a [`first_content_timeout`](Target::first_content_timeout)
 //!   is abandoned when nothing arrived in time, and the next one is tried.
 //!

@@ -172,6 +172,12 @@ impl<S> Operation<S> {
                 Some(SkipReason::Deadline)
             } else if self.cooling(index, &target, now) {
                 Some(SkipReason::CoolingDown)
+            } else if target
+                .health
+                .as_ref()
+                .is_some_and(|h| h.down_until(now).is_some())
+            {
+                Some(SkipReason::Unhealthy)
             } else if self.sends_left < target.max_sends {
                 Some(SkipReason::SendBudget)
             } else {
@@ -218,6 +224,7 @@ impl<S> Operation<S> {
                     return self.deadline_passed();
                 }
                 self.record(&target, AttemptOutcome::FirstContentTimeout);
+                failed(&target);
                 ambiguous = true;
                 continue;
             };
@@ -230,6 +237,9 @@ impl<S> Operation<S> {
                     }
                     Verdict::Final => {
                         self.record(&target, AttemptOutcome::Answered(response.status()));
+                        if response.status().is_server_error() {
+                            failed(&target);
+                        }
                         if self.report.rounds > 1 {
                             observe::failover_round_served();
                         }
@@ -247,6 +257,7 @@ impl<S> Operation<S> {
                     }
                     Verdict::Final => {
                         self.record(&target, AttemptOutcome::Failed);
+                        failed(&target);
                         return RoundEnd::Final(Err(
                             self.error(FailoverErrorKind::Failed, Some(error))
                         ));
@@ -332,6 +343,7 @@ impl<S> Operation<S> {
     /// for every request, when the target cools down).
     fn rejected(&mut self, index: usize, target: &Target<S>, rejection: Rejection) {
         self.record(target, AttemptOutcome::Rejected(rejection));
+        failed(target);
         let now = Instant::now();
         self.ready[index] = match rejection.wait {
             Some(wait) => now.checked_add(wait).map(|at| Ready { at, named: true }),
@@ -382,6 +394,13 @@ impl<S> Operation<S> {
             .targets
             .iter()
             .filter_map(|t| t.cooldown.as_ref()?.until(now));
+        // A target down for its failures comes back unnamed by any provider.
+        let down = self
+            .targets
+            .iter()
+            .filter(|_| !named)
+            .filter_map(|t| t.health.as_ref()?.down_until(now));
+        let shared = shared.chain(down);
         own.chain(shared).filter(|at| !named || *at > now).min()
     }
 
@@ -605,5 +624,12 @@ impl<'a> Admitted<'a> {
 impl Drop for Admitted<'_> {
     fn drop(&mut self) {
         self.0.waiting_rounds.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Counts a failure against `target`'s health, when it keeps one.
+fn failed<S>(target: &Target<S>) {
+    if let Some(health) = &target.health {
+        health.failed(Instant::now());
     }
 }

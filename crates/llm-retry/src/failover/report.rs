@@ -88,6 +88,9 @@ pub enum SkipReason {
     AttemptLimit,
     /// The target is cooling down after its provider named a wait.
     CoolingDown,
+    /// The target failed too often lately
+    /// ([`unhealthy_after`](super::Target::unhealthy_after)).
+    Unhealthy,
     /// The request's send budget has fewer sends left than the target may make.
     SendBudget,
     /// The request's deadline has passed.
@@ -101,6 +104,7 @@ impl SkipReason {
             SkipReason::StateBound => "state_bound",
             SkipReason::AttemptLimit => "attempt_limit",
             SkipReason::CoolingDown => "cooling_down",
+            SkipReason::Unhealthy => "unhealthy",
             SkipReason::SendBudget => "send_budget",
             SkipReason::Deadline => "deadline",
         }

@@ -22,6 +22,7 @@ pub struct Target<S> {
     pub(super) max_sends: u32,
     pub(super) first_content_timeout: Option<Duration>,
     pub(super) cooldown: Option<Arc<Cooldown>>,
+    pub(super) health: Option<Arc<Health>>,
 }
 
 impl<S: Clone> Clone for Target<S> {
@@ -33,6 +34,7 @@ impl<S: Clone> Clone for Target<S> {
             max_sends: self.max_sends,
             first_content_timeout: self.first_content_timeout,
             cooldown: self.cooldown.clone(),
+            health: self.health.clone(),
         }
     }
 }
@@ -44,6 +46,7 @@ impl<S> fmt::Debug for Target<S> {
             .field("max_sends", &self.max_sends)
             .field("first_content_timeout", &self.first_content_timeout)
             .field("cooldown", &self.cooldown.is_some())
+            .field("health", &self.health)
             .finish_non_exhaustive()
     }
 }
@@ -61,6 +64,7 @@ impl<S> Target<S> {
             max_sends: 1,
             first_content_timeout: None,
             cooldown: None,
+            health: None,
         }
     }
 
@@ -107,6 +111,67 @@ impl<S> Target<S> {
     pub fn cooldown(mut self) -> Target<S> {
         self.cooldown = Some(Arc::new(Cooldown::default()));
         self
+    }
+
+    /// Skips this target, for every request through the failover, for
+    /// `within` once it has failed `failures` times within `within`: turned
+    /// a request away, timed out before its first content, failed after a
+    /// send, or handed over a 5xx answer. Then its count starts over. Off by
+    /// default; a `failures` of 0 is taken as 1.
+    pub fn unhealthy_after(mut self, failures: u32, within: Duration) -> Target<S> {
+        self.health = Some(Arc::new(Health::new(failures, within)));
+        self
+    }
+}
+
+/// A target's recent failures, shared by every request: past the limit
+/// within the window, it is down for the window.
+#[derive(Debug)]
+pub(super) struct Health {
+    failures: usize,
+    within: Duration,
+    state: Mutex<HealthState>,
+}
+
+#[derive(Debug, Default)]
+struct HealthState {
+    /// When the failures inside the window came, oldest first; never more
+    /// than the limit.
+    recent: std::collections::VecDeque<Instant>,
+    down_until: Option<Instant>,
+}
+
+impl Health {
+    fn new(failures: u32, within: Duration) -> Health {
+        Health {
+            failures: usize::try_from(failures.max(1)).unwrap_or(usize::MAX),
+            within,
+            state: Mutex::new(HealthState::default()),
+        }
+    }
+
+    /// Counts a failure at `now`; the limit reached, the target is down
+    /// for the window.
+    pub(super) fn failed(&self, now: Instant) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        while state
+            .recent
+            .front()
+            .is_some_and(|at| now.saturating_duration_since(*at) >= self.within)
+        {
+            state.recent.pop_front();
+        }
+        state.recent.push_back(now);
+        if state.recent.len() >= self.failures {
+            state.recent.clear();
+            state.down_until = now.checked_add(self.within);
+        }
+    }
+
+    /// Until when the target is down, if it is.
+    pub(super) fn down_until(&self, now: Instant) -> Option<Instant> {
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.down_until.filter(|until| *until > now)
     }
 }
 

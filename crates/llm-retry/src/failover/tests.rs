@@ -571,6 +571,64 @@ async fn a_cooling_target_is_skipped_by_later_requests_until_its_wait_passes() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_target_failing_too_often_is_skipped_for_its_window_then_tried_again() {
+    let a = upstream(Route::always(Reply::overloaded())).await;
+    let b = upstream(Route::always(Reply::anthropic_ok("b"))).await;
+    let failover = Failover::builder(vec![
+        target("a", &a).unhealthy_after(2, Duration::from_secs(10)),
+        target("b", &b),
+    ])
+    .build()
+    .unwrap();
+    let send = || async { report(&failover.clone().oneshot(request()).await.unwrap()) };
+    // Two failures (apart, within the window) take it down.
+    send().await;
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    send().await;
+    assert_eq!(a.request_count(), 2);
+    let skipped = send().await;
+    assert_eq!(
+        outcomes(&skipped),
+        [
+            ("a", 1, "skipped unhealthy".to_owned()),
+            ("b", 1, "answered 200".to_owned())
+        ]
+    );
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    send().await;
+    assert_eq!(a.request_count(), 2, "still down 9 s into its 10 s");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    send().await;
+    assert_eq!(a.request_count(), 3, "tried again once its window passed");
+    // Its count started over: one failure does not take it down again.
+    send().await;
+    assert_eq!(a.request_count(), 4);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failure_a_whole_window_old_no_longer_counts() {
+    let a = upstream(Route::always(Reply::status(503))).await;
+    let b = upstream(Route::always(Reply::anthropic_ok("b"))).await;
+    let failover = Failover::builder(vec![
+        target("a", &a).unhealthy_after(2, Duration::from_secs(10)),
+        target("b", &b),
+    ])
+    .build()
+    .unwrap();
+    let status = || async { failover.clone().oneshot(request()).await.unwrap().status() };
+    // A 503 without a wait is handed over, and counts as a failure.
+    assert_eq!(status().await, 503);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(status().await, 503);
+    // The first failure is 10 s old, out of the window: one counts.
+    assert_eq!(status().await, 503);
+    assert_eq!(a.request_count(), 3);
+    // Two inside the window: a is down.
+    assert_eq!(status().await, 200);
+    assert_eq!((a.request_count(), b.request_count()), (3, 1));
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_rewrite_sets_the_model_of_each_target() {
     let a = upstream(Route::always(Reply::overloaded())).await;
     let b = upstream(Route::always(Reply::anthropic_ok("b"))).await;
