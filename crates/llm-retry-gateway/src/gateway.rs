@@ -155,12 +155,26 @@ impl Gateway {
             tracing::info!(in_flight = self.in_flight(), "draining");
             self.start_draining();
             let idle = self.shared.in_flight.idle();
-            let _ = tokio::time::timeout(self.shutdown_grace, idle).await;
+            if tokio::time::timeout(self.shutdown_grace, idle)
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    cut = self.in_flight(),
+                    grace = ?self.shutdown_grace,
+                    "the shutdown grace period ended: requests still in flight get a last second, then are cut"
+                );
+            }
         };
         let mut drain = std::pin::pin!(drain);
+        // Every connection's task, so those still busy at the end are cut
+        // (not left running after `serve` returns); finished ones are
+        // reaped as the loop goes.
+        let mut tasks = tokio::task::JoinSet::new();
         loop {
             let tcp = tokio::select! {
                 () = &mut drain => break,
+                Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
                 accepted = listener.accept() => match accepted {
                     Ok((tcp, _)) => tcp,
                     Err(error) => {
@@ -181,7 +195,7 @@ impl Gateway {
             );
             let connections = connections.clone();
             let watcher = graceful.watcher();
-            tokio::spawn(async move {
+            tasks.spawn(async move {
                 let connection = connections.serve_connection(TokioIo::new(tcp), service);
                 if let Err(error) = watcher.watch(connection).await {
                     tracing::debug!(%error, "connection ended with an error");
@@ -191,6 +205,8 @@ impl Gateway {
         drop(listener);
         // Connections still busy once the drain ended get a last second.
         let _ = tokio::time::timeout(Duration::from_secs(1), graceful.shutdown()).await;
+        tasks.abort_all();
+        while tasks.join_next().await.is_some() {}
         Ok(())
     }
 }

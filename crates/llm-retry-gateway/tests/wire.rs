@@ -427,3 +427,65 @@ async fn a_client_that_never_finishes_its_request_head_is_disconnected() {
         "{got:?}"
     );
 }
+
+/// A log sink for one test (the subscriber is the thread's, and a
+/// current-thread runtime polls every task on it).
+#[derive(Clone, Default)]
+struct Logs(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn requests_still_in_flight_when_the_grace_ends_are_cut_and_logged() {
+    let logs = Logs::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer({
+            let logs = logs.clone();
+            move || logs.clone()
+        })
+        .with_ansi(false)
+        .finish();
+    let _logging = tracing::subscriber::set_default(subscriber);
+    let endless = Reply::sse((0..100).map(|i| {
+        llm_retry_mock::SseEvent::new(Some("content_block_delta"), &format!(r#"{{"type":"content_block_delta","index":0,"delta":{{"type":"text_delta","text":"{i}"}}}}"#))
+            .after(Duration::from_secs(1))
+    }));
+    let upstream = target(Route::always(endless)).await;
+    let toml = one_target(&upstream.url(""), "shutdown_grace = \"3s\"", "");
+    let mut gw = gateway(&toml, no_env).await;
+    let response = support::client()
+        .request(post(&gw.url("/v1/messages"), PROMPT))
+        .await
+        .unwrap();
+    let start = tokio::time::Instant::now();
+    gw.signal();
+    tokio::time::timeout(Duration::from_secs(60), gw.served)
+        .await
+        .expect("serving ends after the grace and its last second")
+        .unwrap()
+        .unwrap();
+    let took = start.elapsed();
+    assert!(
+        took >= Duration::from_secs(3) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
+    use http_body_util::BodyExt;
+    assert!(
+        response.into_body().collect().await.is_err(),
+        "the stream was cut"
+    );
+    let logged = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    assert!(
+        logged.contains("the shutdown grace period ended") && logged.contains("cut=1"),
+        "{logged}"
+    );
+}
