@@ -11,6 +11,7 @@ use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use llm_retry::budget::RetryBudget;
 use llm_retry::rate_limit::{Quotas, RateLimitLayer};
 use llm_retry::{BoxError, ClientLayer, ConfigError, RetryPolicy};
 use std::time::Instant;
@@ -97,9 +98,12 @@ pub(crate) fn validate(route: &RouteConfig, target: &TargetConfig) -> Result<(),
 }
 
 fn client_layer(route: &RouteConfig, target: &TargetConfig) -> Result<ClientLayer, ConfigError> {
+    // Each target's own budget, its gauge labelled `route/target`.
+    let budget = RetryBudget::default().named(format!("{}/{}", route.name, target.name));
     let mut policy = RetryPolicy::builder()
         .max_retries(target.max_retries)
-        .max_elapsed(route.deadline);
+        .max_elapsed(route.deadline)
+        .budget(budget);
     if let Some(timeout) = target.attempt_timeout {
         policy = policy.attempt_timeout(timeout);
     }

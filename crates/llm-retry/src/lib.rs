@@ -55,7 +55,7 @@
 //! | `llm_retry_retries_total` | counter | `class` (`rate_limited`, `overloaded`, `status`, `connect`, …) |
 //! | `llm_retry_recoveries_total` | counter | `action` (`cut_max_tokens`, `fallback_model`, `refresh_credentials`) |
 //! | `llm_retry_give_ups_total` | counter | `reason` ([`StopReason::label`]) |
-//! | `llm_retry_budget_available` | gauge | retries the shared budget would grant now |
+//! | `llm_retry_budget_available` | gauge | retries the shared budget would grant now; `budget` ([`RetryBudget::named`](budget::RetryBudget::named)) when named |
 //! | `llm_retry_rate_limit_wait_seconds` | histogram | time a send waited for its slot |
 //! | `llm_retry_rate_limit_refusals_total` | counter | `reason` (`past_deadline`, `never_fits`) |
 //! | `llm_retry_failover_attempts_total` | counter | `round` (`1`, `2`, `3`, `4+`) |

@@ -29,10 +29,14 @@ pub(crate) fn give_up(stop: &StopReason) {
 }
 
 /// The shared budget's level after a deposit or withdrawal.
-pub(crate) fn budget_available(available: u64) {
+pub(crate) fn budget_available(available: u64, name: Option<&str>) {
     #[cfg(feature = "metrics")]
-    metrics::gauge!("llm_retry_budget_available").set(available as f64);
-    let _ = available;
+    match name {
+        Some(name) => metrics::gauge!("llm_retry_budget_available", "budget" => name.to_owned())
+            .set(available as f64),
+        None => metrics::gauge!("llm_retry_budget_available").set(available as f64),
+    }
+    let _ = (available, name);
 }
 
 /// A send waited for its rate-limit slot.

@@ -88,6 +88,43 @@ fn retries_and_give_ups_are_counted_by_fixed_labels() {
 }
 
 #[test]
+fn two_named_budgets_keep_a_gauge_each() {
+    let metrics = recorded(async {
+        for (name, retries) in [("claude/primary", 1), ("claude/backup", 3)] {
+            let budget =
+                crate::budget::RetryBudget::new(0.0, 10, std::time::Duration::from_secs(10))
+                    .unwrap()
+                    .named(name);
+            let policy = RetryPolicy::builder().budget(budget).build().unwrap();
+            let mut replies: Vec<_> = (0..retries).map(|_| reply(503, &[], "")).collect();
+            replies.push(reply(200, &[], ""));
+            let _ = RetryLayer::new(policy)
+                .layer(Upstream::new(replies))
+                .oneshot(request())
+                .await;
+        }
+    });
+    let gauge = |label: &str| {
+        metrics
+            .iter()
+            .find(|(n, l, _)| n == "llm_retry_budget_available" && l == &[label.to_owned()])
+            .map(|(_, _, v)| v)
+    };
+    // 10 retries a second over 10 s: 100, less those withdrawn.
+    let level = |n: f64| Some(DebugValue::Gauge(n.into()));
+    assert_eq!(
+        gauge("budget=claude/primary"),
+        level(99.0).as_ref(),
+        "{metrics:?}"
+    );
+    assert_eq!(
+        gauge("budget=claude/backup"),
+        level(97.0).as_ref(),
+        "{metrics:?}"
+    );
+}
+
+#[test]
 fn a_failover_counts_attempts_by_round_waits_and_its_end() {
     use crate::failover::{ExhaustionRetry, Failover, Target};
     use bytes::Bytes;

@@ -36,6 +36,8 @@ use tokio::time::Instant;
 pub struct RetryBudget {
     pub(super) shared: Arc<Shared>,
     pub(super) admission: Arc<Admission>,
+    /// The `budget` label of its gauge, when named.
+    pub(super) name: Option<Arc<str>>,
 }
 
 #[derive(Debug)]
@@ -89,7 +91,22 @@ impl RetryBudget {
                 ring: Mutex::new(SlotRing::new(origin, config.window())),
             }),
             admission: Arc::new(Admission::unlimited()),
+            name: None,
         }
+    }
+
+    /// Names the budget: its `llm_retry_budget_available` gauge carries the
+    /// label `budget = name` (feature `metrics`), so several budgets in one
+    /// process (one per upstream, say) each keep their own value. Keep the
+    /// names few and fixed. Unnamed, the gauge has no label.
+    pub fn named(mut self, name: impl Into<Arc<str>>) -> RetryBudget {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// The budget's name, if it has one.
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
     }
 
     /// Records a first attempt. Call it once per logical request, never for

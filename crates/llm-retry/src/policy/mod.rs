@@ -201,7 +201,7 @@ impl RetryPolicy {
             Some(permit)
         };
         let withdrawn = budget.try_withdraw();
-        crate::observe::budget_available(budget.level().available);
+        crate::observe::budget_available(budget.level().available, budget.name());
         withdrawn.map_err(|exhausted| StopReason::BudgetExhausted {
             reason: exhausted.to_string(),
         })?;
