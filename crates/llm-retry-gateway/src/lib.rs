@@ -37,9 +37,11 @@ mod duration;
 mod gateway;
 mod idle;
 mod inflight;
+mod prometheus;
 mod proxy;
 mod route;
 mod upstream;
 
 pub use config::{Config, ConfigError, RouteConfig, TargetConfig};
 pub use gateway::{BuildError, Gateway};
+pub use prometheus::{prometheus, SECONDS_BUCKETS};

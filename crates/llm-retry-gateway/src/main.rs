@@ -80,7 +80,7 @@ async fn run_demo() -> ExitCode {
 }
 
 async fn serve(config: &Config) -> ExitCode {
-    let handle = match metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder() {
+    let handle = match llm_retry_gateway::prometheus().install_recorder() {
         Ok(handle) => Some(handle),
         Err(error) => {
             eprintln!("metrics: {error}");
