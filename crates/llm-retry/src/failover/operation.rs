@@ -315,25 +315,32 @@ impl<S> Operation<S> {
 
     /// An error's meaning, and the sends it took.
     fn judge_error(&mut self, error: &(dyn std::error::Error + 'static)) -> Verdict {
-        let judgement = self.config.policy.judge(
-            &RetryState::new(),
-            Outcome::Error(error),
-            self.started.elapsed(),
-        );
         let report = error.downcast_ref::<RetryError>().map(RetryError::report);
+        // The error is read here only where no retry stack's account of
+        // its sends decides (no report, or one whose every send was
+        // refused before it left).
+        let judgement = report.is_none_or(|r| r.attempts == 0).then(|| {
+            self.config.policy.judge(
+                &RetryState::new(),
+                Outcome::Error(error),
+                self.started.elapsed(),
+            )
+        });
+        let rejection = judgement.as_ref().and_then(|j| j.rejection);
+        let unsent =
+            |r: Rejection| matches!(r.kind, RejectionKind::NotConnected | RejectionKind::NotSent);
         let sends = match report {
             Some(report) => report.attempts,
-            None => match judgement.rejection {
-                Some(r)
-                    if matches!(r.kind, RejectionKind::NotConnected | RejectionKind::NotSent) =>
-                {
+            None => judgement.as_ref().map_or(0, |judgement| {
+                if judgement.rejection.is_some_and(unsent) {
                     0
+                } else {
+                    u32::from(judgement.reached_upstream)
                 }
-                _ => u32::from(judgement.reached_upstream),
-            },
+            }),
         };
         self.spend(sends);
-        match certified(report, || judgement.rejection) {
+        match certified(report, || rejection) {
             Some(rejection) => Verdict::Rejected(rejection),
             None => Verdict::Final,
         }
