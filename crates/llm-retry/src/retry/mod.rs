@@ -19,6 +19,8 @@ mod bounds_proptest;
 #[cfg(test)]
 mod equivalence_proptest;
 #[cfg(test)]
+mod stream_proptest;
+#[cfg(test)]
 pub(crate) mod tests;
 #[cfg(all(test, feature = "metrics"))]
 pub(crate) use tests as tests_support;
