@@ -47,6 +47,8 @@ pub(crate) struct Shared {
     draining: AtomicBool,
     shutdown: Shutdown,
     metrics: std::sync::OnceLock<PrometheusHandle>,
+    /// Answers given before a route was chosen (route `none`).
+    pub(crate) unrouted: crate::counts::RequestCounts,
 }
 
 impl Shared {
@@ -91,6 +93,7 @@ impl Gateway {
                 draining: AtomicBool::new(false),
                 shutdown,
                 metrics: std::sync::OnceLock::new(),
+                unrouted: crate::counts::RequestCounts::new("none"),
             }),
             shutdown_grace: config.shutdown_grace,
             header_read_timeout: config.header_read_timeout,
@@ -98,8 +101,11 @@ impl Gateway {
     }
 
     /// Serves `/metrics` from `handle` (a Prometheus recorder the caller
-    /// installed), for this gateway and every clone of it. A second handle
-    /// is ignored.
+    /// installed, e.g. from [`prometheus`](crate::prometheus)), for this
+    /// gateway and every clone of it. A second handle is ignored. Install
+    /// the recorder before the gateway answers its first request: each
+    /// route and target looks its metric handles up once, at its first
+    /// answer.
     pub fn with_metrics(self, handle: PrometheusHandle) -> Gateway {
         let _ = self.shared.metrics.set(handle);
         self

@@ -32,6 +32,7 @@
 #![forbid(unsafe_code)]
 
 mod config;
+mod counts;
 pub mod demo;
 mod duration;
 mod gateway;

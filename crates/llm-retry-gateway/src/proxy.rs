@@ -2,6 +2,7 @@
 //! over, answer; and the gateway's own answers when no upstream answer can
 //! be handed over.
 
+use crate::counts::RequestCounts;
 use crate::gateway::Shared;
 use crate::idle::Idle;
 use crate::inflight::Counted;
@@ -46,16 +47,16 @@ const STATE_PATHS: [&str; 6] = [
 pub(crate) async fn forward(State(shared): State<Arc<Shared>>, request: Request) -> Response {
     let guard = shared.in_flight.start();
     if shared.is_draining() {
-        return counted("none", draining());
+        return counted(&shared.unrouted, draining());
     }
     if shared.in_flight.count() > shared.max_in_flight {
-        return counted("none", busy());
+        return counted(&shared.unrouted, busy());
     }
     let (mut parts, body) = request.into_parts();
     if let Some(key) = &shared.client_key {
         if !presents(&parts.headers, &key.0) {
             return counted(
-                "none",
+                &shared.unrouted,
                 error(
                     &parts.uri,
                     StatusCode::UNAUTHORIZED,
@@ -69,7 +70,7 @@ pub(crate) async fn forward(State(shared): State<Arc<Shared>>, request: Request)
     }
     if !safe_path(parts.uri.path()) {
         return counted(
-            "none",
+            &shared.unrouted,
             error(&parts.uri, StatusCode::BAD_REQUEST, "path not accepted"),
         );
     }
@@ -86,11 +87,11 @@ pub(crate) async fn forward(State(shared): State<Arc<Shared>>, request: Request)
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "request body too large or unreadable",
             );
-            return counted("none", answer);
+            return counted(&shared.unrouted, answer);
         }
         Err(_) => {
             return counted(
-                "none",
+                &shared.unrouted,
                 error(
                     &parts.uri,
                     StatusCode::REQUEST_TIMEOUT,
@@ -113,7 +114,7 @@ pub(crate) async fn forward(State(shared): State<Arc<Shared>>, request: Request)
         .find(|r| r.matches(&path, peek.model.as_deref()))
     else {
         return counted(
-            "none",
+            &shared.unrouted,
             error(
                 &parts.uri,
                 StatusCode::NOT_FOUND,
@@ -158,18 +159,12 @@ pub(crate) async fn forward(State(shared): State<Arc<Shared>>, request: Request)
         }
         Err(failure) => failed(&uri, &failure),
     };
-    counted(&route.config.name, answer)
+    counted(&route.counts, answer)
 }
 
 /// Counts an answer by route and status class (fixed vocabularies).
-fn counted(route: &str, answer: Response) -> Response {
-    let class = match answer.status().as_u16() {
-        200..=299 => "2xx",
-        400..=499 => "4xx",
-        500..=599 => "5xx",
-        _ => "other",
-    };
-    metrics::counter!("llm_retry_gateway_requests_total", "route" => route.to_owned(), "status" => class).increment(1);
+fn counted(counts: &RequestCounts, answer: Response) -> Response {
+    counts.count(answer.status());
     answer
 }
 

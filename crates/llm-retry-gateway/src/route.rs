@@ -1,11 +1,13 @@
 //! A route: which requests it takes, and its failover over its targets.
 
 use crate::config::RouteConfig;
+use crate::counts::RequestCounts;
 use crate::upstream::{self, TargetService};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use llm_retry::failover::{Failover, FailoverBuilder, Shutdown, Target};
 use llm_retry::ConfigError;
+use std::sync::Arc;
 
 /// Marks a request bound to provider state: it never changes targets.
 #[derive(Debug, Clone, Copy)]
@@ -16,6 +18,7 @@ pub(crate) struct StateBound;
 pub(crate) struct Route {
     pub(crate) config: RouteConfig,
     pub(crate) failover: Failover<TargetService>,
+    pub(crate) counts: Arc<RequestCounts>,
 }
 
 impl Route {
@@ -41,6 +44,7 @@ impl Route {
         Ok(Route {
             config: config.clone(),
             failover,
+            counts: Arc::new(RequestCounts::new(&config.name)),
         })
     }
 

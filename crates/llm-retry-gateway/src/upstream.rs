@@ -14,6 +14,8 @@ use hyper_util::rt::TokioExecutor;
 use llm_retry::budget::RetryBudget;
 use llm_retry::rate_limit::{Quotas, RateLimitLayer};
 use llm_retry::{BoxError, ClientLayer, ConfigError, RetryPolicy};
+use metrics::Histogram;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 use tower::util::BoxCloneSyncService;
 use tower::{Layer, ServiceExt};
@@ -125,21 +127,46 @@ pub(crate) fn service(
 ) -> Result<TargetService, ConfigError> {
     let layer = client_layer(route, target)?;
     let client = Client::builder(TokioExecutor::new()).build(connector);
-    let (route_name, target_name) = (route.name.clone(), target.name.clone());
+    let seconds = Arc::new(TargetSeconds {
+        route: route.name.clone(),
+        target: target.name.clone(),
+        handle: OnceLock::new(),
+    });
     let stack = layer
         .layer(client)
         .map_response(|response: Response<_>| response.map(axum::body::Body::new))
         .map_future(move |future| {
             let started = Instant::now();
-            let (route, target) = (route_name.clone(), target_name.clone());
+            let seconds = Arc::clone(&seconds);
             async move {
                 let result = future.await;
-                metrics::histogram!("llm_retry_gateway_target_seconds", "route" => route, "target" => target)
-                    .record(started.elapsed().as_secs_f64());
+                seconds.record(started.elapsed());
                 result
             }
         });
     Ok(BoxCloneSyncService::new(stack))
+}
+
+/// `llm_retry_gateway_target_seconds` for one target, its handle looked up
+/// at the first answer (from the recorder installed then), not at every one.
+struct TargetSeconds {
+    route: String,
+    target: String,
+    handle: OnceLock<Histogram>,
+}
+
+impl TargetSeconds {
+    fn record(&self, took: std::time::Duration) {
+        self.handle
+            .get_or_init(|| {
+                metrics::histogram!(
+                    "llm_retry_gateway_target_seconds",
+                    "route" => self.route.clone(),
+                    "target" => self.target.clone()
+                )
+            })
+            .record(took.as_secs_f64());
+    }
 }
 
 /// Makes a target's request from a copy of the original: the target's
