@@ -28,6 +28,13 @@
 //! up to ~2.2 GiB). `MEMORY_CASE=<case>` runs one case alone and prints its
 //! line.
 
+// Shared with `overhead.rs`, which uses more of it.
+#[allow(dead_code)]
+#[path = "support/in_process.rs"]
+mod in_process;
+#[path = "support/never_retry.rs"]
+mod never_retry;
+
 use bytes::Bytes;
 use futures_util::stream;
 use http::{Request, Response};
@@ -36,6 +43,7 @@ use http_body_util::{BodyExt, Full, StreamBody};
 use llm_retry::rate_limit::RateKey;
 use llm_retry::stream_guard::{StreamGuardLayer, DEFAULT_PREFIX_LIMIT};
 use llm_retry::{ClientLayer, ReplayBody, RetryPolicy};
+use never_retry::NeverRetry;
 use std::convert::Infallible;
 use std::fmt::Debug;
 use std::pin::Pin;
@@ -54,6 +62,8 @@ const REQUESTS: usize = 1000;
 const STREAMS: usize = 10_000;
 /// Requests (and keys) in the key case.
 const KEYS: usize = 100_000;
+/// Keys per measured block of the key case.
+const KEYS_PER_BLOCK: usize = 10_000;
 
 /// Every case, run in this order by the parent process.
 const CASES: &[&str] = &[
@@ -292,34 +302,6 @@ async fn streamed(stack: &str) -> String {
     String::new()
 }
 
-/// `tower::retry` with a policy that never retries but keeps a clone of
-/// each request around its replayable body, as any retry layer must.
-#[derive(Debug, Clone, Copy)]
-struct NeverRetry;
-
-impl<B, Res, E> tower::retry::Policy<Request<ReplayBody<B>>, Res, E> for NeverRetry {
-    type Future = std::future::Ready<()>;
-
-    fn retry(
-        &mut self,
-        _: &mut Request<ReplayBody<B>>,
-        _: &mut Result<Res, E>,
-    ) -> Option<Self::Future> {
-        None
-    }
-
-    fn clone_request(
-        &mut self,
-        request: &Request<ReplayBody<B>>,
-    ) -> Option<Request<ReplayBody<B>>> {
-        let mut clone = Request::new(request.body().try_clone()?);
-        *clone.method_mut() = request.method().clone();
-        *clone.uri_mut() = request.uri().clone();
-        *clone.headers_mut() = request.headers().clone();
-        Some(clone)
-    }
-}
-
 /// An event stream that sends `before_content` bytes of `ping` events in
 /// 4 KiB chunks (each made when polled), counts itself in `stalled`, and
 /// then never ends.
@@ -440,7 +422,6 @@ async fn guard(stack: &str) -> String {
 }
 
 async fn keys() -> String {
-    let barrier = Arc::new(Barrier::new(1));
     // Every answer states a quota of 60 requests a minute, so the gate keeps
     // each key's pacing for a second after its send: keys pile up unless
     // the gate bounds them.
@@ -448,44 +429,34 @@ async fn keys() -> String {
         .layer(ClientLayer::default())
         .map_response(|mut response: Response<Full<Bytes>>| {
             let headers = response.headers_mut();
-            headers.insert(
-                "x-ratelimit-limit-requests",
-                http::HeaderValue::from_static("60"),
-            );
-            headers.insert(
-                "x-ratelimit-remaining-requests",
-                http::HeaderValue::from_static("59"),
-            );
-            headers.insert(
-                "x-ratelimit-reset-requests",
-                http::HeaderValue::from_static("1s"),
-            );
+            for (name, value) in [
+                ("x-ratelimit-limit-requests", "60"),
+                ("x-ratelimit-remaining-requests", "59"),
+                ("x-ratelimit-reset-requests", "1s"),
+            ] {
+                headers.insert(name, http::HeaderValue::from_static(value));
+            }
             response
         })
-        .service(upstream::<ReplayBody<Full<Bytes>>>(barrier));
+        .service_fn(in_process::upstream::<ReplayBody<Full<Bytes>>>);
     let mut out = String::new();
-    let mut block = Instant::now();
-    for i in 0..KEYS {
-        let mut request = request(Full::new(Bytes::from_static(b"{\"max_tokens\":1}")));
-        request.extensions_mut().insert(RateKey(i as u64));
-        let response = svc
-            .ready()
-            .await
-            .expect("ready")
-            .call(request)
-            .await
-            .expect("a response");
-        response.into_body().collect().await.expect("answer body");
-        if (i + 1) % 10_000 == 0 {
-            let per_send = block.elapsed().as_nanos() as f64 / 10_000.0;
-            out.push_str(&format!(
-                "\n    after {:>7} keys: resident {:>6.1} MiB, {:>6.0} ns per send",
-                i + 1,
-                status_kib("VmRSS") as f64 / 1024.0,
-                per_send
-            ));
-            block = Instant::now();
-        }
+    for block in 0..KEYS / KEYS_PER_BLOCK {
+        let requests = (block * KEYS_PER_BLOCK..(block + 1) * KEYS_PER_BLOCK)
+            .map(|key| {
+                let mut request = request(Full::new(Bytes::from_static(b"{\"max_tokens\":1}")));
+                request.extensions_mut().insert(RateKey(key as u64));
+                request
+            })
+            .collect();
+        let start = Instant::now();
+        in_process::send_all(&mut svc, requests).await;
+        let per_send = start.elapsed().as_nanos() as f64 / KEYS_PER_BLOCK as f64;
+        out.push_str(&format!(
+            "\n    after {:>7} keys: resident {:>6.1} MiB, {:>6.0} ns per send",
+            (block + 1) * KEYS_PER_BLOCK,
+            status_kib("VmRSS") as f64 / 1024.0,
+            per_send
+        ));
     }
     out
 }

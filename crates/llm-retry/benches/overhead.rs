@@ -41,6 +41,8 @@
 
 #[path = "support/in_process.rs"]
 mod in_process;
+#[path = "support/never_retry.rs"]
+mod never_retry;
 
 use bytes::Bytes;
 use criterion::{criterion_group, Criterion};
@@ -49,6 +51,7 @@ use http_body::Body;
 use http_body_util::Full;
 use llm_retry::stream_guard::StreamGuardLayer;
 use llm_retry::{ClientLayer, ReplayBody, RetryLayer, RetryPolicy};
+use never_retry::NeverRetry;
 use stats_alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
 use std::alloc::System;
 use std::fmt::Debug;
@@ -84,37 +87,6 @@ fn requests(payload: &Bytes, n: usize) -> Vec<Req> {
                 .expect("valid request")
         })
         .collect()
-}
-
-/// A `tower::retry` policy that never retries but does what any
-/// retry-capable layer must: keep a copy of each request, rebuilt from its
-/// parts around a cheap clone of the replayable body.
-#[derive(Debug, Clone, Copy)]
-struct NeverRetry;
-
-impl<B, Res, E> tower::retry::Policy<Request<ReplayBody<B>>, Res, E> for NeverRetry {
-    type Future = std::future::Ready<()>;
-
-    fn retry(
-        &mut self,
-        _request: &mut Request<ReplayBody<B>>,
-        _result: &mut Result<Res, E>,
-    ) -> Option<Self::Future> {
-        None
-    }
-
-    fn clone_request(
-        &mut self,
-        request: &Request<ReplayBody<B>>,
-    ) -> Option<Request<ReplayBody<B>>> {
-        let mut clone = Request::new(request.body().try_clone()?);
-        *clone.method_mut() = request.method().clone();
-        *clone.uri_mut() = request.uri().clone();
-        *clone.version_mut() = request.version();
-        *clone.headers_mut() = request.headers().clone();
-        *clone.extensions_mut() = request.extensions().clone();
-        Some(clone)
-    }
 }
 
 /// Anything that takes the bench request and answers with a body.

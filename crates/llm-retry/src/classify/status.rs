@@ -327,6 +327,11 @@ mod tests {
         for (code, header, json, want) in cases {
             let provider = json.and_then(body);
             let got = classify_response(s(code), &headers(header), provider.as_ref());
+            assert_eq!(
+                got.is_retryable(),
+                matches!(want, Retryable(_)),
+                "{code} {header:?} {json:?}"
+            );
             assert_eq!(got, want, "{code} {header:?} {json:?}");
         }
     }

@@ -570,9 +570,10 @@ async fn a_cooling_target_is_skipped_by_later_requests_until_its_wait_passes() {
     assert_eq!(outcomes(&later), [("a", 1, "answered 200".to_owned())]);
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_target_failing_too_often_is_skipped_for_its_window_then_tried_again() {
-    let a = upstream(Route::always(Reply::overloaded())).await;
+/// `a` always answering `reply`, down after 2 failures within 10 s, then
+/// `b` always serving.
+async fn unhealthy_a_then_b(reply: Reply) -> (MockServer, MockServer, Failover<Svc>) {
+    let a = upstream(Route::always(reply)).await;
     let b = upstream(Route::always(Reply::anthropic_ok("b"))).await;
     let failover = Failover::builder(vec![
         target("a", &a).unhealthy_after(2, Duration::from_secs(10)),
@@ -580,6 +581,12 @@ async fn a_target_failing_too_often_is_skipped_for_its_window_then_tried_again()
     ])
     .build()
     .unwrap();
+    (a, b, failover)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_target_failing_too_often_is_skipped_for_its_window_then_tried_again() {
+    let (a, _b, failover) = unhealthy_a_then_b(Reply::overloaded()).await;
     let send = || async { report(&failover.clone().oneshot(request()).await.unwrap()) };
     // Two failures (apart, within the window) take it down.
     send().await;
@@ -607,14 +614,7 @@ async fn a_target_failing_too_often_is_skipped_for_its_window_then_tried_again()
 
 #[tokio::test(start_paused = true)]
 async fn a_failure_a_whole_window_old_no_longer_counts() {
-    let a = upstream(Route::always(Reply::status(503))).await;
-    let b = upstream(Route::always(Reply::anthropic_ok("b"))).await;
-    let failover = Failover::builder(vec![
-        target("a", &a).unhealthy_after(2, Duration::from_secs(10)),
-        target("b", &b),
-    ])
-    .build()
-    .unwrap();
+    let (a, b, failover) = unhealthy_a_then_b(Reply::status(503)).await;
     let status = || async { failover.clone().oneshot(request()).await.unwrap().status() };
     // A 503 without a wait is handed over, and counts as a failure.
     assert_eq!(status().await, 503);
