@@ -75,3 +75,60 @@ pub(crate) fn find<'a>(
     }
     super::transport::chain(error).find_map(|link| known.iter().find_map(|r| r(link)))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::classify::RetryableKind;
+    use std::fmt;
+
+    /// A layer error that says only how it classifies.
+    #[derive(Debug)]
+    struct Throttled;
+
+    impl fmt::Display for Throttled {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("throttled by a layer")
+        }
+    }
+
+    impl Error for Throttled {}
+
+    impl Reported for Throttled {
+        fn classification(&self) -> Classification {
+            Classification::Retryable(RetryableKind::RateLimited)
+        }
+    }
+
+    /// Wraps an error as its source, as layers above it do.
+    #[derive(Debug)]
+    struct Outer(Throttled);
+
+    impl fmt::Display for Outer {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("outer")
+        }
+    }
+
+    impl Error for Outer {
+        fn source(&self) -> Option<&(dyn Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn an_error_that_says_only_its_classification_claims_nothing_else() {
+        let error = Outer(Throttled);
+        let found = find(&error, &[recognise::<Throttled>]).expect("found on the chain");
+        assert_eq!(
+            found.classification(),
+            Classification::Retryable(RetryableKind::RateLimited)
+        );
+        assert!(found.provider_error().is_none());
+        assert!(found.response_head().is_none());
+        assert_eq!(found.named_wait(), None);
+        assert!(found.reached_upstream());
+        assert!(!found.may_have_executed());
+        assert!(find(&error, &[]).is_none());
+    }
+}
