@@ -212,3 +212,20 @@ fn threads_interleaving_stay_within_the_bound() {
     // Nothing lost either: what is left adds up to the exact allowance.
     assert_eq!(granted + drain(&budget), deposits / 4 + 60);
 }
+
+#[test]
+fn a_name_is_kept_by_clones_which_still_share_the_counts() {
+    assert_eq!(RetryBudget::default().name(), None);
+    let budget = RetryBudget::new(0.0, 1, Duration::from_secs(10))
+        .unwrap()
+        .named("claude/primary");
+    let clone = budget.clone();
+    assert_eq!(clone.name(), Some("claude/primary"));
+    let before = budget.level().available;
+    clone.try_withdraw().unwrap();
+    assert_eq!(
+        budget.level().available,
+        before - 1,
+        "the counts are shared"
+    );
+}
