@@ -316,31 +316,35 @@ impl<S> Operation<S> {
     /// An error's meaning, and the sends it took.
     fn judge_error(&mut self, error: &(dyn std::error::Error + 'static)) -> Verdict {
         let report = error.downcast_ref::<RetryError>().map(RetryError::report);
-        // The error is read here only where no retry stack's account of
-        // its sends decides (no report, or one whose every send was
-        // refused before it left).
-        let judgement = report.is_none_or(|r| r.attempts == 0).then(|| {
+        // Read only where no retry stack's account decides (`certified`
+        // says where).
+        let judge = || {
             self.config.policy.judge(
                 &RetryState::new(),
                 Outcome::Error(error),
                 self.started.elapsed(),
             )
-        });
-        let rejection = judgement.as_ref().and_then(|j| j.rejection);
-        let unsent =
-            |r: Rejection| matches!(r.kind, RejectionKind::NotConnected | RejectionKind::NotSent);
-        let sends = match report {
-            Some(report) => report.attempts,
-            None => judgement.as_ref().map_or(0, |judgement| {
-                if judgement.rejection.is_some_and(unsent) {
+        };
+        let (sends, rejection) = match report {
+            Some(report) => (
+                report.attempts,
+                certified(Some(report), || judge().rejection),
+            ),
+            None => {
+                let judgement = judge();
+                let unsent = judgement.rejection.is_some_and(|r| {
+                    matches!(r.kind, RejectionKind::NotConnected | RejectionKind::NotSent)
+                });
+                let sends = if unsent {
                     0
                 } else {
                     u32::from(judgement.reached_upstream)
-                }
-            }),
+                };
+                (sends, judgement.rejection)
+            }
         };
         self.spend(sends);
-        match certified(report, || rejection) {
+        match rejection {
             Some(rejection) => Verdict::Rejected(rejection),
             None => Verdict::Final,
         }
