@@ -1,7 +1,7 @@
 //! What the retry loop and the gate under it share for one logical request.
 //!
-//! The retry loop puts a [`GateLink`] in the request's extensions; the gate
-//! reads the request's bounds from it and leaves a note of each send it let
+//! The retry loop offers a [`GateLink`] to the gate it calls (see
+//! [`offer`](super::offer)); the gate reads the request's bounds from it and leaves a note of each send it let
 //! through. Once the retry policy has judged the attempt, the loop hands the
 //! gate the policy's [`KeyNews`]: the gate never reads a response itself.
 
@@ -109,11 +109,11 @@ pub(crate) struct Sent {
 }
 
 impl GateLink {
-    pub(crate) fn new(limits: &crate::budget::Limits, deadline: Option<Instant>) -> GateLink {
+    pub(crate) fn new(bounds: super::offer::LinkBounds) -> GateLink {
         GateLink(Arc::new(Shared {
-            deadline,
-            max_server_wait: limits.max_server_wait,
-            attempt_timeout: limits.attempt_timeout,
+            deadline: bounds.deadline,
+            max_server_wait: bounds.max_server_wait,
+            attempt_timeout: bounds.attempt_timeout,
             gated: AtomicBool::new(false),
             sent: Mutex::new(None),
             estimate: Mutex::default(),

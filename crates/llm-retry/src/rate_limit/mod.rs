@@ -62,6 +62,7 @@ mod key;
 mod keys;
 mod layer;
 pub(crate) mod link;
+pub(crate) mod offer;
 mod refund;
 mod schedule;
 mod service;

@@ -386,7 +386,10 @@ async fn a_send_refused_with_fewer_tokens_left_than_it_booked_holds_only_itself(
         .reserve_send(1, 5_000, now, gate::Bounds::default())
         .unwrap();
     assert_eq!(booking.stated_cost(), 5_000);
-    let link = link::GateLink::new(RetryPolicy::default().limits(), None);
+    let link = link::GateLink::new(super::offer::LinkBounds::new(
+        RetryPolicy::default().limits(),
+        None,
+    ));
     link.sent(
         &gate,
         1,
@@ -458,7 +461,10 @@ async fn an_overload_under_a_ceiling_is_metered_once_in_a_row() {
     let gate = RateLimitLayer::learned().gate;
     let now = Instant::now();
     let s = Duration::from_secs;
-    let link = link::GateLink::new(RetryPolicy::default().limits(), None);
+    let link = link::GateLink::new(super::offer::LinkBounds::new(
+        RetryPolicy::default().limits(),
+        None,
+    ));
     // Sends one on key 1, slotted or not, and reports `news` for it.
     let send = |slotted: bool, news: KeyNews| {
         let gate::Reserved {
@@ -516,7 +522,10 @@ async fn an_overload_under_a_ceiling_is_metered_once_in_a_row() {
     } = lone
         .reserve_send(2, 0, now, gate::Bounds::default())
         .unwrap();
-    let link = link::GateLink::new(RetryPolicy::default().limits(), None);
+    let link = link::GateLink::new(super::offer::LinkBounds::new(
+        RetryPolicy::default().limits(),
+        None,
+    ));
     link.sent(
         &lone,
         2,

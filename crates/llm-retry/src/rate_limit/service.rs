@@ -54,7 +54,11 @@ where
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let (parts, body) = request.into_parts();
         let key = default_key(&parts);
-        let link = parts.extensions.get::<GateLink>().cloned();
+        let link = parts
+            .extensions
+            .get::<GateLink>()
+            .cloned()
+            .or_else(super::offer::take);
         // The caller's estimate, else (when the gate counts tokens) one
         // from the body, made before the gate's lock is taken.
         let cost = match (parts.extensions.get::<TokenCost>(), &link) {

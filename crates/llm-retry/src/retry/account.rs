@@ -15,6 +15,7 @@ use crate::hooks::{RecoveryEvent, RetryEvent};
 use crate::policy::{CredentialsFuture, Decision, Outcome, Recovery, RecoveryAction, WaitScope};
 use crate::policy::{RetryPolicy, RetryState};
 use crate::rate_limit::link::{GateLink, GateWait};
+use crate::rate_limit::offer::LinkBounds;
 use crate::recover::{rewrite_body, BodyEdit};
 use crate::replay::ReplayBody;
 use crate::report::{RetryReport, StopReason};
@@ -69,16 +70,17 @@ pub(crate) trait Resend<B> {
 pub(crate) struct Account {
     pub(crate) policy: RetryPolicy,
     pub(crate) state: RetryState,
-    /// Shared with a rate-limit gate under the retry path, if there is
-    /// one; it also holds the request's deadline.
-    pub(crate) link: GateLink,
+    /// Shared with a rate-limit gate under the retry path, once a gate
+    /// made it (or a recovery or a token estimate needed it first).
+    pub(crate) link: Option<GateLink>,
+    /// Nothing of the request outlives it (`None`: beyond any clock).
+    deadline: Option<Instant>,
     span: Span,
 }
 
 impl Account {
     /// The account of a request whose first send is about to happen: its
-    /// send is counted and deposited in the shared budget, and the returned
-    /// link is to travel in the request's extensions.
+    /// send is counted and deposited in the shared budget.
     pub(crate) fn open(policy: RetryPolicy, method: &Method, uri: &Uri) -> Account {
         // Only method, host and path: a query string or header may hold a key.
         let span = tracing::info_span!(
@@ -96,13 +98,35 @@ impl Account {
         state.record_send();
         let limits = policy.limits();
         let deadline = now.checked_add(limits.max_elapsed);
-        let link = GateLink::new(limits, deadline);
         Account {
             policy,
             state,
-            link,
+            link: None,
+            deadline,
             span,
         }
+    }
+
+    /// What a gate makes the request's link with.
+    pub(crate) fn link_bounds(&self) -> LinkBounds {
+        LinkBounds::new(self.policy.limits(), self.deadline)
+    }
+
+    /// Calls `service` with one attempt's request inside the request's
+    /// span, offering the link to a gate the call reaches.
+    pub(crate) fn call<S, R>(&mut self, service: &mut S, request: R) -> S::Future
+    where
+        S: tower::Service<R>,
+    {
+        let bounds = self.link_bounds();
+        let _entered = self.span.enter();
+        crate::rate_limit::offer::offering(&mut self.link, bounds, || service.call(request))
+    }
+
+    /// The request's link, made now if no gate made it yet.
+    pub(crate) fn ensure_link(&mut self) -> &GateLink {
+        let bounds = self.link_bounds();
+        self.link.get_or_insert_with(|| GateLink::new(bounds))
     }
 
     pub(crate) fn span(&self) -> &Span {
@@ -111,7 +135,7 @@ impl Account {
 
     /// Nothing of this request outlives it (`None`: beyond any clock).
     pub(crate) fn deadline(&self) -> Option<Instant> {
-        self.link.deadline()
+        self.deadline
     }
 
     /// Judges an outcome and does what the judgement says to everything
@@ -122,7 +146,7 @@ impl Account {
             Outcome::Response { status, .. } => (Some(status), None),
             Outcome::Error(e) => (None, Some(e)),
         };
-        let sent = self.link.take_sent();
+        let sent = self.link.as_ref().and_then(GateLink::take_sent);
         let gated = sent.is_some();
         let paced = sent.as_ref().is_some_and(|sent| sent.paced());
         self.state.set_gate(gated, paced);
@@ -131,10 +155,13 @@ impl Account {
             .judge(&self.state, outcome, self.state.elapsed());
         // The gate below (if any) learns what the answer meant for its key:
         // a 429's named wait holds the key.
-        let gate_wait = sent.map_or(GateWait::Own, |sent| {
-            let limit = self.policy.limits().max_server_wait;
-            sent.report(&self.link, judgement.key, Instant::now(), limit)
-        });
+        let gate_wait = match (sent, &self.link) {
+            (Some(sent), Some(link)) => {
+                let limit = self.policy.limits().max_server_wait;
+                sent.report(link, judgement.key, Instant::now(), limit)
+            }
+            _ => GateWait::Own,
+        };
         self.state.record_outcome(status, &judgement);
         let (delay, server_wait, charged, scope) = match judgement.decision {
             Decision::Accept => return Step::Finish(self.finish(StopReason::Succeeded)),
@@ -259,7 +286,7 @@ impl Account {
             Err(error) => return self.recovery_failed(action, error.to_string()),
         };
         // A token-paced key books the next sends at the new body's cost.
-        self.link.set_body(rewritten.clone());
+        self.ensure_link().set_body(rewritten.clone());
         let replaced = resend.body().replaced_with(rewritten);
         resend.set_body(replaced);
         // The length changed; the client derives the new one from the body.

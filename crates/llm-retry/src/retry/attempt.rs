@@ -3,8 +3,10 @@
 //! are built from.
 
 use super::account::{Account, Resend, Step};
+use super::carry::{Carriage, Carry};
 use crate::error::{BoxError, RetryError};
 use crate::policy::{Outcome, RetryPolicy};
+use crate::rate_limit::link::GateLink;
 use crate::replay::ReplayBody;
 use crate::report::{RetryReport, StopReason};
 use http::{request, HeaderMap, Request, StatusCode};
@@ -12,9 +14,7 @@ use std::time::Duration;
 use tracing::Span;
 
 /// The request every later attempt is built from, and the next one's
-/// body, once it is known to be replayable. The parts are kept without the
-/// gate link, which each attempt gets as it is built: one extension map
-/// fewer to copy on a call that succeeds.
+/// body, once it is known to be replayable.
 pub(super) struct Template<B> {
     parts: request::Parts,
     body: ReplayBody<B>,
@@ -48,6 +48,11 @@ impl<B> Resend<B> for Template<B> {
 pub(super) struct AttemptCtx<B> {
     account: Account,
     template: Template<B>,
+    /// Each attempt's request carries the link in its extensions too.
+    in_extensions: bool,
+    /// The verdict the first attempt settles, and whether a gate took the
+    /// link during that attempt's call.
+    probe: Option<(Carriage, bool)>,
 }
 
 impl<B> AttemptCtx<B> {
@@ -56,19 +61,20 @@ impl<B> AttemptCtx<B> {
         mut parts: request::Parts,
         body: ReplayBody<B>,
         policy: RetryPolicy,
+        carry: Carry,
     ) -> (AttemptCtx<B>, Request<ReplayBody<B>>)
     where
         B: http_body::Body<Data = bytes::Bytes>,
         B::Error: Into<crate::BoxError>,
     {
-        let account = Account::open(policy, &parts.method, &parts.uri);
+        let mut account = Account::open(policy, &parts.method, &parts.uri);
         account.stamp_attempt(&mut parts.headers);
         // A buffered body is known before its first send: a token-paced
         // key estimates the send's cost from it (looked at only once some
         // gate counts tokens).
         if crate::rate_limit::some_gate_counts_tokens() {
             if let Some(bytes) = body.fill_ready() {
-                account.link.set_body(bytes);
+                account.ensure_link().set_body(bytes);
             }
         }
         let template = Template {
@@ -76,9 +82,35 @@ impl<B> AttemptCtx<B> {
             body: body.replica(),
             next: None,
         };
-        parts.extensions.insert(account.link.clone());
+        let (in_extensions, probe) = match carry {
+            Carry::Offer => (false, None),
+            Carry::Extension => (true, None),
+            Carry::Probe(carriage) => (true, Some((carriage, false))),
+        };
+        if in_extensions {
+            parts.extensions.insert(account.ensure_link().clone());
+        }
         let first = Request::from_parts(parts, body);
-        (AttemptCtx { account, template }, first)
+        let ctx = AttemptCtx {
+            account,
+            template,
+            in_extensions,
+            probe,
+        };
+        (ctx, first)
+    }
+
+    /// Calls `service` with `request`, offering the request's gate link
+    /// to a gate it reaches.
+    pub(super) fn call<S, R>(&mut self, service: &mut S, request: R) -> S::Future
+    where
+        S: tower::Service<R>,
+    {
+        let future = self.account.call(service, request);
+        if let Some((_, during_call)) = &mut self.probe {
+            *during_call = self.account.link.as_ref().is_some_and(GateLink::gated);
+        }
+        future
     }
 
     pub(super) fn span(&self) -> &Span {
@@ -106,7 +138,9 @@ impl<B> AttemptCtx<B> {
 
     /// Called before each attempt: no gate has taken it yet.
     pub(super) fn begin_attempt(&self) {
-        self.account.link.reset_gated();
+        if let Some(link) = &self.account.link {
+            link.reset_gated();
+        }
     }
 
     /// When the attempt just called must have its response head, if an
@@ -120,7 +154,7 @@ impl<B> AttemptCtx<B> {
     /// gate times it from its send, not from its queue, and this layer's
     /// own attempt timer stands down.
     pub(super) fn attempt_gated(&self) -> bool {
-        self.account.link.gated()
+        self.account.link.as_ref().is_some_and(GateLink::gated)
     }
 
     /// Time left before the request's deadline.
@@ -132,6 +166,10 @@ impl<B> AttemptCtx<B> {
 
     /// Judges an outcome (see [`Account::judge`]).
     pub(super) fn judge(&mut self, outcome: Outcome<'_>) -> Step {
+        if let Some((carriage, during_call)) = self.probe.take() {
+            let answered = matches!(outcome, Outcome::Response { .. });
+            carriage.settle(during_call, self.attempt_gated(), answered);
+        }
         self.account.judge(outcome, &mut self.template)
     }
 
@@ -148,7 +186,9 @@ impl<B> AttemptCtx<B> {
     pub(super) fn next_request(&mut self) -> Option<Request<ReplayBody<B>>> {
         let body = self.template.next.take()?;
         let mut parts = self.template.parts.clone();
-        parts.extensions.insert(self.account.link.clone());
+        if self.in_extensions {
+            parts.extensions.insert(self.account.ensure_link().clone());
+        }
         self.account.record_resend();
         self.account.stamp_attempt(&mut parts.headers);
         Some(Request::from_parts(parts, body))

@@ -2,6 +2,7 @@
 
 use super::account::{fails_even_with_response, Step};
 use super::attempt::AttemptCtx;
+use super::carry::Carry;
 use super::peek::{PeekEnd, Peeked};
 use super::RetryBody;
 use crate::budget::WaitPermit;
@@ -89,12 +90,10 @@ where
         parts: request::Parts,
         body: ReplayBody<B>,
         policy: RetryPolicy,
+        carry: Carry,
     ) -> ResponseFuture<S, B, ResBody> {
-        let (ctx, first) = AttemptCtx::new(parts, body, policy);
-        let future = {
-            let _entered = ctx.span().enter();
-            ready.call(first)
-        };
+        let (mut ctx, first) = AttemptCtx::new(parts, body, policy, carry);
+        let future = ctx.call(ready, first);
         ResponseFuture {
             state: State::Calling { future },
             deadline: None,
@@ -317,7 +316,7 @@ where
                         return Poll::Ready(Err(ctx.error(report, "no request prepared".into())));
                     };
                     ctx.begin_attempt();
-                    let future = this.service.call(request);
+                    let future = ctx.call(this.service, request);
                     *this.attempt_until = ctx.attempt_bound();
                     *this.attempt_timer = None;
                     this.state.set(State::Calling { future });

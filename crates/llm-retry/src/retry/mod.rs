@@ -4,6 +4,7 @@
 pub(crate) mod account;
 mod attempt;
 mod body;
+mod carry;
 pub(crate) mod future;
 mod layer;
 mod peek;
@@ -16,6 +17,8 @@ pub use service::Retry;
 
 #[cfg(test)]
 mod bounds_proptest;
+#[cfg(test)]
+mod carry_tests;
 #[cfg(test)]
 mod equivalence_proptest;
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! [`Retry`]: the service.
 
+use super::carry::Carriage;
 use super::future::ResponseFuture;
 use super::RetryBody;
 use crate::error::BoxError;
@@ -16,11 +17,16 @@ use tower::Service;
 pub struct Retry<S> {
     inner: S,
     policy: RetryPolicy,
+    carriage: Carriage,
 }
 
 impl<S> Retry<S> {
     pub(super) fn new(inner: S, policy: RetryPolicy) -> Retry<S> {
-        Retry { inner, policy }
+        Retry {
+            inner,
+            policy,
+            carriage: Carriage::default(),
+        }
     }
 
     /// The wrapped service.
@@ -63,6 +69,7 @@ where
         // in its place and send the first attempt through the ready one.
         let clone = self.inner.clone();
         let mut ready = std::mem::replace(&mut self.inner, clone);
-        ResponseFuture::start(&mut ready, parts, body, self.policy.clone())
+        let carry = self.carriage.next();
+        ResponseFuture::start(&mut ready, parts, body, self.policy.clone(), carry)
     }
 }

@@ -128,15 +128,16 @@ where
         *clone.extensions_mut() = req.extensions().clone();
         if clone.extensions().get::<Account>().is_none() {
             // The caller's request is the first send: open its account.
-            let account = Account::open(self.clone(), req.method(), req.uri());
+            let mut account = Account::open(self.clone(), req.method(), req.uri());
             // As `RetryLayer` does: a token-paced key estimates the cost of
             // the resends from the body.
             if crate::rate_limit::some_gate_counts_tokens() {
                 if let Some(bytes) = req.body().fill_ready() {
-                    account.link.set_body(bytes);
+                    account.ensure_link().set_body(bytes);
                 }
             }
-            clone.extensions_mut().insert(account.link.clone());
+            let link = account.ensure_link().clone();
+            clone.extensions_mut().insert(link);
             clone.extensions_mut().insert(account);
         }
         Some(clone)

@@ -1,0 +1,66 @@
+//! How one [`Retry`](super::Retry) service's requests carry their gate
+//! link: offered during the call alone, or also in the request's
+//! extensions.
+//!
+//! Offering costs nothing when no gate takes the link (see
+//! [`offer`](crate::rate_limit::offer)), but a gate behind a layer that
+//! calls it later, from another task, never sees the offer. So a service
+//! starts out sending the link both ways and learns from its first request
+//! whose outcome settles it:
+//!
+//! - a gate took the link during the call, or the answer came back through
+//!   no gate at all: offering suffices, from then on;
+//! - a gate took it only after the call returned: the link travels in the
+//!   extensions, from then on.
+//!
+//! The verdict is shared by the service's clones and never changes once
+//! made. A stack whose requests take different paths (a `Steer` with a
+//! deferred gate on one branch only) is settled by its first request.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+
+const UNSETTLED: u8 = 0;
+const OFFER: u8 = 1;
+const EXTENSION: u8 = 2;
+
+/// The shared verdict of one service and its clones.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Carriage(Arc<AtomicU8>);
+
+/// How one request carries its link.
+pub(super) enum Carry {
+    /// Offered during each call only.
+    Offer,
+    /// In the extensions too.
+    Extension,
+    /// In the extensions too, and its outcome settles the verdict.
+    Probe(Carriage),
+}
+
+impl Carriage {
+    /// How the next request carries its link.
+    pub(super) fn next(&self) -> Carry {
+        match self.0.load(Ordering::Relaxed) {
+            OFFER => Carry::Offer,
+            EXTENSION => Carry::Extension,
+            _ => Carry::Probe(self.clone()),
+        }
+    }
+
+    /// Settles the verdict from a probe's first attempt: whether a gate
+    /// took the link during the call, whether one took it by the time the
+    /// outcome came, and whether the outcome is an answer (which passed
+    /// every gate on its path). An error that met no gate settles nothing.
+    pub(super) fn settle(&self, during_call: bool, by_outcome: bool, answered: bool) {
+        let verdict = match (during_call, by_outcome) {
+            (true, _) => OFFER,
+            (false, true) => EXTENSION,
+            (false, false) if answered => OFFER,
+            (false, false) => return,
+        };
+        let _ = self
+            .0
+            .compare_exchange(UNSETTLED, verdict, Ordering::Relaxed, Ordering::Relaxed);
+    }
+}
