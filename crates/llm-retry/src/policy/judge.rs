@@ -123,6 +123,27 @@ impl RetryPolicy {
     /// layer, the rate-limit gate and the `tower::retry` path all act on the
     /// [`Judgement`] it returns.
     pub fn judge(&self, state: &RetryState, outcome: Outcome<'_>, elapsed: Duration) -> Judgement {
+        // A success is final whatever its headers say (see `evidence`): the
+        // common answer, unread, is judged without building the evidence of
+        // a failure.
+        if let Outcome::Response {
+            status,
+            headers,
+            body: None,
+        } = outcome
+        {
+            if classify_status(status, None) == Classification::Success {
+                return Judgement {
+                    class: Classification::Success,
+                    provider: None,
+                    hint: ServerHint::default(),
+                    key: self.served_news(Some(headers).filter(|_| state.gated())),
+                    reached_upstream: true,
+                    rejection: None,
+                    decision: Decision::Accept,
+                };
+            }
+        }
         let evidence = self.evidence(outcome);
         let should_retry = evidence.should_retry;
         let wait = match &evidence.class {
@@ -170,16 +191,7 @@ impl RetryPolicy {
         let stated = evidence.headers.filter(|_| state.gated());
         let key = match &evidence.base {
             _ if !evidence.reached_upstream => KeyNews::None,
-            Classification::Success => {
-                let window = stated.and_then(|headers| request_window(headers, self.now()));
-                KeyNews::Served {
-                    window,
-                    // Providers that state a token quota state the request
-                    // window beside it: the common answer, which states
-                    // neither, pays for one look only.
-                    tokens: stated.filter(|_| window.is_some()).and_then(token_window),
-                }
-            }
+            Classification::Success => self.served_news(stated),
             Classification::Retryable(RetryableKind::RateLimited) => {
                 let wait = match evidence.class {
                     Classification::Retryable(_) => wait,
@@ -207,6 +219,19 @@ impl RetryPolicy {
             reached_upstream: evidence.reached_upstream,
             rejection,
             decision,
+        }
+    }
+
+    /// What a served send tells its key: the quota its answer's headers
+    /// state (read only for a send a gate took).
+    fn served_news(&self, stated: Option<&HeaderMap>) -> KeyNews {
+        let window = stated.and_then(|headers| request_window(headers, self.now()));
+        KeyNews::Served {
+            window,
+            // Providers that state a token quota state the request window
+            // beside it: the common answer, which states neither, pays for
+            // one look only.
+            tokens: stated.filter(|_| window.is_some()).and_then(token_window),
         }
     }
 

@@ -162,10 +162,15 @@ impl RetryState {
 
     /// The report of this request, stopping for `stop`.
     pub fn report(&self, stop: StopReason) -> RetryReport {
+        self.report_after(stop, self.elapsed())
+    }
+
+    /// The report, `elapsed` after the start (read by the caller already).
+    pub(crate) fn report_after(&self, stop: StopReason, elapsed: Duration) -> RetryReport {
         RetryReport {
             attempts: self.attempts,
             total_wait: self.total_wait,
-            elapsed: self.elapsed(),
+            elapsed,
             server_waits_honoured: self.server_waits_honoured,
             last_status: self.last_status,
             last_error_type: self.last_error_type.clone(),

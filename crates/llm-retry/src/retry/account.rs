@@ -90,10 +90,10 @@ impl Account {
             url.path = uri.path(),
             http.request.resend_count = tracing::field::Empty,
         );
-        if let Some(budget) = policy.budget() {
-            budget.deposit();
-        }
         let now = Instant::now();
+        if let Some(budget) = policy.budget() {
+            budget.deposit_at(now);
+        }
         let mut state = RetryState::started_at(now);
         state.record_send();
         let limits = policy.limits();
@@ -150,9 +150,9 @@ impl Account {
         let gated = sent.is_some();
         let paced = sent.as_ref().is_some_and(|sent| sent.paced());
         self.state.set_gate(gated, paced);
-        let judgement = self
-            .policy
-            .judge(&self.state, outcome, self.state.elapsed());
+        // Read once: the judgement and an immediate stop's report agree.
+        let elapsed = self.state.elapsed();
+        let judgement = self.policy.judge(&self.state, outcome, elapsed);
         // The gate below (if any) learns what the answer meant for its key:
         // a 429's named wait holds the key.
         let gate_wait = match (sent, &self.link) {
@@ -164,8 +164,10 @@ impl Account {
         };
         self.state.record_outcome(status, &judgement);
         let (delay, server_wait, charged, scope) = match judgement.decision {
-            Decision::Accept => return Step::Finish(self.finish(StopReason::Succeeded)),
-            Decision::Stop(reason) => return Step::Finish(self.finish(reason)),
+            Decision::Accept => {
+                return Step::Finish(self.finish_after(StopReason::Succeeded, elapsed))
+            }
+            Decision::Stop(reason) => return Step::Finish(self.finish_after(reason, elapsed)),
             Decision::Recover(recovery) => {
                 return self.recover(recovery, &judgement.class, status, resend)
             }
@@ -345,7 +347,12 @@ impl Account {
 
     /// The report of a request stopping for `stop`, with its hooks fired.
     pub(crate) fn finish(&self, stop: StopReason) -> RetryReport {
-        let report = self.state.report(stop);
+        self.finish_after(stop, self.state.elapsed())
+    }
+
+    /// As [`finish`](Self::finish), `elapsed` after the start.
+    fn finish_after(&self, stop: StopReason, elapsed: Duration) -> RetryReport {
+        let report = self.state.report_after(stop, elapsed);
         if report.stop == StopReason::Succeeded {
             if report.retried() {
                 tracing::info!(attempts = report.attempts, "llm-retry: recovered");
