@@ -95,14 +95,50 @@ impl GuardConfig {
         let Some(value) = headers.get(http::header::CONTENT_TYPE) else {
             return false;
         };
-        let Ok(value) = value.to_str() else {
-            return false;
-        };
-        let essence = value.split(';').next().unwrap_or("").trim();
-        essence.eq_ignore_ascii_case("text/event-stream")
+        // The media type before any parameters, compared as bytes: the
+        // parameters are never read, so their bytes need no checking.
+        let value = value.as_bytes();
+        let end = value.iter().position(|&b| b == b';').unwrap_or(value.len());
+        let essence = value[..end].trim_ascii();
+        essence.eq_ignore_ascii_case(b"text/event-stream")
             || self
                 .extra_content_types
                 .iter()
-                .any(|t| essence.eq_ignore_ascii_case(t))
+                .any(|t| essence.eq_ignore_ascii_case(t.as_bytes()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StreamGuardLayer;
+    use http::{HeaderMap, HeaderValue, StatusCode};
+
+    #[test]
+    fn the_media_type_alone_decides_what_is_guarded() {
+        let layer = StreamGuardLayer::new().guard_content_type("application/x-ndjson");
+        let cases: [(&[u8], bool); 10] = [
+            (b"text/event-stream", true),
+            (b"TEXT/Event-Stream", true),
+            (b"text/event-stream; charset=utf-8", true),
+            (b" text/event-stream ;charset=\xff", true),
+            (b"application/x-ndjson", true),
+            (b"application/json", false),
+            (b"text/event-streams", false),
+            (b"text/event", false),
+            (b"", false),
+            (b";text/event-stream", false),
+        ];
+        for (value, guarded) in cases {
+            let mut headers = HeaderMap::new();
+            let value = HeaderValue::from_bytes(value).expect("a valid header value");
+            headers.insert(http::header::CONTENT_TYPE, value.clone());
+            assert_eq!(
+                layer.config.guards(StatusCode::OK, &headers),
+                guarded,
+                "{value:?}"
+            );
+            assert!(!layer.config.guards(StatusCode::BAD_GATEWAY, &headers));
+        }
+        assert!(!layer.config.guards(StatusCode::OK, &HeaderMap::new()));
     }
 }
