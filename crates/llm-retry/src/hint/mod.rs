@@ -68,6 +68,7 @@ pub use number::MAX_HINT;
 pub use retry_after::parse_retry_after;
 
 use http::{header::RETRY_AFTER, HeaderMap};
+pub(crate) use ratelimit::request_window_with;
 use std::time::{Duration, SystemTime};
 
 /// What the server said about retrying.

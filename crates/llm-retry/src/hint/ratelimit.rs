@@ -83,6 +83,15 @@ pub(crate) fn anthropic_reset(headers: &HeaderMap, now: SystemTime) -> Option<Se
 /// and Anthropic's `anthropic-ratelimit-requests-*` headers state it on
 /// every answer: the tighter of the two when both are present.
 pub(crate) fn request_window(headers: &HeaderMap, now: SystemTime) -> Option<RequestWindow> {
+    request_window_with(headers, || now)
+}
+
+/// As [`request_window`], reading the wall clock only when an answer names
+/// its reset as an instant.
+pub(crate) fn request_window_with(
+    headers: &HeaderMap,
+    now: impl FnOnce() -> SystemTime,
+) -> Option<RequestWindow> {
     // Read on every success under a gate: names parsed once, not per call.
     const OPENAI_LEFT: HeaderName = HeaderName::from_static("x-ratelimit-remaining-requests");
     const OPENAI_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset-requests");
@@ -105,7 +114,7 @@ pub(crate) fn request_window(headers: &HeaderMap, now: SystemTime) -> Option<Req
     let anthropic = count(headers, &ANTHROPIC_LEFT).map(|remaining| RequestWindow {
         remaining,
         reset_in: first_valid(headers, &ANTHROPIC_RESET, |v| parse_rfc3339(text(v)?))
-            .map(|at| until(at, now)),
+            .map(|at| until(at, now())),
         per_minute: per_minute(&ANTHROPIC_LIMIT),
     });
     match (openai, anthropic) {

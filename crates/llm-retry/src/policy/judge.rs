@@ -8,8 +8,8 @@ use crate::classify::{
     Classification, FatalKind, ProviderError, RetryableKind,
 };
 use crate::hint::{
-    named_wait, request_window, token_quota_only, token_window, ServerHint, ServerWait, Signals,
-    WaitSource,
+    named_wait, request_window_with, token_quota_only, token_window, ServerHint, ServerWait,
+    Signals, WaitSource,
 };
 use crate::rate_limit::KeyNews;
 use crate::report::StopReason;
@@ -201,7 +201,7 @@ impl RetryPolicy {
                     wait: wait.map(|w| w.duration),
                     rate: !evidence.headers.is_some_and(token_quota_only),
                     whole_seconds: wait.is_some_and(|w| w.whole_seconds),
-                    window: stated.and_then(|headers| request_window(headers, self.now())),
+                    window: stated.and_then(|headers| request_window_with(headers, || self.now())),
                     tokens: stated.and_then(token_window),
                 }
             }
@@ -225,7 +225,7 @@ impl RetryPolicy {
     /// What a served send tells its key: the quota its answer's headers
     /// state (read only for a send a gate took).
     fn served_news(&self, stated: Option<&HeaderMap>) -> KeyNews {
-        let window = stated.and_then(|headers| request_window(headers, self.now()));
+        let window = stated.and_then(|headers| request_window_with(headers, || self.now()));
         KeyNews::Served {
             window,
             // Providers that state a token quota state the request window

@@ -33,12 +33,14 @@ impl TokenCost {
 /// Headers whose value identifies the caller's credentials (Anthropic,
 /// OpenAI and gateways, Azure OpenAI, Gemini). Names built once: every send
 /// looks them up.
-const KEY_HEADERS: [HeaderName; 4] = [
+static KEY_HEADERS: [HeaderName; KEY_HEADER_COUNT] = [
     HeaderName::from_static("x-api-key"),
     http::header::AUTHORIZATION,
     HeaderName::from_static("api-key"),
     HeaderName::from_static("x-goog-api-key"),
 ];
+
+const KEY_HEADER_COUNT: usize = 4;
 
 /// Query parameters that carry a credential (Gemini's `?key=`).
 const KEY_PARAMS: [&str; 1] = ["key"];
@@ -51,8 +53,16 @@ pub(super) fn default_key(parts: &http::request::Parts) -> u64 {
     }
     let mut hasher = DefaultHasher::new();
     parts.uri.authority().map(|a| a.as_str()).hash(&mut hasher);
-    for name in &KEY_HEADERS {
-        if let Some(value) = parts.headers.get(name) {
+    // One pass over the request's few headers instead of a hashed lookup
+    // per credential name; the first value of each counts, as `get` gives.
+    let mut found: [Option<&http::HeaderValue>; KEY_HEADER_COUNT] = [None; KEY_HEADER_COUNT];
+    for (name, value) in &parts.headers {
+        if let Some(i) = KEY_HEADERS.iter().position(|key| key == name) {
+            found[i].get_or_insert(value);
+        }
+    }
+    for (name, value) in KEY_HEADERS.iter().zip(found) {
+        if let Some(value) = value {
             name.as_str().hash(&mut hasher);
             value.as_bytes().hash(&mut hasher);
         }
@@ -102,6 +112,39 @@ mod tests {
         ] {
             assert_eq!(TokenCost::estimate(no_limit), None);
         }
+    }
+
+    #[test]
+    fn every_credential_header_counts_in_any_order_and_only_its_first_value() {
+        let key = |headers: &[(&str, &str)]| {
+            let mut request = http::Request::post("http://a.test/v1/messages");
+            for (name, value) in headers {
+                request = request.header(*name, *value);
+            }
+            default_key(&request.body(()).unwrap_or_default().into_parts().0)
+        };
+        let both = key(&[("x-api-key", "k1"), ("authorization", "Bearer t")]);
+        assert_eq!(
+            both,
+            key(&[("authorization", "Bearer t"), ("x-api-key", "k1")])
+        );
+        assert_ne!(both, key(&[("x-api-key", "k1")]));
+        assert_ne!(
+            both,
+            key(&[("x-api-key", "k1"), ("authorization", "Bearer u")])
+        );
+        for name in ["x-api-key", "authorization", "api-key", "x-goog-api-key"] {
+            assert_ne!(key(&[(name, "k1")]), key(&[(name, "k2")]), "{name}");
+            assert_ne!(key(&[(name, "k1")]), key(&[]), "{name}");
+        }
+        // Other headers are not credentials.
+        assert_eq!(
+            key(&[("x-api-key", "k1"), ("content-type", "a/b")]),
+            key(&[("x-api-key", "k1")])
+        );
+        // A repeated header is keyed by its first value, as `get` reads it.
+        let repeated = key(&[("x-api-key", "k1"), ("x-api-key", "k2")]);
+        assert_eq!(repeated, key(&[("x-api-key", "k1")]));
     }
 
     #[test]

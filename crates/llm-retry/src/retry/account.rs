@@ -114,6 +114,7 @@ impl Account {
 
     /// Calls `service` with one attempt's request inside the request's
     /// span, offering the link to a gate the call reaches.
+    #[inline]
     pub(crate) fn call<S, R>(&mut self, service: &mut S, request: R) -> S::Future
     where
         S: tower::Service<R>,

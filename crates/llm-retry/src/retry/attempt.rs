@@ -57,6 +57,7 @@ pub(super) struct AttemptCtx<B> {
 
 impl<B> AttemptCtx<B> {
     /// The context and the first attempt's request.
+    #[inline]
     pub(super) fn new(
         mut parts: request::Parts,
         body: ReplayBody<B>,
@@ -102,6 +103,7 @@ impl<B> AttemptCtx<B> {
 
     /// Calls `service` with `request`, offering the request's gate link
     /// to a gate it reaches.
+    #[inline]
     pub(super) fn call<S, R>(&mut self, service: &mut S, request: R) -> S::Future
     where
         S: tower::Service<R>,
@@ -165,6 +167,7 @@ impl<B> AttemptCtx<B> {
     }
 
     /// Judges an outcome (see [`Account::judge`]).
+    #[inline]
     pub(super) fn judge(&mut self, outcome: Outcome<'_>) -> Step {
         if let Some((carriage, during_call)) = self.probe.take() {
             let answered = matches!(outcome, Outcome::Response { .. });

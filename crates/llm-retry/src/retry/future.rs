@@ -85,6 +85,7 @@ where
     B: http_body::Body<Data = bytes::Bytes>,
     B::Error: Into<BoxError>,
 {
+    #[inline]
     pub(super) fn start(
         ready: &mut S,
         parts: request::Parts,
@@ -119,6 +120,7 @@ struct Peek<Res> {
 }
 
 /// Moves the state machine on after a judged outcome; `Some` is the answer.
+#[inline]
 fn advance<F, ResBody, T>(
     step: Step,
     mut state: Pin<&mut State<F, ResBody>>,
@@ -334,6 +336,7 @@ where
 /// `polled`, unless it is pending and one of `bounds` (a timer, made on
 /// first use, and the instant it fires at) has passed: then the error `cut`
 /// makes.
+#[inline]
 fn poll_bounded<T, const N: usize>(
     polled: Poll<Result<T, BoxError>>,
     bounds: [(&mut Timer, Option<Instant>); N],
@@ -354,6 +357,7 @@ fn poll_bounded<T, const N: usize>(
 }
 
 /// The final response with its report, unless the stop must be an error.
+#[inline]
 fn respond<ResBody>(
     head: response::Parts,
     body: RetryBody<ResBody>,
