@@ -48,6 +48,14 @@
 //! # }
 //! ```
 //!
+//! The retry layer hands the gate its request's bounds and verdicts while
+//! it calls the stack below, so the layers between them should call their
+//! inner service at once, as tower's `map_request`, `timeout` or
+//! `concurrency_limit` do. A layer that calls it later, from another task
+//! (a `Buffer`), works too: the retry service's first request shows it, and
+//! its requests then carry the link in their extensions (one allocation
+//! more per request).
+//!
 //! The gate's waits follow tokio's clock, so paused-clock tests drive them.
 //! A send dropped while it waits gives up its slot without sending; the slot
 //! is not handed back.

@@ -56,14 +56,15 @@ pub(super) struct AttemptCtx<B> {
 }
 
 impl<B> AttemptCtx<B> {
-    /// The context and the first attempt's request.
+    /// The context of a request whose first attempt sends `parts` (stamped
+    /// and linked here) and `body`.
     #[inline]
     pub(super) fn new(
-        mut parts: request::Parts,
-        body: ReplayBody<B>,
+        parts: &mut request::Parts,
+        body: &ReplayBody<B>,
         policy: RetryPolicy,
         carry: Carry,
-    ) -> (AttemptCtx<B>, Request<ReplayBody<B>>)
+    ) -> AttemptCtx<B>
     where
         B: http_body::Body<Data = bytes::Bytes>,
         B::Error: Into<crate::BoxError>,
@@ -91,14 +92,12 @@ impl<B> AttemptCtx<B> {
         if in_extensions {
             parts.extensions.insert(account.ensure_link().clone());
         }
-        let first = Request::from_parts(parts, body);
-        let ctx = AttemptCtx {
+        AttemptCtx {
             account,
             template,
             in_extensions,
             probe,
-        };
-        (ctx, first)
+        }
     }
 
     /// Calls `service` with `request`, offering the request's gate link

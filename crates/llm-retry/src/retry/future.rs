@@ -93,16 +93,20 @@ where
         policy: RetryPolicy,
         carry: Carry,
     ) -> ResponseFuture<S, B, ResBody> {
-        let (mut ctx, first) = AttemptCtx::new(parts, body, policy, carry);
-        let future = ctx.call(ready, first);
-        ResponseFuture {
-            state: State::Calling { future },
+        let mut parts = parts;
+        let ctx = AttemptCtx::new(&mut parts, &body, policy, carry);
+        let mut started = ResponseFuture {
+            state: State::Readying,
             deadline: None,
             attempt_timer: None,
-            attempt_until: ctx.attempt_bound(),
+            attempt_until: None,
             service: ready.clone(),
             ctx,
-        }
+        };
+        let future = started.ctx.call(ready, Request::from_parts(parts, body));
+        started.attempt_until = started.ctx.attempt_bound();
+        started.state = State::Calling { future };
+        started
     }
 }
 
