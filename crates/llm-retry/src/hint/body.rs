@@ -119,6 +119,8 @@ mod tests {
                 Some(Duration::from_micros(250)),
             ),
             (b"try again in 1h2m3.5s", ms(3_723_500)),
+            (b"try again in 2 hours", ms(7_200_000)),
+            (b"try again in 1.5 hr", ms(5_400_000)),
             (
                 br#"{"error":{"message":"... Please try again in 20s. Visit ..."}}"#,
                 ms(20_000),
@@ -150,10 +152,10 @@ mod tests {
 
     #[test]
     fn scans_only_the_first_64_kib() {
-        let mut body = vec![b' '; BODY_SCAN_LIMIT - 20];
+        let mut body = vec![b' '; 65_536 - 20];
         body.extend_from_slice(b"try again in 2s");
         assert_eq!(parse_body_phrase(&body), ms(2000));
-        let mut late = vec![b' '; BODY_SCAN_LIMIT];
+        let mut late = vec![b' '; 65_536];
         late.extend_from_slice(b"try again in 2s");
         assert_eq!(parse_body_phrase(&late), None);
     }

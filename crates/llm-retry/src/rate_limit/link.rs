@@ -121,6 +121,12 @@ impl GateLink {
         }))
     }
 
+    /// Whether `other` is this very link.
+    #[cfg(test)]
+    pub(super) fn same(&self, other: &GateLink) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
     /// The request body is `bytes`, whole (before its first send, or as a
     /// recovery rewrote it for the next).
     pub(crate) fn set_body(&self, bytes: Bytes) {

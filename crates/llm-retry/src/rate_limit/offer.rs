@@ -59,8 +59,10 @@ struct Restore<'a> {
 
 impl Drop for Restore<'_> {
     fn drop(&mut self) {
-        let ours = OFFERED.with(|cell| cell.replace(self.outer.take()));
-        if let Some(ours) = ours {
+        let outer = self.outer.take();
+        // `try_with`: a thread tearing down its locals has no offer to
+        // restore, and must not panic here.
+        if let Ok(Some(ours)) = OFFERED.try_with(|cell| cell.replace(outer)) {
             *self.link = ours.link;
         }
     }
@@ -74,26 +76,91 @@ pub(crate) fn offering<T>(
     bounds: LinkBounds,
     call: impl FnOnce() -> T,
 ) -> T {
-    let offer = Offer {
-        bounds,
-        link: link.take(),
-    };
-    let outer = OFFERED.with(|cell| cell.replace(Some(offer)));
-    let _restore = Restore { outer, link };
-    call()
+    let offered = OFFERED.try_with(|cell| {
+        cell.replace(Some(Offer {
+            bounds,
+            link: link.take(),
+        }))
+    });
+    match offered {
+        Ok(outer) => {
+            let _restore = Restore { outer, link };
+            call()
+        }
+        // The thread's locals are gone (it is exiting): no gate can take
+        // an offer, and the link stays where it was.
+        Err(_) => call(),
+    }
 }
 
 /// For a gate's `call`: the link of the request being called, if a retry
 /// loop above offers one (made here the first time a gate asks).
 pub(super) fn take() -> Option<GateLink> {
-    OFFERED.with(|cell| {
-        let mut offer = cell.take()?;
-        let bounds = offer.bounds;
-        let link = offer
-            .link
-            .get_or_insert_with(|| GateLink::new(bounds))
-            .clone();
-        cell.set(Some(offer));
-        Some(link)
-    })
+    OFFERED
+        .try_with(|cell| {
+            let mut offer = cell.take()?;
+            let bounds = offer.bounds;
+            let link = offer
+                .link
+                .get_or_insert_with(|| GateLink::new(bounds))
+                .clone();
+            cell.set(Some(offer));
+            Some(link)
+        })
+        .ok()
+        .flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bounds() -> LinkBounds {
+        LinkBounds::new(&Limits::default(), None)
+    }
+
+    #[test]
+    fn an_offer_lasts_for_its_call_and_nested_offers_take_turns() {
+        assert!(take().is_none(), "no offer outside a call");
+        let (mut outer, mut inner) = (None, None);
+        offering(&mut outer, bounds(), || {
+            let first = take().expect("offered");
+            assert!(first.same(&take().expect("still offered")), "made once");
+            offering(&mut inner, bounds(), || {
+                let nested = take().expect("offered");
+                assert!(!nested.same(&first), "the nearest retry loop's link");
+            });
+            assert!(first.same(&take().expect("the outer offer is back")));
+        });
+        assert!(take().is_none(), "nothing outlives the call");
+        let (outer, inner) = (outer.expect("kept"), inner.expect("kept"));
+        assert!(!outer.same(&inner));
+        // A link already made is offered again, not made anew.
+        let mut again = Some(outer.clone());
+        offering(&mut again, bounds(), || {
+            assert!(outer.same(&take().expect("offered")));
+        });
+        assert!(again.is_some_and(|link| link.same(&outer)));
+    }
+
+    #[test]
+    fn a_call_that_panics_takes_its_offer_with_it() {
+        let mut link = None;
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            offering(&mut link, bounds(), || {
+                let _ = take();
+                panic!("the inner service panicked");
+            })
+        }));
+        assert!(unwound.is_err());
+        assert!(take().is_none());
+        assert!(link.is_some(), "the link made before the panic is kept");
+    }
+
+    #[test]
+    fn a_call_that_meets_no_gate_makes_no_link() {
+        let mut link = None;
+        offering(&mut link, bounds(), || ());
+        assert!(link.is_none());
+    }
 }
