@@ -18,11 +18,6 @@ pub(crate) fn first_valid<T, K: http::header::AsHeaderName>(
     headers.get_all(name).iter().find_map(parse)
 }
 
-/// The first value of header `name` that is a whole count.
-pub(crate) fn count<K: http::header::AsHeaderName>(headers: &HeaderMap, name: K) -> Option<u64> {
-    first_valid(headers, name, |v| text(v)?.parse::<u64>().ok())
-}
-
 /// Whether the first well-formed value of a `*-remaining` header is zero.
 ///
 /// A well-formed value is a non-negative decimal number; anything else is

@@ -63,12 +63,13 @@ mod proptests;
 mod ratelimit;
 mod retry_after;
 mod rfc3339;
+mod stated;
 
 pub use number::MAX_HINT;
 pub use retry_after::parse_retry_after;
 
 use http::{header::RETRY_AFTER, HeaderMap};
-pub(crate) use ratelimit::request_window_with;
+pub(crate) use stated::stated_quotas;
 use std::time::{Duration, SystemTime};
 
 /// What the server said about retrying.

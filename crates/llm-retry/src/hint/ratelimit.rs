@@ -7,11 +7,11 @@
 //! all valid resets.
 
 use super::go_duration::parse_go_duration;
-use super::headers::{count, first_valid, known_zero, text};
+use super::headers::{first_valid, known_zero, text};
 use super::retry_after::until;
 use super::rfc3339::parse_rfc3339;
 use super::{RequestWindow, ServerWait, TokenWindow, WaitSource};
-use http::{HeaderMap, HeaderName};
+use http::HeaderMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// OpenAI limits as `(reset header, remaining header)`.
@@ -92,60 +92,15 @@ pub(crate) fn request_window_with(
     headers: &HeaderMap,
     now: impl FnOnce() -> SystemTime,
 ) -> Option<RequestWindow> {
-    // Read on every success under a gate: names parsed once, not per call.
-    const OPENAI_LEFT: HeaderName = HeaderName::from_static("x-ratelimit-remaining-requests");
-    const OPENAI_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset-requests");
-    const ANTHROPIC_LEFT: HeaderName =
-        HeaderName::from_static("anthropic-ratelimit-requests-remaining");
-    const ANTHROPIC_RESET: HeaderName =
-        HeaderName::from_static("anthropic-ratelimit-requests-reset");
-    const OPENAI_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit-requests");
-    const ANTHROPIC_LIMIT: HeaderName =
-        HeaderName::from_static("anthropic-ratelimit-requests-limit");
-    // A quota of zero per minute states no rate.
-    let per_minute = |name: &HeaderName| count(headers, name).filter(|n| *n > 0);
-    // A count without a (valid) reset still says how many more the window
-    // admits; when it ends is unknown.
-    let openai = count(headers, &OPENAI_LEFT).map(|remaining| RequestWindow {
-        remaining,
-        reset_in: first_valid(headers, &OPENAI_RESET, |v| parse_go_duration(text(v)?)),
-        per_minute: per_minute(&OPENAI_LIMIT),
-    });
-    let anthropic = count(headers, &ANTHROPIC_LEFT).map(|remaining| RequestWindow {
-        remaining,
-        reset_in: first_valid(headers, &ANTHROPIC_RESET, |v| parse_rfc3339(text(v)?))
-            .map(|at| until(at, now())),
-        per_minute: per_minute(&ANTHROPIC_LIMIT),
-    });
-    match (openai, anthropic) {
-        (Some(a), Some(b)) => Some(if b.remaining < a.remaining { b } else { a }),
-        (one, other) => one.or(other),
-    }
+    super::stated::stated_quotas(headers, now).0
 }
 
 /// The token quota, as OpenAI's `x-ratelimit-*-tokens` and Anthropic's
 /// `anthropic-ratelimit-tokens-*` headers state it on every answer: the
 /// one with fewer tokens left when both are present.
 pub(crate) fn token_window(headers: &HeaderMap) -> Option<TokenWindow> {
-    const PAIRS: [(HeaderName, HeaderName); 2] = [
-        (
-            HeaderName::from_static("x-ratelimit-limit-tokens"),
-            HeaderName::from_static("x-ratelimit-remaining-tokens"),
-        ),
-        (
-            HeaderName::from_static("anthropic-ratelimit-tokens-limit"),
-            HeaderName::from_static("anthropic-ratelimit-tokens-remaining"),
-        ),
-    ];
-    PAIRS
-        .iter()
-        .filter_map(|(limit, remaining)| {
-            Some(TokenWindow {
-                per_minute: count(headers, limit).filter(|n| *n > 0)?,
-                remaining: count(headers, remaining)?,
-            })
-        })
-        .min_by_key(|w| w.remaining)
+    // No reset is read for a token quota: the clock is never asked.
+    super::stated::stated_quotas(headers, || UNIX_EPOCH).1
 }
 
 /// Whether the headers say a token quota is exhausted while the request

@@ -8,8 +8,7 @@ use crate::classify::{
     Classification, FatalKind, ProviderError, RetryableKind,
 };
 use crate::hint::{
-    named_wait, request_window_with, token_quota_only, token_window, ServerHint, ServerWait,
-    Signals, WaitSource,
+    named_wait, stated_quotas, token_quota_only, ServerHint, ServerWait, Signals, WaitSource,
 };
 use crate::rate_limit::KeyNews;
 use crate::report::StopReason;
@@ -197,12 +196,15 @@ impl RetryPolicy {
                     Classification::Retryable(_) => wait,
                     _ => self.named_wait(RetryableKind::RateLimited, &evidence),
                 };
+                let (window, tokens) = stated.map_or((None, None), |headers| {
+                    stated_quotas(headers, || self.now())
+                });
                 KeyNews::Throttled {
                     wait: wait.map(|w| w.duration),
                     rate: !evidence.headers.is_some_and(token_quota_only),
                     whole_seconds: wait.is_some_and(|w| w.whole_seconds),
-                    window: stated.and_then(|headers| request_window_with(headers, || self.now())),
-                    tokens: stated.and_then(token_window),
+                    window,
+                    tokens,
                 }
             }
             // Too much of ours in flight at once: a concurrency signal,
@@ -225,13 +227,14 @@ impl RetryPolicy {
     /// What a served send tells its key: the quota its answer's headers
     /// state (read only for a send a gate took).
     fn served_news(&self, stated: Option<&HeaderMap>) -> KeyNews {
-        let window = stated.and_then(|headers| request_window_with(headers, || self.now()));
+        let (window, tokens) = stated.map_or((None, None), |headers| {
+            stated_quotas(headers, || self.now())
+        });
         KeyNews::Served {
             window,
-            // Providers that state a token quota state the request window
-            // beside it: the common answer, which states neither, pays for
-            // one look only.
-            tokens: stated.filter(|_| window.is_some()).and_then(token_window),
+            // A token quota is news only beside a request window, as
+            // providers state them.
+            tokens: tokens.filter(|_| window.is_some()),
         }
     }
 
