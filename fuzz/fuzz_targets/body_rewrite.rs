@@ -5,11 +5,14 @@
 //! panics; a rewrite succeeds only on a JSON object holding the field; its
 //! output is JSON that differs from the input only in the rewritten fields,
 //! every one of them now the new value; `requested_max_tokens` reads the new
-//! value back; the old value reported is the one a JSON reader sees.
+//! value back; the old value reported is the one a JSON reader sees; the
+//! gate's token estimate, which skims the body instead of parsing it, reads
+//! the same cap as `requested_max_tokens` from every valid JSON body.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use llm_retry::rate_limit::TokenCost;
 use llm_retry::recover::{requested_max_tokens, rewrite_body, BodyEdit, MAX_TOKENS_FIELDS};
 use serde_json::{Map, Value};
 
@@ -53,6 +56,10 @@ fuzz_target!(|input: &[u8]| {
         return;
     };
     let n = u64::from_le_bytes(*n);
+    if serde_json::from_slice::<Value>(body).is_ok() {
+        let parsed = requested_max_tokens(body).map(|cap| cap.saturating_add(body.len() as u64 / 4));
+        assert_eq!(TokenCost::estimate(body).map(|c| c.0), parsed);
+    }
     check(body, &BodyEdit::MaxTokens(n), &MAX_TOKENS_FIELDS, Value::from(n));
     if let Ok((out, _)) = rewrite_body(body, &BodyEdit::MaxTokens(n)) {
         assert_eq!(requested_max_tokens(&out), Some(n));

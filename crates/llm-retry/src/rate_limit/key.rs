@@ -24,8 +24,13 @@ impl TokenCost {
     /// `max_completion_tokens` / `max_output_tokens`) plus one token per
     /// four bytes of body for the prompt. `None` when the body names no
     /// output limit. Insert the result into the request's extensions.
+    ///
+    /// The limit is found by skimming the body's top level, not parsing all
+    /// of it: on any valid JSON body it is what
+    /// [`requested_max_tokens`](crate::recover::requested_max_tokens)
+    /// reads, and a body that is not JSON may still get an estimate.
     pub fn estimate(body: &[u8]) -> Option<TokenCost> {
-        let output = crate::recover::requested_max_tokens(body)?;
+        let output = crate::recover::skimmed_max_tokens(body)?;
         Some(TokenCost(output.saturating_add(body.len() as u64 / 4)))
     }
 }

@@ -32,8 +32,10 @@ mod rewrite;
 mod rewrite_proptests;
 #[cfg(test)]
 mod rewrite_tests;
+mod skim;
 
 pub use overflow::{overflow_max_tokens, CutRefused, OverflowCut};
 pub use rewrite::{
     requested_max_tokens, rewrite_body, BodyEdit, EditApplied, RewriteError, MAX_TOKENS_FIELDS,
 };
+pub(crate) use skim::skimmed_max_tokens;
