@@ -47,6 +47,10 @@ pub(super) struct Gate {
     keys: Arc<Mutex<Keys<KeyState>>>,
     /// Set once any key's provider stated a token quota.
     tokens_stated: Arc<AtomicBool>,
+    /// Keys the hash of a request's authority and credentials with a
+    /// secret of this gate's: callers who choose their own API keys (a
+    /// gateway's) cannot aim one at another caller's quota.
+    key_hasher: std::hash::RandomState,
 }
 
 #[derive(Debug)]
@@ -338,7 +342,13 @@ impl Gate {
             adaptive,
             keys: Arc::default(),
             tokens_stated: Arc::default(),
+            key_hasher: std::hash::RandomState::new(),
         }
+    }
+
+    /// What [`default_key`](super::key::default_key) hashes with.
+    pub(super) fn key_hasher(&self) -> &std::hash::RandomState {
+        &self.key_hasher
     }
 
     fn lock(&self) -> MutexGuard<'_, Keys<KeyState>> {

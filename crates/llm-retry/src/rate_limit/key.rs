@@ -1,8 +1,7 @@
 //! Which quota a request belongs to, and what it costs.
 
 use http::HeaderName;
-use std::collections::hash_map::DefaultHasher;
-use std::hash::{Hash, Hasher};
+use std::hash::{BuildHasher, Hash, Hasher};
 
 /// Overrides the key a request is paced under (e.g. one per model or
 /// deployment). Without it the key is the request's authority plus a hash
@@ -50,13 +49,14 @@ const KEY_HEADER_COUNT: usize = 4;
 /// Query parameters that carry a credential (Gemini's `?key=`).
 const KEY_PARAMS: [&str; 1] = ["key"];
 
-/// The default key: authority and a hash of the credential headers. The
-/// credential itself is only hashed, never stored or logged.
-pub(super) fn default_key(parts: &http::request::Parts) -> u64 {
+/// The default key: authority and a hash of the credential headers, keyed
+/// by `hasher`'s secret. The credential itself is only hashed, never
+/// stored or logged.
+pub(super) fn default_key(parts: &http::request::Parts, hasher: &impl BuildHasher) -> u64 {
     if let Some(RateKey(key)) = parts.extensions.get::<RateKey>() {
         return *key;
     }
-    let mut hasher = DefaultHasher::new();
+    let mut hasher = hasher.build_hasher();
     parts.uri.authority().map(|a| a.as_str()).hash(&mut hasher);
     // One pass over the request's few headers instead of a hashed lookup
     // per credential name; the first value of each counts, as `get` gives.
@@ -88,6 +88,27 @@ pub(super) fn default_key(parts: &http::request::Parts) -> u64 {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    /// One gate's keys: the same secret for every call of a test.
+    fn default_key(parts: &http::request::Parts) -> u64 {
+        static HASHER: std::sync::OnceLock<std::hash::RandomState> = std::sync::OnceLock::new();
+        super::default_key(parts, HASHER.get_or_init(std::hash::RandomState::new))
+    }
+
+    #[test]
+    fn each_gate_keys_with_a_secret_of_its_own() {
+        let request = parts("http://a.test/v1/messages", "k1");
+        let one = std::hash::RandomState::new();
+        assert_eq!(
+            super::default_key(&request, &one),
+            super::default_key(&request, &one)
+        );
+        let other = std::hash::RandomState::new();
+        assert_ne!(
+            super::default_key(&request, &one),
+            super::default_key(&request, &other)
+        );
+    }
 
     fn parts(uri: &str, key: &str) -> http::request::Parts {
         let (parts, ()) = http::Request::post(uri)

@@ -53,7 +53,7 @@ where
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let (parts, body) = request.into_parts();
-        let key = default_key(&parts);
+        let key = default_key(&parts, self.gate.key_hasher());
         let link = parts
             .extensions
             .get::<GateLink>()
