@@ -74,6 +74,9 @@ struct Shared {
     attempt_timeout: Option<Duration>,
     /// A gate took the last attempt: it times the attempt from its send.
     gated: AtomicBool,
+    /// A gate took the link from the retry loop's offer (not only from the
+    /// request's extensions).
+    offered: AtomicBool,
     sent: Mutex<Option<Sent>>,
     /// What a token-paced key estimates the send's cost from.
     estimate: Mutex<Estimate>,
@@ -115,6 +118,7 @@ impl GateLink {
             max_server_wait: bounds.max_server_wait,
             attempt_timeout: bounds.attempt_timeout,
             gated: AtomicBool::new(false),
+            offered: AtomicBool::new(false),
             sent: Mutex::new(None),
             estimate: Mutex::default(),
             slotted_overloads: std::sync::atomic::AtomicU32::new(0),
@@ -122,7 +126,6 @@ impl GateLink {
     }
 
     /// Whether `other` is this very link.
-    #[cfg(test)]
     pub(super) fn same(&self, other: &GateLink) -> bool {
         Arc::ptr_eq(&self.0, &other.0)
     }
@@ -157,6 +160,16 @@ impl GateLink {
     /// A gate took the attempt: time spent queued in it is not the attempt's.
     pub(super) fn mark_gated(&self) {
         self.0.gated.store(true, Ordering::Relaxed);
+    }
+
+    /// A gate took the link from the retry loop's offer.
+    pub(super) fn mark_offered(&self) {
+        self.0.offered.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a gate ever took the link from the retry loop's offer.
+    pub(crate) fn offered(&self) -> bool {
+        self.0.offered.load(Ordering::Relaxed)
     }
 
     /// Clears the mark before an attempt is called.

@@ -48,12 +48,12 @@
 //! # }
 //! ```
 //!
-//! The retry layer hands the gate its request's bounds and verdicts while
-//! it calls the stack below, so the layers between them should call their
-//! inner service at once, as tower's `map_request`, `timeout` or
-//! `concurrency_limit` do. A layer that calls it later, from another task
-//! (a `Buffer`), works too: the retry service's first request shows it, and
-//! its requests then carry the link in their extensions (one allocation
+//! The retry layer hands the gate its request's bounds and verdicts on the
+//! thread while it calls the stack below and polls the attempt, so any
+//! layer between them that calls its inner service in place or from its
+//! own future works. A layer that calls it from another task (a `Buffer`)
+//! works too: the retry service's first request shows it, and its
+//! requests then carry the link in their extensions (three allocations
 //! more per request).
 //!
 //! The gate's waits follow tokio's clock, so paused-clock tests drive them.

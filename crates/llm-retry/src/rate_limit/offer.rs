@@ -1,21 +1,25 @@
 //! How the retry loop hands its request's [`GateLink`] to a gate under it
 //! without a request extension.
 //!
-//! While the retry loop calls the service under it, the thread holds the
-//! request's offer; a gate reached during that call takes the link from
-//! it, making the link on first use. A request that meets no gate
-//! allocates nothing, and its request carries no extension map: the
-//! success path costs what a plain retry layer costs.
+//! While the retry loop calls the service under it, and while it polls the
+//! attempt in flight, the thread holds the request's offer; a gate reached
+//! then takes the link from it, making the link on first use. So a gate
+//! finds it whether the layers between call it at once (`map_request`,
+//! `timeout`) or from their own futures (a gate above it, a failover, a
+//! `tower::retry` between). A request that meets no gate allocates
+//! nothing, and carries no extension map.
 //!
-//! Invariant: the offer lives only for the duration of one synchronous
-//! `call` and is restored on every exit, unwinding included, so nested
-//! retry layers each see their own and nothing leaks to a later call. A
-//! gate therefore finds the link only when the layers between it and the
-//! retry loop forward `call` at once (every layer of this crate does, as
-//! do tower's `map_request`, `timeout` or `concurrency_limit`); a layer
-//! that calls its inner service later, from another task (`Buffer`),
-//! leaves the gate without it. Extensions still win: a request that
-//! carries a [`GateLink`] (the `tower::retry` path) keeps it.
+//! Invariants: the offer lives only for one `call` or one poll and is
+//! restored on every exit, unwinding included, so nested retry layers each
+//! offer their own (the nearest wins) and nothing leaks to a later call.
+//! What the offer cannot reach is a gate called from another task (a
+//! `Buffer`'s worker): the retry layer learns that from its first request
+//! and then sends the link in the request's extensions too
+//! (`retry/carry.rs`). The offer belongs to whatever runs during the call
+//! or poll: a layer that, inside them, sends *another* request through a
+//! gate (a batcher flushing its queue) would hand that request this one's
+//! link. A request that carries a link of its own (the `tower::retry`
+//! path's) keeps it.
 
 use super::link::GateLink;
 use crate::budget::Limits;

@@ -54,11 +54,17 @@ where
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let (parts, body) = request.into_parts();
         let key = default_key(&parts, self.gate.key_hasher());
-        let link = parts
-            .extensions
-            .get::<GateLink>()
-            .cloned()
-            .or_else(super::offer::take);
+        // The nearest retry loop's link: the one it offers, unless the
+        // request carries another (a `tower::retry` path's, below it).
+        let offered = super::offer::take();
+        let link = match (parts.extensions.get::<GateLink>(), offered) {
+            (Some(carried), Some(offered)) if !carried.same(&offered) => Some(carried.clone()),
+            (_, Some(offered)) => {
+                offered.mark_offered();
+                Some(offered)
+            }
+            (carried, None) => carried.cloned(),
+        };
         // The caller's estimate, else (when the gate counts tokens) one
         // from the body, made before the gate's lock is taken.
         let cost = match (parts.extensions.get::<TokenCost>(), &link) {

@@ -124,6 +124,13 @@ impl Account {
         crate::rate_limit::offer::offering(&mut self.link, bounds, || service.call(request))
     }
 
+    /// Runs `f` (a poll of the attempt in flight) offering the link, as
+    /// [`call`](Self::call) does.
+    pub(crate) fn offering<T>(&mut self, f: impl FnOnce() -> T) -> T {
+        let bounds = self.link_bounds();
+        crate::rate_limit::offer::offering(&mut self.link, bounds, f)
+    }
+
     /// The request's link, made now if no gate made it yet.
     pub(crate) fn ensure_link(&mut self) -> &GateLink {
         let bounds = self.link_bounds();

@@ -50,9 +50,8 @@ pub(super) struct AttemptCtx<B> {
     template: Template<B>,
     /// Each attempt's request carries the link in its extensions too.
     in_extensions: bool,
-    /// The verdict the first attempt settles, and whether a gate took the
-    /// link during that attempt's call.
-    probe: Option<(Carriage, bool)>,
+    /// The verdict the first attempt settles.
+    probe: Option<Carriage>,
 }
 
 impl<B> AttemptCtx<B> {
@@ -87,10 +86,14 @@ impl<B> AttemptCtx<B> {
         let (in_extensions, probe) = match carry {
             Carry::Offer => (false, None),
             Carry::Extension => (true, None),
-            Carry::Probe(carriage) => (true, Some((carriage, false))),
+            Carry::Probe(carriage) => (true, Some(carriage)),
         };
         if in_extensions {
             parts.extensions.insert(account.ensure_link().clone());
+        } else {
+            // An outer retry loop's link is not this one's gates' business:
+            // the nearest loop's offer is what they take.
+            parts.extensions.remove::<GateLink>();
         }
         AttemptCtx {
             account,
@@ -107,11 +110,15 @@ impl<B> AttemptCtx<B> {
     where
         S: tower::Service<R>,
     {
-        let future = self.account.call(service, request);
-        if let Some((_, during_call)) = &mut self.probe {
-            *during_call = self.account.link.as_ref().is_some_and(GateLink::gated);
-        }
-        future
+        self.account.call(service, request)
+    }
+
+    /// Polls the attempt in flight, offering the link to a gate a layer
+    /// between calls only now (a gate under another gate, a failover's
+    /// target).
+    #[inline]
+    pub(super) fn offering<T>(&mut self, poll: impl FnOnce() -> T) -> T {
+        self.account.offering(poll)
     }
 
     pub(super) fn span(&self) -> &Span {
@@ -168,9 +175,10 @@ impl<B> AttemptCtx<B> {
     /// Judges an outcome (see [`Account::judge`]).
     #[inline]
     pub(super) fn judge(&mut self, outcome: Outcome<'_>) -> Step {
-        if let Some((carriage, during_call)) = self.probe.take() {
+        if let Some(carriage) = self.probe.take() {
             let answered = matches!(outcome, Outcome::Response { .. });
-            carriage.settle(during_call, self.attempt_gated(), answered);
+            let offered = self.account.link.as_ref().is_some_and(GateLink::offered);
+            carriage.settle(offered, self.attempt_gated(), answered);
         }
         self.account.judge(outcome, &mut self.template)
     }

@@ -3,14 +3,14 @@
 //! extensions.
 //!
 //! Offering costs nothing when no gate takes the link (see
-//! [`offer`](crate::rate_limit::offer)), but a gate behind a layer that
-//! calls it later, from another task, never sees the offer. So a service
-//! starts out sending the link both ways and learns from its first request
-//! whose outcome settles it:
+//! [`offer`](crate::rate_limit::offer)), but a gate that a layer calls
+//! from another task (a `Buffer`'s worker) never sees the offer. So a
+//! service starts out sending the link both ways and learns from its first
+//! request whose outcome settles it:
 //!
-//! - a gate took the link during the call, or the answer came back through
+//! - a gate took the link from the offer, or the answer came back through
 //!   no gate at all: offering suffices, from then on;
-//! - a gate took it only after the call returned: the link travels in the
+//! - a gate took it from the extensions only: the link travels in the
 //!   extensions, from then on.
 //!
 //! The verdict is shared by the service's clones and never changes once
@@ -49,11 +49,11 @@ impl Carriage {
     }
 
     /// Settles the verdict from a probe's first attempt: whether a gate
-    /// took the link during the call, whether one took it by the time the
-    /// outcome came, and whether the outcome is an answer (which passed
-    /// every gate on its path). An error that met no gate settles nothing.
-    pub(super) fn settle(&self, during_call: bool, by_outcome: bool, answered: bool) {
-        let verdict = match (during_call, by_outcome) {
+    /// took the link from the offer, whether one took it at all, and
+    /// whether the outcome is an answer (which passed every gate on its
+    /// path). An error that met no gate settles nothing.
+    pub(super) fn settle(&self, offered: bool, gated: bool, answered: bool) {
+        let verdict = match (offered, gated) {
             (true, _) => OFFER,
             (false, true) => EXTENSION,
             (false, false) if answered => OFFER,

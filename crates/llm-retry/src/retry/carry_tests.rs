@@ -19,12 +19,16 @@ type Seen = Arc<Mutex<Vec<(String, bool, Instant)>>>;
 
 /// An upstream recording what reaches it; `/busy` answers 429 with
 /// `retry-after: 2`.
+type Answer = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<Response<Full<Bytes>>, crate::BoxError>> + Send>,
+>;
+
 fn upstream<B: Send + 'static>(
     seen: Seen,
-) -> impl Service<Request<B>, Response = Response<Full<Bytes>>, Error = crate::BoxError> + Clone {
-    tower::service_fn(move |req: Request<B>| {
+) -> tower::util::ServiceFn<impl FnMut(Request<B>) -> Answer + Clone> {
+    tower::service_fn(move |req: Request<B>| -> Answer {
         let seen = Arc::clone(&seen);
-        async move {
+        Box::pin(async move {
             let linked = req.extensions().get::<GateLink>().is_some();
             let path = req.uri().path().to_owned();
             seen.lock()
@@ -37,7 +41,7 @@ fn upstream<B: Send + 'static>(
                     .insert("retry-after", http::HeaderValue::from_static("2"));
             }
             Ok::<_, crate::BoxError>(res)
-        }
+        })
     })
 }
 
@@ -94,20 +98,22 @@ async fn requests_that_meet_no_gate_carry_no_extension_after_the_first() {
     assert_eq!(linked(&seen), [true, false, false, false]);
 }
 
-/// Calls its inner service only when first polled, as a buffer's worker
+/// Calls its inner service from a task of its own, as a buffer's worker
 /// does.
 #[derive(Clone)]
 struct Deferred<S>(S);
 
 impl<S, R> Service<R> for Deferred<S>
 where
-    S: Service<R> + Clone + 'static,
-    R: 'static,
+    S: Service<R, Error = crate::BoxError> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Response: Send,
+    R: Send + 'static,
 {
     type Response = S::Response;
     type Error = S::Error;
     type Future =
-        std::pin::Pin<Box<dyn std::future::Future<Output = Result<S::Response, S::Error>>>>;
+        std::pin::Pin<Box<dyn std::future::Future<Output = Result<S::Response, S::Error>> + Send>>;
 
     fn poll_ready(
         &mut self,
@@ -118,15 +124,13 @@ where
 
     fn call(&mut self, request: R) -> Self::Future {
         let mut inner = self.0.clone();
-        Box::pin(async move {
-            tokio::task::yield_now().await;
-            inner.ready().await?.call(request).await
-        })
+        let worker = tokio::spawn(async move { inner.ready().await?.call(request).await });
+        Box::pin(async move { worker.await? })
     }
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_gate_reached_after_the_call_keeps_getting_the_link_in_extensions() {
+async fn a_gate_on_another_task_keeps_getting_the_link_in_extensions() {
     let seen = Seen::default();
     let gate = RateLimitLayer::new(Quotas::none())
         .unwrap()
@@ -139,4 +143,78 @@ async fn a_gate_reached_after_the_call_keeps_getting_the_link_in_extensions() {
     let next = seen.lock().unwrap()[2].2;
     assert_eq!(next - start, Duration::from_secs(2), "the key was held");
     assert_eq!(linked(&seen), [true, true, true]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_gate_under_a_gate_gets_the_link_when_the_first_calls_it() {
+    let seen = Seen::default();
+    let layer = RateLimitLayer::new(Quotas::none()).unwrap();
+    let svc = retry(layer.layer(layer.layer(upstream(seen.clone()))));
+    assert_eq!(send(&svc, "/first").await, StatusCode::OK);
+    let start = Instant::now();
+    assert_eq!(send(&svc, "/busy").await, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(send(&svc, "/next").await, StatusCode::OK);
+    let next = seen.lock().unwrap()[2].2;
+    assert_eq!(next - start, Duration::from_secs(2), "the key was held");
+    assert_eq!(linked(&seen), [true, false, false]);
+}
+
+/// A retry layer that gives up at once and cuts an attempt after 1 s.
+fn impatient<S>(inner: S) -> crate::Retry<S> {
+    let policy = RetryPolicy::builder()
+        .max_retries(0)
+        .attempt_timeout(Duration::from_secs(1))
+        .no_budget()
+        .build()
+        .unwrap();
+    RetryLayer::new(policy).layer(inner)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_gate_takes_the_nearest_retry_layers_link_not_an_outer_ones() {
+    // The outer layer reaches its gate from another task, so its requests
+    // carry its link in their extensions; the inner layer offers its own,
+    // and takes the outer one off so its gate cannot read it.
+    let seen = Seen::default();
+    let lower = RateLimitLayer::new(Quotas::none())
+        .unwrap()
+        .layer(upstream(seen.clone()));
+    let upper = RateLimitLayer::new(Quotas::none())
+        .unwrap()
+        .layer(impatient(lower));
+    let svc = retry(Deferred(upper));
+    for _ in 0..3 {
+        assert_eq!(send(&svc, "/ok").await, StatusCode::OK);
+    }
+    // The first carries the inner layer's own link (its probe), the rest
+    // none: never the outer one.
+    assert_eq!(linked(&seen), [true, false, false]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_gate_under_a_gate_knows_the_requests_deadline() {
+    // The lower gate paces one send a second; a request with half a second
+    // left is refused at once, which only a gate that has the request's
+    // link can know.
+    let seen = Seen::default();
+    let lower = RateLimitLayer::new(Quotas::none().requests_per_minute_with_burst(60, 1))
+        .unwrap()
+        .layer(upstream(seen.clone()));
+    let upper = RateLimitLayer::new(Quotas::none()).unwrap().layer(lower);
+    let policy = RetryPolicy::builder()
+        .max_retries(0)
+        .max_elapsed(Duration::from_millis(500))
+        .no_budget()
+        .build()
+        .unwrap();
+    let svc = RetryLayer::new(policy).layer(upper);
+    assert_eq!(send(&svc, "/first").await, StatusCode::OK);
+    let start = Instant::now();
+    let request = Request::post("http://a.test/second")
+        .body(Full::default())
+        .unwrap();
+    let refused = svc.clone().oneshot(request).await;
+    assert!(refused.is_err(), "refused for its deadline");
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    assert_eq!(seen.lock().unwrap().len(), 1);
 }

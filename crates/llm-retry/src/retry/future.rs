@@ -162,7 +162,7 @@ where
             let answer = match this.state.as_mut().project() {
                 StateProj::Calling { future } => match poll_bounded(
                     {
-                        let polled = future.poll(cx).map_err(Into::into);
+                        let polled = ctx.offering(|| future.poll(cx)).map_err(Into::into);
                         if polled.is_pending()
                             && this.attempt_until.is_some()
                             && ctx.attempt_gated()
