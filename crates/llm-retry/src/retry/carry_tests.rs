@@ -64,6 +64,21 @@ where
     svc.clone().oneshot(request).await.unwrap().status()
 }
 
+/// Sends `/first`, then `/busy` (a 429 naming 2 s) and `/next`: the gate
+/// must hold the key for the 429's wait, which it learns only through the
+/// request's link.
+async fn the_key_is_held_after_a_429<S, B>(svc: &S, seen: &Seen)
+where
+    S: Service<Request<Full<Bytes>>, Response = Response<B>, Error = crate::BoxError> + Clone,
+{
+    assert_eq!(send(svc, "/first").await, StatusCode::OK);
+    let start = Instant::now();
+    assert_eq!(send(svc, "/busy").await, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(send(svc, "/next").await, StatusCode::OK);
+    let next = seen.lock().unwrap()[2].2;
+    assert_eq!(next - start, Duration::from_secs(2), "the key was held");
+}
+
 fn linked(seen: &Seen) -> Vec<bool> {
     seen.lock().unwrap().iter().map(|(_, l, _)| *l).collect()
 }
@@ -75,14 +90,8 @@ async fn a_gate_reached_during_the_call_gets_the_link_without_extensions() {
         .unwrap()
         .layer(upstream(seen.clone()));
     let svc = retry(gate);
-    assert_eq!(send(&svc, "/first").await, StatusCode::OK);
-    let start = Instant::now();
-    assert_eq!(send(&svc, "/busy").await, StatusCode::TOO_MANY_REQUESTS);
-    assert_eq!(send(&svc, "/next").await, StatusCode::OK);
-    // The 429's wait reached the gate through the offered link: the key
-    // was held for it.
-    let next = seen.lock().unwrap()[2].2;
-    assert_eq!(next - start, Duration::from_secs(2));
+    // The 429's wait reached the gate through the offered link.
+    the_key_is_held_after_a_429(&svc, &seen).await;
     assert_eq!(linked(&seen), [true, false, false]);
 }
 
@@ -99,7 +108,8 @@ async fn requests_that_meet_no_gate_carry_no_extension_after_the_first() {
 }
 
 /// Calls its inner service from a task of its own, as a buffer's worker
-/// does.
+/// does (the gate tests' `Deferred` calls it later on the same task, which
+/// the offer reaches).
 #[derive(Clone)]
 struct Deferred<S>(S);
 
@@ -136,12 +146,7 @@ async fn a_gate_on_another_task_keeps_getting_the_link_in_extensions() {
         .unwrap()
         .layer(upstream(seen.clone()));
     let svc = retry(Deferred(gate));
-    assert_eq!(send(&svc, "/first").await, StatusCode::OK);
-    let start = Instant::now();
-    assert_eq!(send(&svc, "/busy").await, StatusCode::TOO_MANY_REQUESTS);
-    assert_eq!(send(&svc, "/next").await, StatusCode::OK);
-    let next = seen.lock().unwrap()[2].2;
-    assert_eq!(next - start, Duration::from_secs(2), "the key was held");
+    the_key_is_held_after_a_429(&svc, &seen).await;
     assert_eq!(linked(&seen), [true, true, true]);
 }
 
@@ -150,12 +155,7 @@ async fn a_gate_under_a_gate_gets_the_link_when_the_first_calls_it() {
     let seen = Seen::default();
     let layer = RateLimitLayer::new(Quotas::none()).unwrap();
     let svc = retry(layer.layer(layer.layer(upstream(seen.clone()))));
-    assert_eq!(send(&svc, "/first").await, StatusCode::OK);
-    let start = Instant::now();
-    assert_eq!(send(&svc, "/busy").await, StatusCode::TOO_MANY_REQUESTS);
-    assert_eq!(send(&svc, "/next").await, StatusCode::OK);
-    let next = seen.lock().unwrap()[2].2;
-    assert_eq!(next - start, Duration::from_secs(2), "the key was held");
+    the_key_is_held_after_a_429(&svc, &seen).await;
     assert_eq!(linked(&seen), [true, false, false]);
 }
 
