@@ -126,7 +126,6 @@ pub(crate) fn stated_quotas(
 mod tests {
     use super::*;
     use proptest::prelude::*;
-    use proptest::test_runner::FileFailurePersistence;
     use std::time::UNIX_EPOCH;
 
     /// The headers the pass reads, and two it must not confuse with them.
@@ -198,11 +197,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig {
-            cases: 512,
-            failure_persistence: Some(Box::new(FileFailurePersistence::Off)),
-            ..ProptestConfig::default()
-        })]
+        #![proptest_config(ProptestConfig::with_cases(512))]
 
         /// In any order, with repeats and other headers between, one pass
         /// reads what a lookup of each header would.

@@ -141,7 +141,6 @@ mod tests {
     use super::*;
     use crate::recover::requested_max_tokens;
     use proptest::prelude::*;
-    use proptest::test_runner::FileFailurePersistence;
     use serde_json::{json, Value};
 
     #[test]
@@ -211,11 +210,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig {
-            cases: 512,
-            failure_persistence: Some(Box::new(FileFailurePersistence::Off)),
-            ..ProptestConfig::default()
-        })]
+        #![proptest_config(ProptestConfig::with_cases(512))]
 
         /// On every valid JSON text, compact or pretty, skimming gives
         /// the parser's answer.
