@@ -266,3 +266,41 @@ async fn a_stream_read_to_its_last_frame_is_completed_even_if_never_polled_again
     drop(body);
     assert_eq!(commit.end(), Some(StreamEnd::Completed));
 }
+
+#[tokio::test]
+async fn a_guarded_body_tells_its_kind_size_and_end_as_the_body_it_holds() {
+    let sse: &[u8] = b"event: content_block_delta\ndata: {\"t\":1}\n\n";
+    let upstream = tower::service_fn(move |request: Request<()>| async move {
+        let stream = request.uri().path() == "/stream";
+        let response = Response::builder()
+            .header(
+                "content-type",
+                if stream {
+                    "text/event-stream"
+                } else {
+                    "application/json"
+                },
+            )
+            .body(http_body_util::Full::new(Bytes::from_static(sse)))
+            .unwrap();
+        Ok::<_, Infallible>(response)
+    });
+    let guard = StreamGuardLayer::new().layer(upstream);
+    for (path, kind) in [("/stream", "guarded"), ("/json", "passthrough")] {
+        let request = Request::get(path).body(()).unwrap();
+        let mut body = guard.clone().oneshot(request).await.unwrap().into_body();
+        assert!(format!("{body:?}").contains(kind), "{body:?}");
+        assert_eq!(
+            http_body::Body::size_hint(&body).exact(),
+            Some(sse.len() as u64),
+            "{path}"
+        );
+        assert!(
+            !http_body::Body::is_end_stream(&body),
+            "{path}: nothing read yet"
+        );
+        let data = body.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert_eq!(data, sse);
+        assert!(http_body::Body::is_end_stream(&body), "{path}: all read");
+    }
+}
