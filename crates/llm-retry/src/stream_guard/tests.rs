@@ -304,3 +304,86 @@ async fn a_guarded_body_tells_its_kind_size_and_end_as_the_body_it_holds() {
         assert!(http_body::Body::is_end_stream(&body), "{path}: all read");
     }
 }
+
+#[tokio::test]
+async fn a_read_stream_may_not_be_replayed() {
+    let chunks: Chunks = vec![Ok(Frame::data(Bytes::from_static(
+        b"event: content_block_delta\ndata: {\"t\":1}\n\n",
+    )))];
+    let res = guard(chunks).await.unwrap();
+    let commit = res.extensions().get::<StreamCommit>().cloned().unwrap();
+    let mut body = res.into_body();
+    body.frame().await.unwrap().unwrap();
+    let mut seen = Response::new(());
+    seen.extensions_mut().insert(commit);
+    assert!(!may_replay(&seen), "a byte reached the caller");
+    assert!(may_replay(&Response::new(())), "an unguarded response");
+}
+
+/// What a failure before content reports about itself, as the retry policy
+/// reads it.
+#[tokio::test]
+async fn a_failure_before_content_reports_what_the_stream_showed() {
+    use crate::classify::Reported;
+    let overloaded = b"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n";
+    let begun = b"event: message_start\ndata: {\"type\":\"message_start\"}\n\n";
+    for (chunks, after_begin) in [
+        (vec![Ok(Frame::data(Bytes::from_static(overloaded)))], false),
+        (
+            vec![
+                Ok(Frame::data(Bytes::from_static(begun))),
+                Ok(Frame::data(Bytes::from_static(overloaded))),
+            ],
+            true,
+        ),
+    ] {
+        let upstream = tower::service_fn(move |_: Request<()>| {
+            let chunks = chunks.clone_chunks();
+            async move {
+                let mut response = sse_response(chunks);
+                response.headers_mut().insert(
+                    "set-cookie",
+                    http::HeaderValue::from_static("session=secret"),
+                );
+                Ok::<_, Infallible>(response)
+            }
+        });
+        let err = StreamGuardLayer::new()
+            .layer(upstream)
+            .oneshot(Request::new(()))
+            .await
+            .unwrap_err();
+        let err = err.downcast::<PreContentError>().unwrap();
+        assert_eq!(err.after_begin_of_answer(), after_begin);
+        assert_eq!(Reported::may_have_executed(&*err), after_begin);
+        let kind = |p: Option<&crate::classify::ProviderError>| p.and_then(|p| p.kind.clone());
+        assert_eq!(
+            kind(err.provider_error()).as_deref(),
+            Some("overloaded_error")
+        );
+        assert_eq!(
+            kind(Reported::provider_error(&*err)).as_deref(),
+            Some("overloaded_error")
+        );
+        let (status, headers) = Reported::response_head(&*err).expect("the head came with it");
+        assert_eq!(status, http::StatusCode::OK);
+        assert!(headers.contains_key("set-cookie"));
+        assert!(
+            std::error::Error::source(&*err).is_none(),
+            "an event, not a failure"
+        );
+        let debug = format!("{err:?}");
+        assert!(debug.contains("set-cookie"), "{debug}");
+        assert!(
+            !debug.contains("secret"),
+            "no header value is printed: {debug}"
+        );
+    }
+    // A body that fails before content keeps its cause.
+    let err = guard(vec![Err("connection reset".into())])
+        .await
+        .unwrap_err();
+    let err = err.downcast::<PreContentError>().unwrap();
+    let source = std::error::Error::source(&*err).expect("the body's error");
+    assert_eq!(source.to_string(), "connection reset");
+}
