@@ -151,6 +151,13 @@ async fn an_error_after_release_is_an_interruption_with_the_count() {
     let err = body.frame().await.unwrap().unwrap_err();
     let interrupted = err.downcast_ref::<StreamInterrupted>().unwrap();
     assert_eq!(interrupted.bytes_forwarded(), first.len() as u64);
+    let said = format!(
+        "stream interrupted after {} bytes reached the caller; not replayed",
+        first.len()
+    );
+    assert_eq!(interrupted.to_string(), said);
+    let cause = std::error::Error::source(interrupted).expect("the body's error");
+    assert_eq!(cause.to_string(), "connection reset");
     assert_eq!(commit.end(), Some(StreamEnd::Interrupted));
     drop(body);
     assert_eq!(
@@ -386,4 +393,18 @@ async fn a_failure_before_content_reports_what_the_stream_showed() {
     let err = err.downcast::<PreContentError>().unwrap();
     let source = std::error::Error::source(&*err).expect("the body's error");
     assert_eq!(source.to_string(), "connection reset");
+}
+
+#[tokio::test]
+async fn the_guards_future_says_what_it_waits_for() {
+    use tower::Service;
+    let upstream =
+        tower::service_fn(|_: Request<()>| async { Ok::<_, Infallible>(sse_response(Vec::new())) });
+    let future = StreamGuardLayer::new()
+        .layer(upstream)
+        .call(Request::new(()));
+    assert_eq!(
+        format!("{future:?}"),
+        r#"ResponseFuture { state: "calling" }"#
+    );
 }
