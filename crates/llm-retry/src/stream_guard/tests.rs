@@ -408,3 +408,43 @@ async fn the_guards_future_says_what_it_waits_for() {
         r#"ResponseFuture { state: "calling" }"#
     );
 }
+
+/// `pings` pings, then an overloaded error event, through `layer`: whether
+/// the error came before anything was released (the attempt failed) or
+/// after (the response was handed over).
+async fn failed_before_release(layer: StreamGuardLayer, event: &'static str, pings: usize) -> bool {
+    let ping = format!("event: {event}\ndata: {{}}\n\n");
+    let mut chunks: Chunks = (0..pings)
+        .map(|_| Ok(Frame::data(Bytes::from(ping.clone()))))
+        .collect();
+    chunks.push(Ok(Frame::data(Bytes::from_static(
+        b"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\"}}\n\n",
+    ))));
+    let upstream = tower::service_fn(move |_: Request<()>| {
+        let chunks = chunks.clone_chunks();
+        async move { Ok::<_, Infallible>(sse_response(chunks)) }
+    });
+    match layer.layer(upstream).oneshot(Request::new(())).await {
+        Err(error) => error.downcast::<PreContentError>().is_ok(),
+        Ok(_) => false,
+    }
+}
+
+#[tokio::test]
+async fn the_prefix_limit_is_64_kib_unless_set() {
+    // 22-byte pings: 2,900 hold 63,800 bytes, 3,000 hold 66,000.
+    assert!(failed_before_release(StreamGuardLayer::new(), "ping", 2_900).await);
+    assert!(!failed_before_release(StreamGuardLayer::new(), "ping", 3_000).await);
+    assert!(!failed_before_release(StreamGuardLayer::new().prefix_limit(1024), "ping", 100).await);
+}
+
+#[tokio::test]
+async fn event_rules_name_what_carries_no_content() {
+    let heartbeats = |rules| StreamGuardLayer::new().event_rules(rules);
+    let held = crate::sse::EventRules::default().non_content_event("heartbeat");
+    assert!(failed_before_release(heartbeats(held), "heartbeat", 3).await);
+    // Unknown to the default rules, a heartbeat is content: the stream is
+    // released at once and the error comes after.
+    let default = crate::sse::EventRules::default();
+    assert!(!failed_before_release(heartbeats(default), "heartbeat", 3).await);
+}
