@@ -448,3 +448,27 @@ async fn event_rules_name_what_carries_no_content() {
     let default = crate::sse::EventRules::default();
     assert!(!failed_before_release(heartbeats(default), "heartbeat", 3).await);
 }
+
+#[tokio::test]
+async fn the_guard_is_as_ready_as_the_service_it_wraps() {
+    /// A service that is never able to take a request.
+    #[derive(Clone)]
+    struct Broken;
+    impl tower::Service<Request<()>> for Broken {
+        type Response = Response<ChunkBody>;
+        type Error = BoxError;
+        type Future = std::future::Ready<Result<Response<ChunkBody>, BoxError>>;
+        fn poll_ready(
+            &mut self,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Result<(), BoxError>> {
+            std::task::Poll::Ready(Err("the connection pool is closed".into()))
+        }
+        fn call(&mut self, _: Request<()>) -> Self::Future {
+            std::future::ready(Err("called while not ready".into()))
+        }
+    }
+    let mut guard = StreamGuardLayer::new().layer(Broken);
+    let error = guard.ready().await.err().expect("not ready");
+    assert_eq!(error.to_string(), "the connection pool is closed");
+}
