@@ -78,6 +78,10 @@ impl<B> AttemptCtx<B> {
                 account.ensure_link().set_body(bytes);
             }
         }
+        // An outer retry loop's link is not this one's gates' business (the
+        // nearest loop's offer is what they take): off the first send and
+        // the template of the resends alike.
+        parts.extensions.remove::<GateLink>();
         let template = Template {
             parts: parts.clone(),
             body: body.replica(),
@@ -90,10 +94,6 @@ impl<B> AttemptCtx<B> {
         };
         if in_extensions {
             parts.extensions.insert(account.ensure_link().clone());
-        } else {
-            // An outer retry loop's link is not this one's gates' business:
-            // the nearest loop's offer is what they take.
-            parts.extensions.remove::<GateLink>();
         }
         AttemptCtx {
             account,

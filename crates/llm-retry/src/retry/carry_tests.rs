@@ -159,11 +159,10 @@ async fn a_gate_under_a_gate_gets_the_link_when_the_first_calls_it() {
     assert_eq!(linked(&seen), [true, false, false]);
 }
 
-/// A retry layer that gives up at once and cuts an attempt after 1 s.
-fn impatient<S>(inner: S) -> crate::Retry<S> {
+/// A retry layer that resends once.
+fn retrying_once<S>(inner: S) -> crate::Retry<S> {
     let policy = RetryPolicy::builder()
-        .max_retries(0)
-        .attempt_timeout(Duration::from_secs(1))
+        .max_retries(1)
         .no_budget()
         .build()
         .unwrap();
@@ -174,21 +173,24 @@ fn impatient<S>(inner: S) -> crate::Retry<S> {
 async fn a_gate_takes_the_nearest_retry_layers_link_not_an_outer_ones() {
     // The outer layer reaches its gate from another task, so its requests
     // carry its link in their extensions; the inner layer offers its own,
-    // and takes the outer one off so its gate cannot read it.
+    // and takes the outer one off its first send and its resends alike, so
+    // its gate cannot read it.
     let seen = Seen::default();
     let lower = RateLimitLayer::new(Quotas::none())
         .unwrap()
         .layer(upstream(seen.clone()));
     let upper = RateLimitLayer::new(Quotas::none())
         .unwrap()
-        .layer(impatient(lower));
+        .layer(retrying_once(lower));
     let svc = retry(Deferred(upper));
     for _ in 0..3 {
         assert_eq!(send(&svc, "/ok").await, StatusCode::OK);
     }
+    // A 429 the inner layer resends once.
+    assert_eq!(send(&svc, "/busy").await, StatusCode::TOO_MANY_REQUESTS);
     // The first carries the inner layer's own link (its probe), the rest
     // none: never the outer one.
-    assert_eq!(linked(&seen), [true, false, false]);
+    assert_eq!(linked(&seen), [true, false, false, false, false]);
 }
 
 #[tokio::test(start_paused = true)]
