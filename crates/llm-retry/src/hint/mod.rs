@@ -131,7 +131,8 @@ pub struct TokenWindow {
 /// The token quota named by `headers`, the tighter when both providers'
 /// headers are present. Malformed values, or a zero quota, name none.
 pub fn token_window(headers: &HeaderMap) -> Option<TokenWindow> {
-    ratelimit::token_window(headers)
+    // No reset is read for a token quota: the clock is never asked.
+    stated::stated_quotas(headers, || std::time::UNIX_EPOCH).1
 }
 
 /// The request window named by `headers` (OpenAI's
@@ -140,7 +141,7 @@ pub fn token_window(headers: &HeaderMap) -> Option<TokenWindow> {
 /// are present. A malformed count names no window; a count without a valid
 /// reset (Azure OpenAI's) names one whose reset is unknown.
 pub fn request_window(headers: &HeaderMap, now: SystemTime) -> Option<RequestWindow> {
-    ratelimit::request_window(headers, now)
+    stated::stated_quotas(headers, || now).0
 }
 
 /// Whether `headers` say a token quota is exhausted while the request

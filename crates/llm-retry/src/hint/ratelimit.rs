@@ -10,7 +10,7 @@ use super::go_duration::parse_go_duration;
 use super::headers::{first_valid, known_zero, text};
 use super::retry_after::until;
 use super::rfc3339::parse_rfc3339;
-use super::{RequestWindow, ServerWait, TokenWindow, WaitSource};
+use super::{ServerWait, WaitSource};
 use http::HeaderMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -77,30 +77,6 @@ pub(crate) fn anthropic_reset(headers: &HeaderMap, now: SystemTime) -> Option<Se
         source: WaitSource::AnthropicRateLimitReset,
         whole_seconds,
     })
-}
-
-/// The provider's request window, as OpenAI's `x-ratelimit-*-requests`
-/// and Anthropic's `anthropic-ratelimit-requests-*` headers state it on
-/// every answer: the tighter of the two when both are present.
-pub(crate) fn request_window(headers: &HeaderMap, now: SystemTime) -> Option<RequestWindow> {
-    request_window_with(headers, || now)
-}
-
-/// As [`request_window`], reading the wall clock only when an answer names
-/// its reset as an instant.
-pub(crate) fn request_window_with(
-    headers: &HeaderMap,
-    now: impl FnOnce() -> SystemTime,
-) -> Option<RequestWindow> {
-    super::stated::stated_quotas(headers, now).0
-}
-
-/// The token quota, as OpenAI's `x-ratelimit-*-tokens` and Anthropic's
-/// `anthropic-ratelimit-tokens-*` headers state it on every answer: the
-/// one with fewer tokens left when both are present.
-pub(crate) fn token_window(headers: &HeaderMap) -> Option<TokenWindow> {
-    // No reset is read for a token quota: the clock is never asked.
-    super::stated::stated_quotas(headers, || UNIX_EPOCH).1
 }
 
 /// Whether the headers say a token quota is exhausted while the request
@@ -261,7 +237,7 @@ mod window_tests {
         }
         // 2026-11-29T21:40:00Z
         let now = UNIX_EPOCH + Duration::from_secs(1_795_988_400);
-        request_window(&headers, now).map(|w| (w.remaining, w.reset_in))
+        super::super::request_window(&headers, now).map(|w| (w.remaining, w.reset_in))
     }
 
     #[test]
@@ -310,7 +286,7 @@ mod window_tests {
                 headers.append(*name, HeaderValue::from_str(value).expect("valid"));
             }
             let now = UNIX_EPOCH + Duration::from_secs(1_795_988_400);
-            request_window(&headers, now).map(|w| w.per_minute)
+            super::super::request_window(&headers, now).map(|w| w.per_minute)
         };
         let oai = [
             ("x-ratelimit-limit-requests", "5000"),
@@ -345,7 +321,7 @@ mod token_window_tests {
             for (name, value) in pairs {
                 headers.insert(*name, HeaderValue::from_static(value));
             }
-            token_window(&headers).map(|w| (w.remaining, w.per_minute))
+            super::super::token_window(&headers).map(|w| (w.remaining, w.per_minute))
         };
         let oai = [
             ("x-ratelimit-limit-tokens", "600000"),
