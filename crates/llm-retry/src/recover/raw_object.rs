@@ -5,7 +5,7 @@
 //! is a [`RawValue`] borrowed from the input, so it can be written back byte
 //! for byte. Keys are decoded (escapes resolved) and re-escaped on output.
 
-use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::fmt;
@@ -80,75 +80,6 @@ impl<'de: 'a, 'a> Visitor<'de> for MembersVisitor<'a> {
     }
 }
 
-/// The raw value of the first member named each of `names` in `text`,
-/// which must be exactly one JSON object (as [`RawObject::parse`] reads
-/// it: the same answer as looking the names up among its members), without
-/// keeping the other members: no key is copied, no list is built.
-pub(super) fn first_members<'a, const N: usize>(
-    text: &'a str,
-    names: &[&str; N],
-) -> Option<[Option<&'a RawValue>; N]> {
-    let mut deserializer = serde_json::Deserializer::from_str(text);
-    let found = deserializer
-        .deserialize_map(FirstMembers {
-            names,
-            lifetime: std::marker::PhantomData,
-        })
-        .ok()?;
-    deserializer.end().ok()?;
-    Some(found)
-}
-
-struct FirstMembers<'n, 'a, const N: usize> {
-    names: &'n [&'n str; N],
-    lifetime: std::marker::PhantomData<&'a ()>,
-}
-
-impl<'de: 'a, 'a, const N: usize> Visitor<'de> for FirstMembers<'_, 'a, N> {
-    type Value = [Option<&'a RawValue>; N];
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a JSON object")
-    }
-
-    fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
-        let mut found = [None; N];
-        while let Some(index) = map.next_key_seed(NameIndex(self.names))? {
-            match index.filter(|&i| found[i].is_none()) {
-                Some(i) => found[i] = Some(map.next_value::<&'de RawValue>()?),
-                None => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
-        }
-        Ok(found)
-    }
-}
-
-/// Reads a key as the index of the name it equals, decoding escapes into
-/// the parser's scratch space only.
-struct NameIndex<'n, const N: usize>(&'n [&'n str; N]);
-
-impl<'de, const N: usize> DeserializeSeed<'de> for NameIndex<'_, N> {
-    type Value = Option<usize>;
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
-        deserializer.deserialize_str(self)
-    }
-}
-
-impl<'de, const N: usize> Visitor<'de> for NameIndex<'_, N> {
-    type Value = Option<usize>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a member name")
-    }
-
-    fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<Self::Value, E> {
-        Ok(self.0.iter().position(|name| *name == key))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -177,47 +108,6 @@ mod tests {
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect();
         assert_eq!(keys_and_values(text), Some(want));
-    }
-
-    /// `first_members` gives what looking the names up among the parsed
-    /// members gives (the first member of each name), for valid and
-    /// invalid texts alike.
-    #[test]
-    fn first_members_agree_with_the_parsed_members() {
-        let deep = format!(
-            "{{\"b\":{}{},\"a\":3}}",
-            "[".repeat(50_000),
-            "]".repeat(50_000)
-        );
-        let texts = [
-            r#"{"a":1,"b":2}"#,
-            r#" {"b" : [ 1 ,2 ] ,"a":1.50e1, "b":{ }, "\u0061":"x\/"}"#,
-            r#"{"a":"1","a":2}"#,
-            r#"{"c":{"a":1},"b":null}"#,
-            r#"{"\u0062":true}"#,
-            r#"{}"#,
-            r#"{"a":1,}"#,
-            r#"{"a":01}"#,
-            r#"{"a":1} x"#,
-            r#"[{"a":1}]"#,
-            r#"{"a":[1,2"#,
-            "",
-            &deep,
-        ];
-        for text in texts {
-            let by_parse = RawObject::parse(text).map(|object| {
-                ["a", "b"].map(|name| {
-                    object
-                        .members
-                        .iter()
-                        .find(|(key, _)| key == name)
-                        .map(|(_, value)| value.get().to_owned())
-                })
-            });
-            let by_scan = first_members(text, &["a", "b"])
-                .map(|found| found.map(|value| value.map(|v| v.get().to_owned())));
-            assert_eq!(by_scan, by_parse, "{text:.60}");
-        }
     }
 
     #[test]

@@ -129,10 +129,12 @@ pub fn rewrite_body(body: &[u8], edit: &BodyEdit) -> Result<(Bytes, EditApplied)
 /// [`MAX_TOKENS_FIELDS`] present at top level with a whole-number value.
 pub fn requested_max_tokens(body: &[u8]) -> Option<u64> {
     let text = std::str::from_utf8(body).ok()?;
-    // Read on every send a token-paced key books: the members are not kept.
-    let found = super::raw_object::first_members(text, &MAX_TOKENS_FIELDS)?;
-    found
-        .iter()
-        .flatten()
-        .find_map(|value| value.get().trim().parse::<u64>().ok())
+    let object = RawObject::parse(text)?;
+    MAX_TOKENS_FIELDS.iter().find_map(|field| {
+        object
+            .members
+            .iter()
+            .find(|(key, _)| key == field)
+            .and_then(|(_, value)| value.get().trim().parse::<u64>().ok())
+    })
 }

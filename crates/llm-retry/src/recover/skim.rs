@@ -4,7 +4,7 @@
 //!
 //! A token-paced key estimates every send's cost from its body, and the
 //! body is mostly one long prompt. [`requested_max_tokens`](super::requested_max_tokens)
-//! parses and validates all of it (about 4.7 instructions per byte);
+//! parses and validates all of it (about 5 instructions per byte);
 //! skimming reads the structure only (a fraction of that on long strings).
 //!
 //! Invariant: on every valid JSON object the answer is the same as
