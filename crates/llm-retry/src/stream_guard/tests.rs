@@ -27,14 +27,19 @@ fn sse_response(chunks: Chunks) -> Response<ChunkBody> {
 async fn guard(
     chunks: Chunks,
 ) -> Result<Response<GuardedBody<impl http_body::Body<Data = Bytes, Error = BoxError>>>, BoxError> {
+    guard_with(StreamGuardLayer::new(), chunks).await
+}
+
+/// `chunks` as an event stream through `layer`.
+async fn guard_with(
+    layer: StreamGuardLayer,
+    chunks: Chunks,
+) -> Result<Response<GuardedBody<impl http_body::Body<Data = Bytes, Error = BoxError>>>, BoxError> {
     let upstream = tower::service_fn(move |_: Request<()>| {
         let chunks = chunks.clone_chunks();
         async move { Ok::<_, Infallible>(sse_response(chunks)) }
     });
-    StreamGuardLayer::new()
-        .layer(upstream)
-        .oneshot(Request::new(()))
-        .await
+    layer.layer(upstream).oneshot(Request::new(())).await
 }
 
 trait CloneChunks {
@@ -188,12 +193,8 @@ async fn errors_before_content_fail_the_attempt_with_a_classification() {
 async fn the_prefix_cap_releases_a_stream_that_never_shows_content() {
     let ping = Bytes::from_static(b"event: ping\ndata: {}\n\n");
     let chunks: Chunks = (0..4000).map(|_| Ok(Frame::data(ping.clone()))).collect();
-    let upstream = tower::service_fn(move |_: Request<()>| {
-        let chunks = chunks.clone_chunks();
-        async move { Ok::<_, Infallible>(sse_response(chunks)) }
-    });
-    let svc = StreamGuardLayer::new().prefix_limit(1024).layer(upstream);
-    let res = svc.oneshot(Request::new(())).await.unwrap();
+    let layer = StreamGuardLayer::new().prefix_limit(1024);
+    let res = guard_with(layer, chunks).await.unwrap();
     let out = res.into_body().collect().await.unwrap().to_bytes();
     assert_eq!(out.len(), ping.len() * 4000);
 }
@@ -420,11 +421,7 @@ async fn failed_before_release(layer: StreamGuardLayer, event: &'static str, pin
     chunks.push(Ok(Frame::data(Bytes::from_static(
         b"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\"}}\n\n",
     ))));
-    let upstream = tower::service_fn(move |_: Request<()>| {
-        let chunks = chunks.clone_chunks();
-        async move { Ok::<_, Infallible>(sse_response(chunks)) }
-    });
-    match layer.layer(upstream).oneshot(Request::new(())).await {
+    match guard_with(layer, chunks).await {
         Err(error) => error.downcast::<PreContentError>().is_ok(),
         Ok(_) => false,
     }
