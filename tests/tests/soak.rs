@@ -11,7 +11,9 @@
 //!   with a 200 in time (counted both ways);
 //! - the report's sends equal the upstream's record for that request, and
 //!   stay inside the configured bounds;
-//! - nothing panics.
+//! - nothing panics, and once a composition's stack and upstream are gone
+//!   nothing it started lives on: no task (timers live in tasks or in the
+//!   futures their callers dropped) and no copy of a request body.
 //!
 //! `SOAK_REQUESTS` sets the requests per composition (default 3,400: 17,000
 //! in all, over five compositions, and a quarter as many through the
@@ -24,8 +26,10 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use llm_retry::stream_guard::StreamGuardLayer;
 use llm_retry::{BoxError, ClientLayer, ReplayBody, RetryError, RetryLayer, RetryReport};
-use llm_retry_mock::{MockServer, Reply, Route, Script};
+use llm_retry_mock::{MockServer, Reply, Route, Script, SseEvent};
+use serde_json::json;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use support::{client, fast_policy, PROMPT};
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
@@ -76,6 +80,8 @@ fn faults() -> Vec<(u32, Reply)> {
             Reply::anthropic_stream(&["Hel", "lo", "!"]).reset_after_bytes(40),
         ),
         (2, cut_after_content()),
+        (1, error_after_content()),
+        (1, slow_body()),
         (
             2,
             Reply::anthropic_stream_error("overloaded_error", "Overloaded"),
@@ -117,6 +123,40 @@ fn cut_after_content() -> Reply {
     stream.reset_after_bytes(len - 30)
 }
 
+/// A stream whose error event comes after its first content: the caller
+/// already has content, so the error is the stream's own news, passed on
+/// and never replayed.
+fn error_after_content() -> Reply {
+    Reply::sse([
+        SseEvent::json(Some("message_start"), &json!({"type": "message_start"})),
+        content_delta("Hel"),
+        SseEvent::json(
+            Some("error"),
+            &json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
+        ),
+    ])
+}
+
+/// A stream whose events come 800 ms apart: 3.2 s in all, longer than the
+/// attempt timeout, which bounds the time to the head, not the body.
+fn slow_body() -> Reply {
+    let gap = Duration::from_millis(800);
+    Reply::sse([
+        SseEvent::json(Some("message_start"), &json!({"type": "message_start"})),
+        content_delta("Slo").after(gap),
+        content_delta("w").after(gap),
+        content_delta("ly").after(gap),
+        SseEvent::json(Some("message_stop"), &json!({"type": "message_stop"})).after(gap),
+    ])
+}
+
+fn content_delta(text: &str) -> SseEvent {
+    SseEvent::json(
+        Some("content_block_delta"),
+        &json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}),
+    )
+}
+
 /// What one request ended with.
 enum Ended {
     Cancelled,
@@ -147,12 +187,72 @@ where
     Ok(Bytes::from(got))
 }
 
-fn request(url: &str, id: usize) -> http::Request<Full<Bytes>> {
+fn request(url: &str, id: usize) -> http::Request<Counted> {
     http::Request::post(url)
         .header("content-type", "application/json")
         .header("x-request-id", id.to_string())
-        .body(Full::new(Bytes::from_static(PROMPT.as_bytes())))
+        .body(Counted::new(PROMPT))
         .unwrap()
+}
+
+/// Request bodies alive: every [`Counted`] made and not yet dropped.
+static LIVE_BODIES: AtomicUsize = AtomicUsize::new(0);
+
+/// A request body that counts itself in [`LIVE_BODIES`] while it lives, so
+/// a body kept by anything after its request ended shows at the end. It
+/// states its exact size, as a buffered body does.
+struct Counted(Full<Bytes>);
+
+impl Counted {
+    fn new(text: &'static str) -> Counted {
+        LIVE_BODIES.fetch_add(1, Ordering::SeqCst);
+        Counted(Full::new(Bytes::from_static(text.as_bytes())))
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        LIVE_BODIES.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl http_body::Body for Counted {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.0).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.0.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.0.size_hint()
+    }
+}
+
+/// Once a composition's stack is dropped and its upstream shut down,
+/// waits (on the paused clock, up to ten minutes of it) for what they
+/// started to end, and fails if a task or a request body outlives them.
+async fn nothing_left(name: &str, upstream: MockServer) {
+    upstream.shutdown().await;
+    let runtime = tokio::runtime::Handle::current().metrics();
+    for _ in 0..600 {
+        if runtime.num_alive_tasks() == 0 && LIVE_BODIES.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    panic!(
+        "{name}: {} tasks and {} request bodies outlived the stack and its upstream",
+        runtime.num_alive_tasks(),
+        LIVE_BODIES.load(Ordering::SeqCst)
+    );
 }
 
 /// Runs `n` requests through `service`, at most [`CONCURRENCY`] at once;
@@ -160,7 +260,7 @@ fn request(url: &str, id: usize) -> http::Request<Full<Bytes>> {
 /// clock: waits, holds, deadlines and cancellations are exact.
 async fn crowd<S, B>(service: S, url: &str, n: usize) -> Vec<(usize, Ended)>
 where
-    S: Service<http::Request<Full<Bytes>>, Response = http::Response<B>, Error = BoxError>
+    S: Service<http::Request<Counted>, Response = http::Response<B>, Error = BoxError>
         + Clone
         + Send
         + 'static,
@@ -329,17 +429,22 @@ fn check(through: Composition, ended: &[(usize, Ended)], mock: &MockServer) -> T
 }
 
 /// Whether `reply` is a 200 that completes (within the attempt timeout,
-/// when there is one) and is no stream error: an answer the engine must
-/// hand to its caller.
+/// when there is one) and is no stream error before content: an answer the
+/// engine must hand to its caller.
 fn serves(reply: &Reply, times_out: bool) -> bool {
     let Reply::Response(response) = reply else {
         return false;
     };
     let body = reply.expected_body().unwrap_or_default();
+    let find = |what: &[u8]| body.windows(what.len()).position(|w| w == what);
+    let error_before_content = match (find(b"event: error"), find(b"content_block_delta")) {
+        (Some(error), Some(content)) => error < content,
+        (error, _) => error.is_some(),
+    };
     response.status() == http::StatusCode::OK
         && response.reset_after().is_none()
         && (!times_out || response.delay() < ATTEMPT_TIMEOUT)
-        && !body.windows(12).any(|w| w == b"event: error")
+        && !error_before_content
 }
 
 /// Per request id, the replies the upstream played for its sends, in order.
@@ -430,7 +535,7 @@ fn policy() -> llm_retry::RetryPolicy {
 /// tower service of the same shape as the others: the request rebuilt as
 /// reqwest's, the answer as `http`'s, and a failure as its `RetryError`.
 fn through_reqwest() -> impl Service<
-    http::Request<Full<Bytes>>,
+    http::Request<Counted>,
     Response = http::Response<reqwest::Body>,
     Error = BoxError,
     Future = impl Send,
@@ -440,7 +545,7 @@ fn through_reqwest() -> impl Service<
     let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
         .with(llm_retry_reqwest::RetryMiddleware::new(policy()))
         .build();
-    tower::service_fn(move |request: http::Request<Full<Bytes>>| {
+    tower::service_fn(move |request: http::Request<Counted>| {
         let client = client.clone();
         async move {
             let (parts, _) = request.into_parts();
@@ -467,7 +572,7 @@ async fn through_gateway(
     upstream: &MockServer,
 ) -> (
     impl Service<
-            http::Request<Full<Bytes>>,
+            http::Request<Counted>,
             Response = http::Response<hyper::body::Incoming>,
             Error = BoxError,
             Future = impl Send,
@@ -475,6 +580,7 @@ async fn through_gateway(
         + Send
         + 'static,
     std::net::SocketAddr,
+    Stop,
 ) {
     let toml = format!(
         r#"
@@ -491,12 +597,15 @@ attempt_timeout = "2s"
     );
     let config = llm_retry_gateway::Config::parse(&toml, |_| None).unwrap();
     let gateway = llm_retry_gateway::Gateway::new(&config).unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let listener = llm_retry_gateway::listen(([127, 0, 0, 1], 0).into()).unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(gateway.serve(listener, std::future::pending()));
+    let (stop, signal) = tokio::sync::oneshot::channel();
+    let serving = tokio::spawn(gateway.serve(listener, async {
+        let _ = signal.await;
+    }));
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .build_http::<Full<Bytes>>();
-    let service = tower::service_fn(move |request: http::Request<Full<Bytes>>| {
+        .build_http::<Counted>();
+    let service = tower::service_fn(move |request: http::Request<Counted>| {
         let client = client.clone();
         async move {
             let mut response = client.request(request).await?;
@@ -509,7 +618,20 @@ attempt_timeout = "2s"
             Ok::<_, BoxError>(response)
         }
     });
-    (service, addr)
+    (service, addr, Stop { stop, serving })
+}
+
+/// Stops a gateway started by [`through_gateway`].
+struct Stop {
+    stop: tokio::sync::oneshot::Sender<()>,
+    serving: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Stop {
+    async fn now(self) {
+        let _ = self.stop.send(());
+        self.serving.await.unwrap().unwrap();
+    }
 }
 
 fn requests() -> usize {
@@ -534,6 +656,7 @@ async fn every_request_ends_once_with_only_bytes_the_upstream_sent() {
         "RetryLayer + StreamGuard",
         check(Composition::reports("RetryLayer"), &ended, &upstream),
     ));
+    nothing_left("RetryLayer + StreamGuard", upstream).await;
 
     let upstream = mock().await;
     let stack = ClientLayer::new(policy()).layer(client());
@@ -542,6 +665,7 @@ async fn every_request_ends_once_with_only_bytes_the_upstream_sent() {
         "ClientLayer",
         check(Composition::reports("ClientLayer"), &ended, &upstream),
     ));
+    nothing_left("ClientLayer", upstream).await;
 
     let upstream = mock_of(sane_faults()).await;
     let stack = ClientLayer::new(policy()).layer(client());
@@ -554,13 +678,14 @@ async fn every_request_ends_once_with_only_bytes_the_upstream_sent() {
             &upstream,
         ),
     ));
+    nothing_left("ClientLayer, sane waits", upstream).await;
 
     let upstream = mock().await;
     let stack = ServiceBuilder::new()
-        .map_request(|req: http::Request<Full<Bytes>>| req.map(|b| ReplayBody::new(b, 1 << 20)))
+        .map_request(|req: http::Request<Counted>| req.map(|b| ReplayBody::new(b, 1 << 20)))
         .layer(tower::retry::RetryLayer::new(policy()))
         .layer(StreamGuardLayer::new())
-        .service(client::<Full<Bytes>>());
+        .service(client::<Counted>());
     let ended = crowd(stack, &upstream.url("/v1/messages"), n).await;
     all.push((
         "tower::retry",
@@ -573,6 +698,7 @@ async fn every_request_ends_once_with_only_bytes_the_upstream_sent() {
             &upstream,
         ),
     ));
+    nothing_left("tower::retry", upstream).await;
 
     let upstream = mock().await;
     let ended = crowd(through_reqwest(), &upstream.url("/v1/messages"), n).await;
@@ -580,9 +706,10 @@ async fn every_request_ends_once_with_only_bytes_the_upstream_sent() {
         "reqwest adapter",
         check(Composition::reports("reqwest adapter"), &ended, &upstream),
     ));
+    nothing_left("reqwest adapter", upstream).await;
 
     let upstream = mock().await;
-    let (gateway, gateway_addr) = through_gateway(&upstream).await;
+    let (gateway, gateway_addr, stop) = through_gateway(&upstream).await;
     let ended = crowd(
         gateway,
         &format!("http://{gateway_addr}/v1/messages"),
@@ -600,6 +727,8 @@ async fn every_request_ends_once_with_only_bytes_the_upstream_sent() {
             &upstream,
         ),
     ));
+    stop.now().await;
+    nothing_left("gateway", upstream).await;
 
     for (name, totals) in &all {
         println!("{name:<26} {totals:?}");

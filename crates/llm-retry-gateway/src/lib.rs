@@ -17,7 +17,7 @@
 //! let text = std::fs::read_to_string("gateway.toml")?;
 //! let config = llm_retry_gateway::Config::parse(&text, |var| std::env::var(var).ok())?;
 //! let gateway = llm_retry_gateway::Gateway::new(&config)?;
-//! let listener = tokio::net::TcpListener::bind(config.listen).await?;
+//! let listener = llm_retry_gateway::listen(config.listen)?;
 //! gateway.serve(listener, async { let _ = tokio::signal::ctrl_c().await; }).await?;
 //! # Ok(())
 //! # }
@@ -38,6 +38,7 @@ mod duration;
 mod gateway;
 mod idle;
 mod inflight;
+mod listen;
 mod prometheus;
 mod proxy;
 mod route;
@@ -45,4 +46,5 @@ mod upstream;
 
 pub use config::{Config, ConfigError, RouteConfig, TargetConfig};
 pub use gateway::{BuildError, Gateway};
+pub use listen::{listen, LISTEN_BACKLOG};
 pub use prometheus::{prometheus, SECONDS_BUCKETS};

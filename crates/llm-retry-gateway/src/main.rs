@@ -97,7 +97,7 @@ async fn serve(config: &Config) -> ExitCode {
     if let Some(handle) = handle {
         gateway = gateway.with_metrics(handle);
     }
-    let listener = match tokio::net::TcpListener::bind(config.listen).await {
+    let listener = match llm_retry_gateway::listen(config.listen) {
         Ok(listener) => listener,
         Err(error) => {
             eprintln!("{}: {error}", config.listen);

@@ -7,7 +7,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
@@ -65,7 +65,7 @@ impl MockServer {
     ///
     /// When the listener cannot be bound (the port is taken).
     pub async fn start_on(port: u16, script: Script) -> io::Result<MockServer> {
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, port)).await?;
+        let listener = listen(SocketAddr::from((Ipv4Addr::LOCALHOST, port)))?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
             router: Router::new(script),
@@ -146,6 +146,20 @@ impl Drop for MockServer {
             task.abort();
         }
     }
+}
+
+/// Connections the kernel queues before the accept loop takes them. tokio's
+/// `TcpListener::bind` listens with 128: a test opening more connections
+/// at once than that would have the SYNs beyond it dropped, and those
+/// connects retried by the kernel a second later, in real time, which a
+/// paused tokio clock outruns.
+const BACKLOG: u32 = 1024;
+
+fn listen(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = TcpSocket::new_v4()?;
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(BACKLOG)
 }
 
 async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {

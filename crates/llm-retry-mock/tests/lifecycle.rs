@@ -10,6 +10,22 @@ use http_body_util::BodyExt;
 use llm_retry_mock::{MockServer, Reply, Route, Script};
 use tokio::net::TcpStream;
 
+/// More connects at once than tokio's default backlog of 128, made while
+/// the accept loop cannot run (this test holds the runtime's one thread):
+/// each waits in the kernel's queue. With the default backlog the SYNs
+/// beyond it are dropped and those connects time out.
+#[tokio::test]
+async fn a_burst_of_connects_waits_in_the_backlog() {
+    let server = start(Script::new()).await;
+    let connected: Vec<std::net::TcpStream> = (0..300)
+        .map(|n| {
+            std::net::TcpStream::connect_timeout(&server.addr(), Duration::from_secs(2))
+                .unwrap_or_else(|error| panic!("connect {n} was dropped: {error}"))
+        })
+        .collect();
+    assert_eq!(connected.len(), 300);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hundreds_of_concurrent_connections() {
     const N: usize = 256;
