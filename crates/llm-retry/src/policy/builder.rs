@@ -320,6 +320,11 @@ mod tests {
             .build()
             .expect_err("must reject");
         assert!(err.to_string().contains("max_backoff"), "{err}");
+        let fixed = RetryPolicy::builder()
+            .initial_backoff(Duration::from_secs(1))
+            .max_backoff(Duration::from_secs(1))
+            .build();
+        assert!(fixed.is_ok(), "equal bounds make a fixed backoff");
     }
 
     #[test]

@@ -15,6 +15,9 @@ mod recovery;
 mod rejection;
 mod state;
 
+#[cfg(test)]
+mod settings_tests;
+
 pub use builder::RetryPolicyBuilder;
 pub use judge::{Decision, Judgement, Outcome, WaitScope};
 pub use recovery::{

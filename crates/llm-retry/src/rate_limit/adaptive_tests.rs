@@ -341,3 +341,15 @@ async fn a_long_wait_on_an_unmeasured_key_is_a_window_reset_not_a_rate() {
         bucket.per_sec()
     );
 }
+
+#[test]
+fn only_a_short_wait_named_to_the_millisecond_reads_as_a_token_bucket() {
+    let ms = Duration::from_millis;
+    assert_eq!(LONGEST_TOKEN_WAIT, ms(250));
+    assert_eq!(precise(Some(ms(1))), Some(ms(1)));
+    assert_eq!(precise(Some(ms(249))), Some(ms(249)));
+    assert_eq!(precise(Some(ms(250))), None, "a window's reset, not a rate");
+    assert_eq!(precise(Some(Duration::from_secs(2))), None);
+    assert_eq!(precise(Some(Duration::from_micros(999))), None);
+    assert_eq!(precise(None), None);
+}
