@@ -263,6 +263,47 @@ mod tests {
     }
 
     #[test]
+    fn a_flag_reads_each_spelling_of_yes_and_no() {
+        for (value, want) in [
+            ("true", true),
+            ("1", true),
+            ("YES", true),
+            ("False", false),
+            ("0", false),
+            ("no", false),
+        ] {
+            let vars = [("LLM_RETRY_BEHIND_GATEWAY", value)];
+            let on = RetryPolicy::builder()
+                .behind_gateway(!want)
+                .from_env_with(|name| {
+                    vars.iter()
+                        .find(|(k, _)| *k == name)
+                        .map(|(_, v)| (*v).to_owned())
+                })
+                .and_then(|b| b.build())
+                .unwrap()
+                .behind_gateway();
+            assert_eq!(on, want, "{value}");
+        }
+    }
+
+    /// The process environment of the tests names no `LLM_RETRY_*`
+    /// variable, so reading it keeps what the builder was given.
+    #[test]
+    fn reading_the_process_environment_keeps_what_no_variable_names() {
+        if std::env::vars().any(|(name, _)| name.starts_with("LLM_RETRY_")) {
+            return; // set by whoever runs the tests: nothing to conclude
+        }
+        let p = RetryPolicy::builder()
+            .max_retries(3)
+            .from_env()
+            .unwrap()
+            .build()
+            .unwrap();
+        assert_eq!(p.limits().max_retries, 3);
+    }
+
+    #[test]
     fn malformed_values_name_the_variable_value_and_expectation() {
         let secs = "is not a number of seconds from 0 to 31536000";
         let ms = "is not a whole number of milliseconds";

@@ -510,3 +510,91 @@ fn only_outcomes_that_prove_nothing_was_executed_are_rejections() {
         Some((K::NotSent, Some(Duration::from_secs(9))))
     );
 }
+
+/// Judges `statuses` one after another as one request's sends, recording
+/// each outcome as the retry loop does; returns the last judgement.
+fn judge_in_turn(p: &RetryPolicy, statuses: &[u16]) -> Judgement {
+    let mut state = RetryState::new();
+    let mut last = None;
+    for status in statuses {
+        state.record_send();
+        let status = StatusCode::from_u16(*status).unwrap();
+        let outcome = Outcome::Response {
+            status,
+            headers: &HeaderMap::new(),
+            body: Some(b""),
+        };
+        let judgement = p.judge(&state, outcome, Duration::ZERO);
+        state.record_outcome(Some(status), &judgement);
+        state.record_wait(Duration::from_millis(1), false);
+        last = Some(judgement);
+    }
+    last.unwrap()
+}
+
+#[test]
+fn only_overloads_count_towards_the_overload_streak() {
+    let p = policy();
+    match judge_in_turn(&p, &[529, 529, 529]).decision {
+        Decision::Stop(StopReason::OverloadedRepeatedly { count: 3 }) => {}
+        other => panic!("the third overload in a row stops: {other:?}"),
+    }
+    match judge_in_turn(&p, &[429, 429, 429]).decision {
+        Decision::Retry { .. } => {}
+        other => panic!("rate limits are no overloads: {other:?}"),
+    }
+    match judge_in_turn(&p, &[529, 503, 529]).decision {
+        Decision::Retry { .. } => {}
+        other => panic!("a 503 breaks the streak: {other:?}"),
+    }
+}
+
+#[test]
+fn a_rate_limit_under_a_pacing_gate_is_not_charged_to_the_budget() {
+    let p = policy();
+    let charged = |status: u16, paced: bool| {
+        let mut state = after(1);
+        state.set_gate(true, paced);
+        let outcome = Outcome::Response {
+            status: StatusCode::from_u16(status).unwrap(),
+            headers: &HeaderMap::new(),
+            body: Some(b""),
+        };
+        match p.judge(&state, outcome, Duration::ZERO).decision {
+            Decision::Retry { charged, .. } => charged,
+            other => panic!("{other:?}"),
+        }
+    };
+    assert!(
+        !charged(429, true),
+        "the gate paces the key: its wait is no retry storm"
+    );
+    assert!(charged(429, false));
+    assert!(
+        charged(503, true),
+        "only a rate limit is the gate's to pace"
+    );
+}
+
+#[test]
+fn a_success_through_a_gate_is_served_news_with_the_stated_window() {
+    let p = policy();
+    let h = headers(&[
+        ("x-ratelimit-limit-requests", "60"),
+        ("x-ratelimit-remaining-requests", "59"),
+        ("x-ratelimit-reset-requests", "1s"),
+    ]);
+    let mut state = after(1);
+    state.set_gate(true, false);
+    let outcome = Outcome::Response {
+        status: StatusCode::OK,
+        headers: &h,
+        body: None,
+    };
+    match p.judge(&state, outcome, Duration::ZERO).key {
+        KeyNews::Served {
+            window: Some(_), ..
+        } => {}
+        other => panic!("{other:?}"),
+    }
+}
