@@ -598,3 +598,63 @@ fn a_success_through_a_gate_is_served_news_with_the_stated_window() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn a_success_is_final_whatever_x_should_retry_says() {
+    let p = policy();
+    for value in ["false", "true"] {
+        let h = headers(&[("x-should-retry", value)]);
+        let j = judge(&p, 1, 200, &h, br#"{"type":"message"}"#);
+        assert!(matches!(j.decision, Decision::Accept), "{value}: {j:?}");
+        assert_eq!(j.class, Classification::Success);
+    }
+}
+
+#[test]
+fn only_an_answer_proves_a_rate_limit_or_an_overload_and_only_no_answer_a_failed_connect() {
+    use super::super::RejectionKind as K;
+    /// An error of a layer of the caller's, claiming `class`, with a head
+    /// when it carries one.
+    #[derive(Debug)]
+    struct Claim(Classification, Option<HeaderMap>);
+    impl std::fmt::Display for Claim {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a layer's claim")
+        }
+    }
+    impl std::error::Error for Claim {}
+    impl crate::classify::Reported for Claim {
+        fn classification(&self) -> Classification {
+            self.0.clone()
+        }
+        fn response_head(&self) -> Option<(StatusCode, &HeaderMap)> {
+            self.1.as_ref().map(|h| (StatusCode::OK, h))
+        }
+    }
+    let p = RetryPolicy::builder().recognise::<Claim>().build().unwrap();
+    let rejection = |kind, head: Option<HeaderMap>| {
+        let claim = Claim(Classification::Retryable(kind), head);
+        let j = p.judge(&after(1), Outcome::Error(&claim), Duration::ZERO);
+        j.rejection.map(|r| r.kind)
+    };
+    let head = || Some(HeaderMap::new());
+    assert_eq!(
+        rejection(RetryableKind::RateLimited, head()),
+        Some(K::RateLimited)
+    );
+    assert_eq!(rejection(RetryableKind::RateLimited, None), None);
+    assert_eq!(
+        rejection(RetryableKind::Overloaded, head()),
+        Some(K::Overloaded)
+    );
+    assert_eq!(rejection(RetryableKind::Overloaded, None), None);
+    assert_eq!(
+        rejection(RetryableKind::Connect, None),
+        Some(K::NotConnected)
+    );
+    assert_eq!(
+        rejection(RetryableKind::Connect, head()),
+        None,
+        "an answer came, so a connection was made"
+    );
+}

@@ -139,6 +139,25 @@ mod unbounded {
     }
 
     #[test]
+    fn the_measurement_runs_from_the_first_send_not_the_latest() {
+        let mut learned = UNBOUNDED.start();
+        let t0 = Instant::now();
+        // A send every 5 ms, each answered a millisecond later: 40 in 200 ms.
+        for i in 0..40 {
+            let sent = t0 + Duration::from_millis(5 * i);
+            learned.on_send(sent);
+            learned.on_success(&UNBOUNDED, sent + Duration::from_millis(1));
+        }
+        let at = t0 + Duration::from_millis(200);
+        learned.on_throttle(&UNBOUNDED, at, at, None);
+        assert!(
+            (learned.per_sec() - 200.0).abs() < 1e-9,
+            "{}",
+            learned.per_sec()
+        );
+    }
+
+    #[test]
     fn before_any_success_the_first_rate_is_low_and_slow_start_lifts_it() {
         // Long calls: a 429 comes back before any success does. One send
         // per 100 ms so far is all that is known to get through.
