@@ -302,6 +302,10 @@ fn the_rest_of_the_first_burst_refines_the_first_rate_down_only() {
     // The burst's other 429s named up to 5 ms: the bucket's period.
     assert!(learned.on_throttle(&bounds, t0, at, Some(ms(5))));
     assert!(!learned.on_throttle(&bounds, t0, at, Some(ms(3))));
+    assert!(
+        !learned.on_throttle(&bounds, t0, at, Some(ms(5))),
+        "the same period again changes nothing"
+    );
     assert!((learned.per_sec() - 200.0).abs() < 1e-9);
     // A 429 for a later send is a congestion event, not a refinement.
     let later = at + ms(10);
