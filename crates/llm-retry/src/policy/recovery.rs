@@ -199,3 +199,7 @@ impl RetryPolicy {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "recovery_tests.rs"]
+mod tests;

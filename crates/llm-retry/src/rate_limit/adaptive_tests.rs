@@ -197,6 +197,25 @@ mod unbounded {
     }
 
     #[test]
+    fn five_successes_measure_a_rate_that_a_long_wait_does_not_override() {
+        let mut learned = UNBOUNDED.start();
+        let t0 = Instant::now();
+        learned.on_send(t0);
+        for i in 1..=5 {
+            learned.on_success(&UNBOUNDED, t0 + Duration::from_millis(20 * i));
+        }
+        // A 429 naming a second: with five successes in 100 ms measured,
+        // the key's rate is theirs (50 a second), not a window's reset.
+        let at = t0 + Duration::from_millis(100);
+        learned.on_throttle(&UNBOUNDED, at, at, Some(Duration::from_secs(1)));
+        assert!(
+            (learned.per_sec() - 50.0).abs() < 1e-9,
+            "{}",
+            learned.per_sec()
+        );
+    }
+
+    #[test]
     fn a_first_estimate_never_falls_below_the_floor() {
         let mut learned = UNBOUNDED.start();
         let t0 = Instant::now();

@@ -381,4 +381,63 @@ mod tests {
         );
         drop(last);
     }
+
+    /// Takes every free slot as a send under the ceiling.
+    fn fill(flight: &Arc<Flight>, slots: &Arc<Semaphore>) -> Vec<InFlight> {
+        std::iter::from_fn(|| take(slots))
+            .map(|permit| InFlight::start(Arc::clone(flight), Some(permit)))
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_ceiling_of_one_rises_to_two_by_one_slot() {
+        let flight = Arc::new(Flight::default());
+        let t0 = Instant::now();
+        let alone = start(&flight, 1);
+        flight.overloaded(t0, t0); // no others in flight: the floor, 1
+        drop(alone);
+        let slots = flight.slots().unwrap();
+        let held = fill(&flight, &slots);
+        assert_eq!(held.len(), 1);
+        flight.served(); // every slot taken: 1 + 1/1
+        assert!((limit(&flight) - 2.0).abs() < 1e-9);
+        assert_eq!(slots.available_permits(), 1, "one more slot, not two");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_rising_ceiling_still_owed_slots_pays_its_debt_first() {
+        let flight = Arc::new(Flight::default());
+        let t0 = Instant::now();
+        let first = start(&flight, 10);
+        flight.overloaded(t0, t0); // ceiling 8.1 with 10 in flight: 2 owed
+        while limit(&flight) < 9.0 {
+            flight.served(); // no slot free: each lifts it by 1/limit
+        }
+        // Crossing 9 made one slot, which paid one of the two owed.
+        drop(first);
+        let slots = flight.slots().unwrap();
+        assert_eq!(slots.available_permits(), 9, "the ceiling's 9");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_falling_ceiling_takes_free_slots_now_and_the_rest_as_sends_end() {
+        let flight = Arc::new(Flight::default());
+        let t0 = Instant::now();
+        drop(start(&flight, 10));
+        let again = start(&flight, 10);
+        flight.overloaded(t0, t0); // ceiling 8.1
+        drop(again);
+        let slots = flight.slots().unwrap();
+        assert_eq!(slots.available_permits(), 8);
+        let mut held = fill(&flight, &slots);
+        held.truncate(4); // 4 in flight, 4 slots free
+        tokio::time::advance(std::time::Duration::from_millis(1)).await;
+        // Refused with 3 others in flight: 3 × 0.9 = 2.7. Of the 6 slots
+        // to take back, the 4 free go now and 2 are owed.
+        flight.overloaded(Instant::now(), Instant::now());
+        assert!((limit(&flight) - 2.7).abs() < 1e-9);
+        assert_eq!(slots.available_permits(), 0);
+        drop(held);
+        assert_eq!(slots.available_permits(), 2, "the ceiling's 2");
+    }
 }
