@@ -597,6 +597,16 @@ fn a_success_through_a_gate_is_served_news_with_the_stated_window() {
         } => {}
         other => panic!("{other:?}"),
     }
+    // No gate took the send: its quota headers are not read.
+    let outcome = Outcome::Response {
+        status: StatusCode::OK,
+        headers: &h,
+        body: None,
+    };
+    match p.judge(&after(1), outcome, Duration::ZERO).key {
+        KeyNews::Served { window: None, .. } | KeyNews::None => {}
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]
