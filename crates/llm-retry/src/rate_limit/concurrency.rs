@@ -382,6 +382,20 @@ mod tests {
         drop(last);
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_send_let_through_when_none_is_in_flight_still_owes_its_slot() {
+        let flight = Arc::new(Flight::default());
+        let t0 = Instant::now();
+        let sends = start(&flight, 3);
+        flight.overloaded(t0, t0); // ceiling 1.8, 2 owed
+        drop(sends);
+        let slots = flight.slots().unwrap();
+        assert_eq!((flight.in_flight(), slots.available_permits()), (0, 1));
+        // Let through without a slot, with nothing else in flight.
+        drop(InFlight::start(Arc::clone(&flight), None));
+        assert_eq!(slots.available_permits(), 1, "it paid, it did not add");
+    }
+
     /// Takes every free slot as a send under the ceiling.
     fn fill(flight: &Arc<Flight>, slots: &Arc<Semaphore>) -> Vec<InFlight> {
         std::iter::from_fn(|| take(slots))

@@ -89,3 +89,41 @@ impl Reported for GateError {
         false
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_refusal_has_a_label_and_says_its_numbers() {
+        let cases = [
+            (
+                GateError::NeverFits {
+                    cost: 9_000,
+                    capacity: 8_000,
+                },
+                "never_fits",
+                "a send costing 9000 tokens can never fit a quota admitting 8000 at once",
+            ),
+            (
+                GateError::PastDeadline {
+                    wait: Duration::from_millis(2_500),
+                },
+                "past_deadline",
+                "the rate limit would hold this send 2.5 s, past the request's deadline",
+            ),
+            (
+                GateError::HeldTooLong {
+                    asked: Duration::from_secs(300),
+                    limit: Duration::from_secs(120),
+                },
+                "held_too_long",
+                "the key is held for a server-named wait of 300 s, more than the 120 s limit",
+            ),
+        ];
+        for (error, label, words) in cases {
+            assert_eq!(error.label(), label);
+            assert_eq!(error.to_string(), words);
+        }
+    }
+}

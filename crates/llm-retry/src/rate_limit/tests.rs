@@ -82,6 +82,15 @@ fn offsets(sends: &Sends, start: Instant) -> Vec<u128> {
 }
 
 #[tokio::test(start_paused = true)]
+async fn the_gate_and_its_future_say_what_they_are() {
+    let mut svc = RateLimitLayer::learned().layer(upstream(Sends::default()));
+    svc.ready().await.unwrap();
+    let future = svc.call(get("http://a.test/"));
+    assert!(format!("{future:?}").starts_with("ResponseFuture"));
+    future.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
 async fn sends_are_paced_first_in_first_out() {
     let sends = Sends::default();
     let svc = RateLimitLayer::new(Quotas::none().requests_per_minute_with_burst(600, 1))

@@ -69,6 +69,13 @@ async fn body_exactly_at_the_cap_is_replayable() {
     let first = ReplayBody::new(chunked(&["abc", "def"]), 6);
     let second = first.try_clone().unwrap();
     assert_eq!(collect(first).await.unwrap(), "abcdef");
+    assert!(!second.is_capped());
+    assert_eq!(second.cap(), 6);
+    let debug = format!("{second:?}");
+    assert!(
+        debug.contains("ReplayBody") && debug.contains("buffered_bytes: 6"),
+        "{debug}"
+    );
     assert_eq!(collect(second).await.unwrap(), "abcdef");
 }
 
@@ -379,4 +386,35 @@ async fn a_body_that_fails_when_read_early_gives_its_first_send_the_error() {
         again.to_string(),
         "request body failed during an earlier send"
     );
+}
+
+/// A body of known size, its frames all ready.
+struct Ready(std::collections::VecDeque<Bytes>);
+
+impl Body for Ready {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        Poll::Ready(self.0.pop_front().map(|data| Ok(Frame::data(data))))
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(self.0.iter().map(|d| d.len() as u64).sum())
+    }
+}
+
+#[tokio::test]
+async fn a_body_its_first_send_began_reading_is_not_read_early() {
+    let frames = [Bytes::from_static(b"abc"), Bytes::from_static(b"def")];
+    let mut body = ReplayBody::new(Ready(frames.into()), 1024);
+    let replica = body.replica();
+    let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+    assert_eq!(first, "abc");
+    assert_eq!(replica.fill_ready(), None, "the first send is reading it");
+    assert_eq!(collect(body).await.unwrap(), "def");
+    assert_eq!(replica.fill_ready().as_deref(), Some(&b"abcdef"[..]));
 }
