@@ -220,7 +220,13 @@ where
         shared.wake_parked();
         let frame = shared.record(frame, ended);
         match &frame {
-            None => this.trailers_yielded = true,
+            // The source's end. Another clone may have pulled its trailers
+            // before: this one yields them first, as a replay would.
+            None if !this.trailers_yielded => {
+                this.trailers_yielded = true;
+                return Poll::Ready(shared.trailers.clone().map(|t| Ok(Frame::trailers(t))));
+            }
+            None => {}
             Some(Ok(frame)) if frame.is_data() => this.next = shared.seen(),
             Some(Ok(frame)) if frame.is_trailers() => this.trailers_yielded = true,
             Some(_) => {}

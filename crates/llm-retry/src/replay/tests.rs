@@ -418,3 +418,91 @@ async fn a_body_its_first_send_began_reading_is_not_read_early() {
     assert_eq!(collect(body).await.unwrap(), "def");
     assert_eq!(replica.fill_ready().as_deref(), Some(&b"abcdef"[..]));
 }
+
+/// Reads `body` frame by frame: its bytes and how many trailers frames
+/// it yielded, checking `is_end_stream` says "not yet" until the end.
+async fn frames_of<B>(body: B) -> (Vec<u8>, usize)
+where
+    B: Body<Data = Bytes, Error = BoxError> + Unpin,
+{
+    let mut body = body;
+    let (mut data, mut trailers) = (Vec::new(), 0);
+    loop {
+        let ended = body.is_end_stream();
+        match body.frame().await {
+            None => break,
+            Some(frame) => {
+                assert!(!ended, "a frame came after is_end_stream said the end");
+                let frame = frame.unwrap();
+                if let Some(chunk) = frame.data_ref() {
+                    data.extend_from_slice(chunk);
+                } else if frame.is_trailers() {
+                    trailers += 1;
+                }
+            }
+        }
+    }
+    assert!(body.is_end_stream());
+    (data, trailers)
+}
+
+#[tokio::test]
+async fn every_reader_gets_the_trailers_once_and_knows_its_end() {
+    let mut trailers = http::HeaderMap::new();
+    trailers.insert("x-checksum", http::HeaderValue::from_static("42"));
+    let frames: Vec<Result<Frame<Bytes>, BoxError>> = vec![
+        Ok(Frame::data(Bytes::from_static(b"ab"))),
+        Ok(Frame::trailers(trailers)),
+    ];
+    let first = ReplayBody::new(StreamBody::new(futures_util::stream::iter(frames)), 1024);
+    let second = first.try_clone().unwrap();
+    assert!(!second.is_end_stream(), "nothing read yet");
+    assert_eq!(frames_of(first).await, (b"ab".to_vec(), 1));
+    assert!(!second.is_end_stream(), "a replay that has read nothing");
+    assert_eq!(frames_of(second).await, (b"ab".to_vec(), 1));
+}
+
+#[tokio::test]
+async fn a_replay_reaching_the_end_after_another_took_the_trailers_still_gets_them() {
+    let mut trailers = http::HeaderMap::new();
+    trailers.insert("x-checksum", http::HeaderValue::from_static("42"));
+    let frames: Vec<Result<Frame<Bytes>, BoxError>> = vec![
+        Ok(Frame::data(Bytes::from_static(b"ab"))),
+        Ok(Frame::trailers(trailers)),
+    ];
+    let mut first = ReplayBody::new(StreamBody::new(futures_util::stream::iter(frames)), 1024);
+    let mut second = first.try_clone().unwrap();
+    // The first reads the data and the trailers; the source has not ended.
+    assert!(first.frame().await.unwrap().unwrap().is_data());
+    assert!(first.frame().await.unwrap().unwrap().is_trailers());
+    // The second replays the data, then meets the source's end itself.
+    assert!(second.frame().await.unwrap().unwrap().is_data());
+    let last = second.frame().await.map(|frame| frame.unwrap());
+    assert!(
+        last.is_some_and(|frame| frame.is_trailers()),
+        "the trailers, before the end"
+    );
+    assert!(second.frame().await.is_none());
+    assert!(
+        first.frame().await.is_none(),
+        "the trailers once, not twice"
+    );
+}
+
+#[tokio::test]
+async fn a_replay_that_has_read_nothing_is_not_at_its_end() {
+    let first = ReplayBody::new(chunked(&["ab"]), 1024);
+    let second = first.try_clone().unwrap();
+    assert_eq!(collect(first).await.unwrap(), "ab");
+    assert!(!second.is_end_stream());
+    assert_eq!(frames_of(second).await, (b"ab".to_vec(), 0));
+}
+
+#[tokio::test]
+async fn a_clone_left_behind_by_the_cap_knows_no_size() {
+    let first = ReplayBody::new(chunked(&["abcd", "efgh", "ij"]), 6);
+    let behind = first.try_clone().unwrap();
+    assert_eq!(collect(first).await.unwrap(), "abcdefghij");
+    assert_eq!(behind.size_hint().exact(), None);
+    assert_eq!(behind.size_hint().lower(), 0);
+}
