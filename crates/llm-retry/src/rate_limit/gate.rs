@@ -869,3 +869,7 @@ impl fmt::Debug for Gate {
             .finish_non_exhaustive()
     }
 }
+
+#[cfg(test)]
+#[path = "gate_tests.rs"]
+mod tests;

@@ -1,0 +1,105 @@
+//! One key's state: when the sweep may drop it, and what its window
+//! counts.
+#![allow(clippy::unwrap_used)]
+
+use super::*;
+
+const BOUNDS: AdaptiveRate = AdaptiveRate {
+    min_per_sec: 1.0,
+    max_per_sec: f64::INFINITY,
+};
+
+#[tokio::test(start_paused = true)]
+async fn a_key_is_idle_only_once_nothing_of_it_reaches_past_now() {
+    let now = Instant::now();
+    let later = now + Duration::from_secs(1);
+    let fresh = || KeyState::new(None, now);
+    assert!(fresh().idle(now), "a key nothing has used");
+    assert!(
+        KeyState::new(Some(&BOUNDS), now).idle(now),
+        "a learned key with no send queued"
+    );
+
+    let mut held = fresh();
+    held.held_until = Some(later);
+    assert!(!held.idle(now));
+    assert!(held.idle(later), "the hold is over");
+
+    let mut paced = fresh();
+    paced.requests = Tat(Some(later));
+    assert!(!paced.idle(now));
+    assert!(paced.idle(later));
+
+    let mut probing = fresh();
+    probing.probing = 1;
+    assert!(!probing.idle(now), "a send waits for news of its window");
+
+    let mut window = fresh();
+    window.window = Some(Window::new(Some(later), 5, 0, now));
+    assert!(!window.idle(now), "the provider's window stands");
+    assert!(window.idle(later), "and then it reset");
+    window.window = Some(Window::new(None, 5, 0, now));
+    assert!(
+        window.idle(now),
+        "a window with no known reset says nothing worth keeping"
+    );
+
+    let flying = fresh();
+    let flight = Arc::clone(&flying.flight);
+    let send = super::super::concurrency::InFlight::start(flight, None);
+    assert!(!flying.idle(now), "a send in flight");
+    drop(send);
+    assert!(flying.idle(now));
+
+    let mut queued = KeyState::new(Some(&BOUNDS), now);
+    let learned = queued.learned.as_mut().unwrap();
+    learned.rate.on_stated(1.0, now);
+    let interval = learned.rate.interval();
+    learned.schedule.take(now, interval);
+    learned.schedule.take(now, interval);
+    assert!(!queued.idle(now), "a second send is booked a second on");
+    assert!(queued.idle(later));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_window_counts_its_probes_and_queued_shares_until_they_leave() {
+    let now = Instant::now();
+    let mut key = KeyState::new(None, now);
+    key.window = Some(Window::new(None, 0, 0, now));
+    let probe = key.window_place(now);
+    assert!(matches!(probe, Place::Probe { .. }));
+    key.enter_window(probe, None);
+    key.enter_window(probe, None);
+    assert_eq!(key.probing, 2);
+    key.leave_window(probe, false);
+    assert_eq!(key.probing, 1);
+
+    key.window = Some(Window::new(Some(now + Duration::from_secs(60)), 2, 1, now));
+    let share = key.window_place(now);
+    assert_eq!(share, Place::Took(1));
+    key.enter_window(share, None);
+    key.enter_window(share, None);
+    assert_eq!(key.queued_shares, 2);
+    assert_eq!(
+        key.window_place(now),
+        Place::AfterReset(now + Duration::from_secs(60))
+    );
+    key.leave_window(share, true);
+    assert_eq!(key.queued_shares, 1);
+    assert_eq!(key.window_place(now), Place::Took(1), "the share came back");
+}
+
+#[test]
+fn a_hold_exactly_at_the_longest_wait_is_honoured() {
+    let now = Instant::now();
+    let mut key = KeyState::new(None, now);
+    key.held_until = Some(now + Duration::from_secs(5));
+    key.asked = Some((now, Duration::from_secs(5)));
+    assert!(key
+        .held_too_long(now, Some(Duration::from_secs(5)))
+        .is_none());
+    assert!(matches!(
+        key.held_too_long(now, Some(Duration::from_millis(4_999))),
+        Some(GateError::HeldTooLong { .. })
+    ));
+}
