@@ -1084,6 +1084,35 @@ fn no_reset(remaining: u64) -> crate::hint::RequestWindow {
 }
 
 #[tokio::test(start_paused = true)]
+async fn news_of_a_window_wakes_the_sends_waiting_for_it_and_only_them() {
+    use futures_util::FutureExt;
+    let gate = RateLimitLayer::new(Quotas::none()).unwrap().gate;
+    let now = Instant::now();
+    let limit = Duration::from_secs(120);
+    let bounds = gate::Bounds {
+        deadline: None,
+        max_server_wait: Some(limit),
+    };
+    let first = gate.reserve(1, 0, now, bounds).unwrap();
+    let woken = gate.woken(1).unwrap();
+    // Nothing waits for news: a window stated now wakes no one.
+    let mut idle = std::pin::pin!(woken.notified());
+    idle.as_mut().enable();
+    gate.observed_window(1, first.order, now, no_reset(0), limit);
+    assert!(idle.now_or_never().is_none());
+    // One send probes, the next waits for its news, which comes.
+    let probe = gate.reserve(1, 0, now, bounds).unwrap();
+    let _waiting = gate.reserve(1, 0, now, bounds).unwrap();
+    let mut news = std::pin::pin!(woken.notified());
+    news.as_mut().enable();
+    gate.observed_window(1, probe.order, now, no_reset(5), limit);
+    assert!(
+        news.now_or_never().is_some(),
+        "the waiting send looks again"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn past_a_spent_window_of_unknown_reset_one_send_probes_and_the_rest_wait_for_its_news() {
     let gate = RateLimitLayer::new(Quotas::none()).unwrap().gate;
     let now = Instant::now();
