@@ -366,6 +366,33 @@ async fn under_a_stated_token_quota_large_requests_wait_their_turn_and_small_one
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_stated_token_quota_books_only_sends_that_cost_something_and_can_fit() {
+    use crate::hint::TokenWindow;
+    let gate = RateLimitLayer::learned().gate;
+    let now = Instant::now();
+    gate.reserve(1, 0, now, gate::Bounds::default()).unwrap();
+    gate.observed_tokens(
+        1,
+        TokenWindow {
+            remaining: 1_000,
+            per_minute: 1_000,
+        },
+        now,
+    );
+    let book = |cost| {
+        gate.reserve_send(1, cost, now, gate::Bounds::default())
+            .unwrap()
+            .booking
+    };
+    assert_eq!(book(600).stated_cost(), 600);
+    // More than the quota ever holds: not the stated quota's to pace (the
+    // provider answers it), so it books nothing and goes now.
+    let huge = book(5_000);
+    assert_eq!((huge.stated_cost(), huge.slot), (0, now));
+    assert_eq!(book(0).stated_cost(), 0, "no cost, nothing booked");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_send_refused_with_fewer_tokens_left_than_it_booked_holds_only_itself() {
     use super::concurrency::InFlight;
     use crate::hint::TokenWindow;

@@ -506,3 +506,26 @@ async fn a_clone_left_behind_by_the_cap_knows_no_size() {
     assert_eq!(behind.size_hint().exact(), None);
     assert_eq!(behind.size_hint().lower(), 0);
 }
+
+#[tokio::test]
+async fn a_clone_left_behind_by_the_cap_never_reads_the_live_stream() {
+    // Over the cap at the first chunk, or at a later one, and streaming
+    // on for several more: the clone made before the cap has a prefix
+    // missing, and says so however long the stream runs.
+    for chunks in [
+        &["abcdefgh"][..],
+        &["abcdefgh", "ij", "kl"][..],
+        &["ab", "cdefgh", "ij", "kl", "mn", "op"][..],
+    ] {
+        let first = ReplayBody::new(chunked(chunks), 4);
+        let behind = first.try_clone().unwrap();
+        let sent = collect(first).await.unwrap();
+        assert_eq!(sent, chunks.concat());
+        let err = collect(behind).await.unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "request body exceeds the 4-byte replay buffer",
+            "{chunks:?}"
+        );
+    }
+}
