@@ -1084,6 +1084,33 @@ fn no_reset(remaining: u64) -> crate::hint::RequestWindow {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_send_whose_turn_is_its_deadline_waits_for_it() {
+    let gate = RateLimitLayer::new(Quotas::none().requests_per_minute_with_burst(60, 1))
+        .unwrap()
+        .gate;
+    let now = Instant::now();
+    let second = Duration::from_secs(1);
+    let bounds = |deadline| gate::Bounds {
+        deadline: Some(now + deadline),
+        max_server_wait: None,
+    };
+    assert!(gate
+        .reserve(1, 0, now, bounds(second))
+        .unwrap()
+        .is_released());
+    let mut next = gate.reserve(1, 0, now, bounds(second)).unwrap();
+    assert_eq!(next.slot, now + second);
+    assert_eq!(
+        gate.check(1, &mut next, now).unwrap(),
+        gate::Check::WaitUntil(now + second)
+    );
+    assert_eq!(
+        gate.check(1, &mut next, now + second).unwrap(),
+        gate::Check::Go
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn news_of_a_window_wakes_the_sends_waiting_for_it_and_only_them() {
     use futures_util::FutureExt;
     let gate = RateLimitLayer::new(Quotas::none()).unwrap().gate;
