@@ -1083,6 +1083,70 @@ fn no_reset(remaining: u64) -> crate::hint::RequestWindow {
     }
 }
 
+/// A service ready only from `at` on.
+struct ReadyAt<S> {
+    inner: S,
+    at: Instant,
+    sleep: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<S: Clone> Clone for ReadyAt<S> {
+    fn clone(&self) -> Self {
+        ReadyAt {
+            inner: self.inner.clone(),
+            at: self.at,
+            sleep: None,
+        }
+    }
+}
+
+impl<S: Service<R>, R> Service<R> for ReadyAt<S> {
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), S::Error>> {
+        let at = self.at;
+        let sleep = self
+            .sleep
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
+        std::task::ready!(std::future::Future::poll(sleep.as_mut(), cx));
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: R) -> S::Future {
+        self.inner.call(request)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_send_let_through_is_dated_by_its_turn_not_by_its_service_s_readiness() {
+    let start = Instant::now();
+    let svc = RateLimitLayer::new(Quotas::none().requests_per_minute_with_burst(60, 1))
+        .unwrap()
+        .layer(ReadyAt {
+            inner: upstream(Sends::default()),
+            at: start + Duration::from_secs(3),
+            sleep: None,
+        });
+    let link = link::GateLink::new(super::offer::LinkBounds::new(
+        RetryPolicy::default().limits(),
+        None,
+    ));
+    let mut request = get("http://a.test/");
+    request.extensions_mut().insert(link.clone());
+    // Its turn is now; the service below is ready 3 s later. The send is
+    // dated by the schedule it went under: a decrease the key learned in
+    // those 3 s does not count it again.
+    svc.oneshot(request).await.unwrap();
+    assert_eq!(Instant::now() - start, Duration::from_secs(3));
+    let sent = link.take_sent().expect("the gate dated the send");
+    assert_eq!(sent.at(), start);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_send_whose_turn_is_its_deadline_waits_for_it() {
     let gate = RateLimitLayer::new(Quotas::none().requests_per_minute_with_burst(60, 1))
