@@ -1175,6 +1175,46 @@ async fn a_send_whose_turn_is_its_deadline_waits_for_it() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_learned_rate_wakes_the_waiting_sends_only_when_it_rose_a_tenth() {
+    use futures_util::FutureExt;
+    let gate = RateLimitLayer::learned().gate;
+    let t0 = Instant::now();
+    let ms = Duration::from_millis;
+    gate.reserve(1, 0, t0, gate::Bounds::default()).unwrap();
+    // A 429 naming 100 ms to the next token: 10 sends a second.
+    gate.throttled(1, t0, t0 + ms(100), Some(ms(100)));
+    let woken = gate.woken(1).unwrap();
+    let mut small = std::pin::pin!(woken.notified());
+    small.as_mut().enable();
+    gate.succeeded(1, t0 + ms(110));
+    assert!(small.now_or_never().is_none(), "a rise of a few per cent");
+    let mut large = std::pin::pin!(woken.notified());
+    large.as_mut().enable();
+    let mut t = t0 + ms(110);
+    for _ in 0..100 {
+        t += ms(10);
+        gate.succeeded(1, t);
+    }
+    assert!(large.now_or_never().is_some(), "a second of successes");
+}
+
+#[test]
+fn a_gate_paces_with_a_quota_or_a_learned_rate_and_says_how() {
+    let none = RateLimitLayer::new(Quotas::none()).unwrap().gate;
+    assert!(!none.paces());
+    assert!(RateLimitLayer::learned().gate.paces());
+    let quota = RateLimitLayer::new(Quotas::none().requests_per_minute_with_burst(60, 1))
+        .unwrap()
+        .gate;
+    assert!(quota.paces());
+    let debug = format!("{quota:?}");
+    assert!(
+        debug.starts_with("Gate") && debug.contains("requests"),
+        "{debug}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn news_of_a_window_wakes_the_sends_waiting_for_it_and_only_them() {
     use futures_util::FutureExt;
     let gate = RateLimitLayer::new(Quotas::none()).unwrap().gate;
