@@ -597,6 +597,18 @@ fn a_success_through_a_gate_is_served_news_with_the_stated_window() {
         } => {}
         other => panic!("{other:?}"),
     }
+    // With a body read (a success the layer peeked at), the same news.
+    let outcome = Outcome::Response {
+        status: StatusCode::OK,
+        headers: &h,
+        body: Some(br#"{"type":"message"}"#),
+    };
+    match p.judge(&state, outcome, Duration::ZERO).key {
+        KeyNews::Served {
+            window: Some(_), ..
+        } => {}
+        other => panic!("{other:?}"),
+    }
     // No gate took the send: its quota headers are not read.
     let outcome = Outcome::Response {
         status: StatusCode::OK,

@@ -99,6 +99,17 @@ mod tests {
     use super::*;
 
     #[tokio::test(start_paused = true)]
+    async fn a_time_past_what_an_instant_holds_is_a_century_on() {
+        let now = Instant::now();
+        let century = Duration::from_secs(100 * 365 * 86_400);
+        assert_eq!(
+            later(now, Duration::from_secs(5)),
+            now + Duration::from_secs(5)
+        );
+        assert_eq!(later(now, Duration::MAX), now + century);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn slots_are_spaced_at_the_rate_after_the_burst() {
         let pace = Pace::per_minute(600, 3).unwrap(); // 100 ms a send, 3 at once
         let now = Instant::now();

@@ -85,3 +85,37 @@ impl<S> DerefMut for Keys<S> {
         &mut self.map
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A key state that is idle or not, as told.
+    struct Told(bool, Instant);
+
+    impl Sweepable for Told {
+        fn idle(&self, _now: Instant) -> bool {
+            self.0
+        }
+        fn last_used(&self) -> Instant {
+            self.1
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_first_sweep_comes_when_the_map_reaches_its_threshold_and_drops_the_idle() {
+        let now = Instant::now();
+        let mut keys = Keys::default();
+        for key in 0..SWEEP_FROM as u64 - 1 {
+            keys.make_room(now);
+            keys.insert(key, Told(key % 2 == 0, now));
+        }
+        assert_eq!(keys.sweeps(), 0, "{} keys: no sweep yet", keys.len());
+        keys.make_room(now);
+        keys.insert(SWEEP_FROM as u64, Told(false, now));
+        assert_eq!(keys.sweeps(), 0, "the map holds its threshold now");
+        keys.make_room(now);
+        assert_eq!(keys.sweeps(), 1, "reaching it sweeps");
+        assert_eq!(keys.len(), SWEEP_FROM / 2, "the idle half is gone");
+    }
+}
