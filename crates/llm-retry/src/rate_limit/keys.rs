@@ -118,4 +118,23 @@ mod tests {
         assert_eq!(keys.sweeps(), 1, "reaching it sweeps");
         assert_eq!(keys.len(), SWEEP_FROM / 2, "the idle half is gone");
     }
+
+    #[tokio::test(start_paused = true)]
+    async fn past_half_the_cap_the_least_recently_used_go() {
+        let start = Instant::now();
+        let mut keys = Keys::default();
+        let used = |key: u64| start + std::time::Duration::from_millis(key);
+        for key in 0..HARD_CAP as u64 / 2 {
+            keys.make_room(used(key));
+            keys.insert(key, Told(false, used(key)));
+        }
+        keys.make_room(used(HARD_CAP as u64));
+        assert_eq!(keys.len(), HARD_CAP / 4);
+        let oldest_kept = keys.keys().min().copied();
+        assert_eq!(
+            oldest_kept,
+            Some(HARD_CAP as u64 / 4),
+            "the newest quarter stays"
+        );
+    }
 }
