@@ -12,7 +12,7 @@ use tokio::net::{TcpListener, TcpSocket};
 /// burst of 200 callers has 72 of them wait a second or more for nothing.
 pub const LISTEN_BACKLOG: u32 = 1024;
 
-/// Binds `addr` (with `SO_REUSEADDR`, as tokio's bind does) and listens
+/// Binds `addr` (with `SO_REUSEADDR` off Windows, as tokio's bind does) and listens
 /// with a backlog of [`LISTEN_BACKLOG`]. Must be called inside a tokio
 /// runtime.
 ///
@@ -25,6 +25,9 @@ pub fn listen(addr: SocketAddr) -> io::Result<TcpListener> {
     } else {
         TcpSocket::new_v6()?
     };
+    // As tokio's bind: not on Windows, where it lets another socket take
+    // the port.
+    #[cfg(not(windows))]
     socket.set_reuseaddr(true)?;
     socket.bind(addr)?;
     socket.listen(LISTEN_BACKLOG)

@@ -157,6 +157,9 @@ const BACKLOG: u32 = 1024;
 
 fn listen(addr: SocketAddr) -> io::Result<TcpListener> {
     let socket = TcpSocket::new_v4()?;
+    // As tokio's bind: not on Windows, where it lets another socket take
+    // the port.
+    #[cfg(not(windows))]
     socket.set_reuseaddr(true)?;
     socket.bind(addr)?;
     socket.listen(BACKLOG)

@@ -242,7 +242,12 @@ where
         match shared.source {
             Source::Done => self.trailers_yielded || shared.trailers.is_none(),
             Source::Failed => false,
-            Source::Streaming => shared.inner.as_ref().is_some_and(|b| b.is_end_stream()),
+            // At its end, unless trailers another clone pulled are still
+            // this one's to yield.
+            Source::Streaming => {
+                shared.inner.as_ref().is_some_and(|b| b.is_end_stream())
+                    && (self.trailers_yielded || shared.trailers.is_none())
+            }
         }
     }
 

@@ -529,3 +529,45 @@ async fn a_clone_left_behind_by_the_cap_never_reads_the_live_stream() {
         );
     }
 }
+
+/// Data, then trailers, and its end reported with the trailers.
+struct EndsWithTrailers(Option<Frame<Bytes>>, Option<Frame<Bytes>>);
+
+impl Body for EndsWithTrailers {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let next = self.0.take().or_else(|| self.1.take());
+        Poll::Ready(next.map(Ok))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.0.is_none() && self.1.is_none()
+    }
+}
+
+#[tokio::test]
+async fn a_replay_at_a_source_that_ended_with_its_trailers_is_not_at_its_end_before_them() {
+    let mut trailers = http::HeaderMap::new();
+    trailers.insert("x-checksum", http::HeaderValue::from_static("42"));
+    let source = EndsWithTrailers(
+        Some(Frame::data(Bytes::from_static(b"ab"))),
+        Some(Frame::trailers(trailers)),
+    );
+    let mut first = ReplayBody::new(source, 1024);
+    let mut second = first.try_clone().unwrap();
+    assert!(first.frame().await.unwrap().unwrap().is_data());
+    assert!(first.frame().await.unwrap().unwrap().is_trailers());
+    assert!(first.is_end_stream());
+    assert!(second.frame().await.unwrap().unwrap().is_data());
+    assert!(
+        !second.is_end_stream(),
+        "the trailers are still to come for this clone"
+    );
+    assert!(second.frame().await.unwrap().unwrap().is_trailers());
+    assert!(second.is_end_stream());
+}
