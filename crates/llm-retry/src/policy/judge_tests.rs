@@ -584,41 +584,35 @@ fn a_success_through_a_gate_is_served_news_with_the_stated_window() {
         ("x-ratelimit-remaining-requests", "59"),
         ("x-ratelimit-reset-requests", "1s"),
     ]);
-    let mut state = after(1);
-    state.set_gate(true, false);
-    let outcome = Outcome::Response {
-        status: StatusCode::OK,
-        headers: &h,
-        body: None,
+    let mut gated = after(1);
+    gated.set_gate(true, false);
+    let key = |state: &RetryState, body: Option<&'static [u8]>| {
+        let outcome = Outcome::Response {
+            status: StatusCode::OK,
+            headers: &h,
+            body,
+        };
+        p.judge(state, outcome, Duration::ZERO).key
     };
-    match p.judge(&state, outcome, Duration::ZERO).key {
-        KeyNews::Served {
-            window: Some(_), ..
-        } => {}
-        other => panic!("{other:?}"),
-    }
-    // With a body read (a success the layer peeked at), the same news.
-    let outcome = Outcome::Response {
-        status: StatusCode::OK,
-        headers: &h,
-        body: Some(br#"{"type":"message"}"#),
-    };
-    match p.judge(&state, outcome, Duration::ZERO).key {
-        KeyNews::Served {
-            window: Some(_), ..
-        } => {}
-        other => panic!("{other:?}"),
+    // With no body (answered at once) or a body read (a success the
+    // layer peeked at), the same news.
+    for body in [None, Some(&br#"{"type":"message"}"#[..])] {
+        assert!(
+            matches!(
+                key(&gated, body),
+                KeyNews::Served {
+                    window: Some(_),
+                    ..
+                }
+            ),
+            "{body:?}"
+        );
     }
     // No gate took the send: its quota headers are not read.
-    let outcome = Outcome::Response {
-        status: StatusCode::OK,
-        headers: &h,
-        body: None,
-    };
-    match p.judge(&after(1), outcome, Duration::ZERO).key {
-        KeyNews::Served { window: None, .. } | KeyNews::None => {}
-        other => panic!("{other:?}"),
-    }
+    assert!(matches!(
+        key(&after(1), None),
+        KeyNews::Served { window: None, .. } | KeyNews::None
+    ));
 }
 
 #[test]

@@ -110,18 +110,24 @@ fn a_401_refreshes_credentials_once_and_only_with_a_hook() {
     );
 }
 
+/// Judges a 529 for `state`'s last send and records it, as the loop does.
+fn record_overload(p: &RetryPolicy, state: &mut RetryState) {
+    let status = StatusCode::from_u16(529).unwrap();
+    let outcome = Outcome::Response {
+        status,
+        headers: &HeaderMap::new(),
+        body: Some(b""),
+    };
+    let judgement = p.judge(state, outcome, Duration::ZERO);
+    state.record_outcome(Some(status), &judgement);
+}
+
 /// A request whose last `n` sends were overloaded.
 fn overloaded(p: &RetryPolicy, n: u32) -> RetryState {
     let mut state = RetryState::new();
     for _ in 0..n {
         state.record_send();
-        let outcome = Outcome::Response {
-            status: StatusCode::from_u16(529).unwrap(),
-            headers: &HeaderMap::new(),
-            body: Some(b""),
-        };
-        let judgement = p.judge(&state, outcome, Duration::ZERO);
-        state.record_outcome(Some(StatusCode::from_u16(529).unwrap()), &judgement);
+        record_overload(p, &mut state);
         state.record_wait(Duration::from_millis(1), false);
     }
     state.record_send();
@@ -173,13 +179,7 @@ fn an_overload_streak_acts_at_its_limit_and_the_fallback_applies_once() {
     });
     // On the fallback model, a new streak: one overload, then a second.
     let mut state = fell_back;
-    let outcome = Outcome::Response {
-        status: StatusCode::from_u16(529).unwrap(),
-        headers: &HeaderMap::new(),
-        body: Some(b""),
-    };
-    let judgement = automatic.judge(&state, outcome, Duration::ZERO);
-    state.record_outcome(Some(StatusCode::from_u16(529).unwrap()), &judgement);
+    record_overload(&automatic, &mut state);
     state.record_send();
     assert_eq!(
         judged(&automatic, &state, 529, b""),
