@@ -155,6 +155,18 @@ impl<B> fmt::Debug for ReplayBody<B> {
     }
 }
 
+/// A clone at the source's end: the trailers once, if any came, then the
+/// end. `trailers_yielded` is the clone's own.
+fn end<B>(
+    trailers_yielded: &mut bool,
+    shared: &Shared<B>,
+) -> Option<Result<Frame<Bytes>, BoxError>> {
+    if std::mem::replace(trailers_yielded, true) {
+        return None;
+    }
+    shared.trailers.clone().map(|t| Ok(Frame::trailers(t)))
+}
+
 /// Locks the shared state; a poisoned lock still holds consistent data
 /// because no method panics while holding it.
 fn lock<B>(shared: &Mutex<Shared<B>>) -> MutexGuard<'_, Shared<B>> {
@@ -188,13 +200,7 @@ where
             return Poll::Ready(Some(Ok(Frame::data(chunk))));
         }
         match shared.source {
-            Source::Done => {
-                if this.trailers_yielded {
-                    return Poll::Ready(None);
-                }
-                this.trailers_yielded = true;
-                return Poll::Ready(shared.trailers.clone().map(|t| Ok(Frame::trailers(t))));
-            }
+            Source::Done => return Poll::Ready(end(&mut this.trailers_yielded, &shared)),
             Source::Failed => {
                 let error = shared
                     .unread_failure
@@ -220,13 +226,9 @@ where
         shared.wake_parked();
         let frame = shared.record(frame, ended);
         match &frame {
-            // The source's end. Another clone may have pulled its trailers
-            // before: this one yields them first, as a replay would.
-            None if !this.trailers_yielded => {
-                this.trailers_yielded = true;
-                return Poll::Ready(shared.trailers.clone().map(|t| Ok(Frame::trailers(t))));
-            }
-            None => {}
+            // The source's end, reached here: as at an end reached before
+            // (another clone may have pulled the trailers).
+            None => return Poll::Ready(end(&mut this.trailers_yielded, &shared)),
             Some(Ok(frame)) if frame.is_data() => this.next = shared.seen(),
             Some(Ok(frame)) if frame.is_trailers() => this.trailers_yielded = true,
             Some(_) => {}
@@ -239,14 +241,13 @@ where
         if self.next < shared.seen() {
             return false;
         }
+        // No trailers left for this clone: none came, or it yielded them.
+        let trailers_done = self.trailers_yielded || shared.trailers.is_none();
         match shared.source {
-            Source::Done => self.trailers_yielded || shared.trailers.is_none(),
+            Source::Done => trailers_done,
             Source::Failed => false,
-            // At its end, unless trailers another clone pulled are still
-            // this one's to yield.
             Source::Streaming => {
-                shared.inner.as_ref().is_some_and(|b| b.is_end_stream())
-                    && (self.trailers_yielded || shared.trailers.is_none())
+                trailers_done && shared.inner.as_ref().is_some_and(|b| b.is_end_stream())
             }
         }
     }
