@@ -56,11 +56,13 @@ impl<S: Sweepable> Keys<S> {
                 .iter()
                 .map(|(key, state)| (state.last_used(), *key))
                 .collect();
+            // The `drop_count`-th oldest (by use, then key: a total order)
+            // is the newest to go; everything after it stays.
             let drop_count = self.map.len() - HARD_CAP / 4;
-            by_use.select_nth_unstable(drop_count - 1);
-            for (_, key) in &by_use[..drop_count] {
-                self.map.remove(key);
-            }
+            let (_, newest_dropped, _) = by_use.select_nth_unstable(drop_count - 1);
+            let newest_dropped = *newest_dropped;
+            self.map
+                .retain(|key, state| (state.last_used(), *key) > newest_dropped);
         }
         self.sweep_at = (self.map.len() * 2).clamp(SWEEP_FROM, HARD_CAP);
     }
