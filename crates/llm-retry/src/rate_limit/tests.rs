@@ -710,6 +710,94 @@ async fn an_attempt_timeout_counts_from_the_send_when_the_gate_is_reached_late()
     a_held_send_outlasts_the_attempt_timeout(&svc).await;
 }
 
+/// A layer that takes its first request to the gate below and answers
+/// none of the later ones, as a layer that short-circuits some attempts
+/// (a cache, a circuit breaker) might hang: those never reach the gate.
+#[derive(Clone)]
+struct GateOnlyFirst<S> {
+    gate: S,
+    calls: Arc<std::sync::atomic::AtomicU32>,
+}
+
+impl<S, R> Service<R> for GateOnlyFirst<S>
+where
+    S: Service<R> + Clone + 'static,
+    R: 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future =
+        std::pin::Pin<Box<dyn std::future::Future<Output = Result<S::Response, S::Error>>>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), S::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: R) -> Self::Future {
+        let first = self
+            .calls
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            == 0;
+        let mut gate = self.gate.clone();
+        Box::pin(async move {
+            if !first {
+                std::future::pending::<()>().await;
+            }
+            gate.ready().await?.call(request).await
+        })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_attempt_the_gate_never_takes_is_timed_by_the_retry_layer_even_after_one_it_took() {
+    let sends = Sends::default();
+    let gate = RateLimitLayer::new(Quotas::none())
+        .unwrap()
+        .layer(upstream::<Replayed>(sends.clone()));
+    let policy = RetryPolicy::builder()
+        .max_retries(1)
+        .initial_backoff(Duration::from_millis(100))
+        .jitter(crate::backoff::Jitter::None)
+        .attempt_timeout(Duration::from_secs(1))
+        .max_elapsed(Duration::from_secs(60));
+    let svc = judged(
+        policy,
+        GateOnlyFirst {
+            gate,
+            calls: Arc::default(),
+        },
+    );
+    let start = Instant::now();
+    // The first attempt goes through the gate (a 429 naming no wait); the
+    // second never reaches it, so the retry layer's 1 s timer is its bound.
+    let err = svc
+        .oneshot(post("http://a.test/nowait"))
+        .await
+        .unwrap_err()
+        .downcast::<RetryError>()
+        .unwrap();
+    assert_eq!(
+        sends.lock().unwrap().len(),
+        1,
+        "one send reached the upstream"
+    );
+    assert_eq!(
+        err.report().last_class,
+        Some(crate::classify::Classification::Retryable(
+            crate::classify::RetryableKind::Timeout
+        )),
+        "{err}"
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "cut at its attempt timeout, not at the deadline: {:?}",
+        start.elapsed()
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn sends_that_never_go_give_their_quota_slots_back() {
     use futures_util::FutureExt;
