@@ -457,6 +457,74 @@ async fn a_send_refused_with_fewer_tokens_left_than_it_booked_holds_only_itself(
     assert_eq!(again.slot - now, Duration::from_millis(900));
 }
 
+/// Whether a 429 holds its key: a send booking `cost` of a key's stated
+/// 60 000 tokens a minute is refused, its wait 2 s, its headers saying
+/// `remaining` tokens (if any) and whether the request rate ran out.
+fn refusal_holds_the_key(cost: u64, rate: bool, remaining: Option<u64>) -> bool {
+    use super::concurrency::InFlight;
+    use crate::hint::TokenWindow;
+    let gate = RateLimitLayer::learned().gate;
+    let now = Instant::now();
+    let tokens = |remaining| TokenWindow {
+        remaining,
+        per_minute: 60_000,
+    };
+    gate.reserve(1, 0, now, gate::Bounds::default()).unwrap();
+    gate.observed_tokens(1, tokens(60_000), now);
+    let gate::Reserved {
+        booking, flight, ..
+    } = gate
+        .reserve_send(1, cost, now, gate::Bounds::default())
+        .unwrap();
+    assert_eq!(booking.stated_cost(), cost);
+    let link = link::GateLink::new(super::offer::LinkBounds::new(
+        RetryPolicy::default().limits(),
+        None,
+    ));
+    link.sent(
+        &gate,
+        1,
+        now,
+        booking.order,
+        cost,
+        InFlight::start(flight, None),
+    );
+    let refused = KeyNews::Throttled {
+        wait: Some(Duration::from_secs(2)),
+        rate,
+        whole_seconds: false,
+        window: None,
+        tokens: remaining.map(tokens),
+    };
+    let wait = link
+        .take_sent()
+        .unwrap()
+        .report(&link, refused, now, Duration::from_secs(120));
+    let next = gate.reserve(1, 0, now, gate::Bounds::default()).unwrap();
+    let held = wait == link::GateWait::KeyHeld;
+    assert_eq!(
+        held,
+        next.slot > now,
+        "the next send waits exactly when the key is held"
+    );
+    held
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refusal_holds_its_key_unless_the_tokens_a_send_booked_ran_short() {
+    // The request rate ran out: the key is held, whatever the send booked,
+    // when its tokens are all there, exactly enough, or not stated.
+    assert!(refusal_holds_the_key(5_000, true, Some(60_000)));
+    assert!(refusal_holds_the_key(5_000, true, Some(5_000)));
+    assert!(refusal_holds_the_key(5_000, true, None));
+    // Fewer left than it booked: the tokens ran out, and it holds itself.
+    assert!(!refusal_holds_the_key(5_000, true, Some(4_999)));
+    // Only the tokens ran out: a send that booked them holds only itself,
+    // one that booked none (it could not) holds the key for the wait.
+    assert!(!refusal_holds_the_key(5_000, false, Some(0)));
+    assert!(refusal_holds_the_key(0, false, Some(0)));
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_configured_token_quota_estimates_each_cost_from_the_body() {
     // 600 tokens a minute in bursts of 100: the first request (90 + 4)

@@ -149,6 +149,24 @@ mod tests {
         ]
     }
 
+    #[test]
+    fn a_booking_that_went_is_counted_once_and_dropped_once_nothing_before_it_waits() {
+        let mut refunds = Refunds::default();
+        let none: Tats = [Tat(None), Tat(None)];
+        let seqs: Vec<u64> = (0..3).map(|_| refunds.book(none, false)).collect();
+        refunds.sent(seqs[1]);
+        refunds.sent(seqs[1]);
+        assert_eq!(refunds.sent, 1, "sent twice, counted once");
+        assert_eq!(refunds.entries.len(), 3, "the first still waits");
+        refunds.sent(seqs[0]);
+        assert_eq!(refunds.entries.len(), 1, "both that went are dropped");
+        assert_eq!(refunds.sent, 0);
+        // A booking that went can no longer be given up.
+        refunds.sent(seqs[2]);
+        assert!(refunds.give_up(seqs[2]).is_none());
+        assert!(refunds.entries.is_empty());
+    }
+
     proptest! {
         /// Giving slots back never lets the quota send faster than it
         /// allows after a booking that went, and a queue whose bookings are
@@ -191,6 +209,20 @@ mod tests {
                 let sent_end = made.iter().filter(|m| m.2 == State::Sent).map(|m| m.1).max();
                 if let Some(end) = sent_end {
                     prop_assert!(tats[0].0.is_some_and(|tat| tat >= end), "{:?} < {end:?}", tats[0].0);
+                }
+                // The bookings that wait are the ones kept as waiting, and
+                // only what may still be given back is kept: the queue
+                // starts at one that waits, or at one given up with none
+                // behind it that went.
+                let kept = |state| refunds.entries.iter().filter(|e| e.state == state).count();
+                let waiting = made.iter().filter(|m| m.2 == State::Waiting).count();
+                prop_assert_eq!(kept(State::Waiting), waiting);
+                prop_assert_eq!(kept(State::Sent), refunds.sent);
+                if let Some(front) = refunds.entries.front() {
+                    prop_assert!(
+                        front.state == State::Waiting || (front.state == State::GivenUp && refunds.sent == 0),
+                        "{:?} kept at the front", front.state
+                    );
                 }
                 // Waiting bookings keep their slots: the TAT covers them.
                 let waiting_end = made.iter().filter(|m| m.2 == State::Waiting).map(|m| m.1).max();

@@ -155,6 +155,28 @@ async fn a_named_wait_holds_the_whole_key() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn under_a_gate_that_only_holds_a_resend_sleeps_its_own_spread_wait() {
+    // The gate holds the key for the named 2 s but paces nothing: the
+    // retry layer's resend is the request's own, spread past the 2 s (up
+    // to a tenth more), not released by the gate at its end.
+    let sends = Sends::default();
+    let gate = RateLimitLayer::new(Quotas::none())
+        .unwrap()
+        .layer(upstream::<Replayed>(sends.clone()));
+    let svc = judged(RetryPolicy::builder().max_retries(1).seed(7), gate);
+    let start = Instant::now();
+    let busy = svc.oneshot(post("http://a.test/busy")).await.unwrap();
+    assert_eq!(busy.status(), http::StatusCode::TOO_MANY_REQUESTS);
+    let sent = offsets(&sends, start);
+    assert_eq!(sent.len(), 2);
+    assert!(
+        sent[1] > 2_000 && sent[1] < 2_200,
+        "resent {} ms after the first, past the named 2 s",
+        sent[1]
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn tokens_per_minute_pace_by_cost_and_refuse_what_never_fits() {
     let sends = Sends::default();
     let svc = RateLimitLayer::new(Quotas::none().tokens_per_minute(6_000))
@@ -1300,6 +1322,22 @@ fn a_gate_paces_with_a_quota_or_a_learned_rate_and_says_how() {
         debug.starts_with("Gate") && debug.contains("requests"),
         "{debug}"
     );
+}
+
+#[test]
+fn a_link_shows_its_bounds_and_nothing_of_the_request() {
+    let policy = RetryPolicy::builder()
+        .max_server_wait(Duration::from_secs(7))
+        .build()
+        .unwrap();
+    let link = link::GateLink::new(super::offer::LinkBounds::new(policy.limits(), None));
+    link.set_body(Bytes::from_static(b"secret prompt"));
+    let debug = format!("{link:?}");
+    assert!(
+        debug.starts_with("GateLink") && debug.contains("max_server_wait: 7s"),
+        "{debug}"
+    );
+    assert!(!debug.contains("secret"), "{debug}");
 }
 
 #[tokio::test(start_paused = true)]
