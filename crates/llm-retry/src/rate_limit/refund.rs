@@ -167,6 +167,26 @@ mod tests {
         assert!(refunds.entries.is_empty());
     }
 
+    #[test]
+    fn a_slot_given_up_in_the_middle_comes_back_with_the_tail() {
+        let pace = Pace::per_minute(60, 1).unwrap();
+        let now = Instant::now();
+        let mut tat = Tat(None);
+        let mut refunds = Refunds::default();
+        let mut book = |tat: &mut Tat| {
+            let before = [*tat, Tat(None)];
+            let slot = tat.slot(&pace, now, 1);
+            tat.book(&pace, slot, 1);
+            refunds.book(before, false)
+        };
+        let first = book(&mut tat);
+        let second = book(&mut tat);
+        assert!(refunds.give_up(first).is_none(), "the second still waits");
+        let restored = refunds.give_up(second).map(|tats| tats[0].0);
+        assert_eq!(restored, Some(None), "both given back");
+        assert!(refunds.entries.is_empty());
+    }
+
     proptest! {
         /// Giving slots back never lets the quota send faster than it
         /// allows after a booking that went, and a queue whose bookings are
