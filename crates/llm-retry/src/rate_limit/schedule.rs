@@ -174,6 +174,20 @@ mod tests {
         assert_eq!(s.time_of(tickets[3], MS(100)) - t0, MS(200));
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_dropped_last_ticket_keeps_the_queue_until_its_place() {
+        // Tickets at 0, 100 and 200 ms; the last is dropped. The queue
+        // still ends at 200 ms, where the next ticket would go: a key
+        // swept before then would let a send go sooner than its rate.
+        let t0 = Instant::now();
+        let mut s = Schedule::new(t0);
+        let tickets: Vec<u64> = (0..3).map(|_| s.take(t0, MS(100))).collect();
+        s.abandon(tickets[2]);
+        assert_eq!(s.end(MS(100)) - t0, MS(200));
+        let next = s.take(t0, MS(100));
+        assert_eq!(s.time_of(next, MS(100)) - t0, MS(200));
+    }
+
     proptest::proptest! {
         #[test]
         fn times_grow_with_tickets_under_any_changes(
