@@ -251,7 +251,7 @@ impl Sweepable for KeyState {
             && self
                 .learned
                 .as_ref()
-                .is_none_or(|l| l.schedule.end(l.rate.interval()) <= now)
+                .is_none_or(|l| l.schedule.next_time(l.rate.interval()) <= now)
     }
 
     fn last_used(&self) -> Instant {

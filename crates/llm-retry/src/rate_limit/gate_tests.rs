@@ -58,7 +58,11 @@ async fn a_key_is_idle_only_once_nothing_of_it_reaches_past_now() {
     learned.schedule.take(now, interval);
     learned.schedule.take(now, interval);
     assert!(!queued.idle(now), "a second send is booked a second on");
-    assert!(queued.idle(later));
+    assert!(
+        !queued.idle(later),
+        "a third would go a second after the second: dropping the key would send it now"
+    );
+    assert!(queued.idle(later + Duration::from_secs(1)));
 }
 
 #[tokio::test(start_paused = true)]

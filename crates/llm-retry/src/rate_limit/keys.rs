@@ -2,9 +2,10 @@
 //!
 //! Idle keys (nothing booked, held or scheduled ahead) are dropped in a
 //! sweep that runs only when the map has doubled since the last one, so a
-//! send never scans the map on its own. Past [`HARD_CAP`] live keys the
-//! least recently used half is dropped as well: their pacing starts over,
-//! which at such cardinalities is the lesser harm than unbounded memory.
+//! send never scans the map on its own. When half of [`HARD_CAP`] keys are
+//! still live after a sweep, the least recently used are dropped down to
+//! a quarter of it: their pacing starts over, which at such cardinalities
+//! is the lesser harm than unbounded memory.
 
 use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
@@ -138,5 +139,15 @@ mod tests {
             Some(HARD_CAP as u64 / 4),
             "the newest quarter stays"
         );
+        // Used all at once: the keys' own order decides, and exactly a
+        // quarter stays.
+        let mut keys = Keys::default();
+        for key in 0..HARD_CAP as u64 / 2 {
+            keys.make_room(start);
+            keys.insert(key, Told(false, start));
+        }
+        keys.make_room(start);
+        assert_eq!(keys.len(), HARD_CAP / 4);
+        assert_eq!(keys.keys().min().copied(), Some(HARD_CAP as u64 / 4));
     }
 }

@@ -520,7 +520,8 @@ async fn a_refusal_holds_its_key_unless_the_tokens_a_send_booked_ran_short() {
     // Fewer left than it booked: the tokens ran out, and it holds itself.
     assert!(!refusal_holds_the_key(5_000, true, Some(4_999)));
     // Only the tokens ran out: a send that booked them holds only itself,
-    // one that booked none (it could not) holds the key for the wait.
+    // one that booked none (no cost known, or too big to book) holds the
+    // key for the wait.
     assert!(!refusal_holds_the_key(5_000, false, Some(0)));
     assert!(refusal_holds_the_key(0, false, Some(0)));
 }

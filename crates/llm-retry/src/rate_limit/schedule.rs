@@ -55,9 +55,10 @@ impl Schedule {
         self.base_time.checked_add(offset).unwrap_or(self.base_time)
     }
 
-    /// The time the last ticket handed out would go: the end of the queue.
-    pub(super) fn end(&self, interval: Duration) -> Instant {
-        self.time_of(self.next_ticket.saturating_sub(1), interval)
+    /// When the next ticket handed out would go (at the earliest): until
+    /// then the schedule holds a send back that a fresh one would not.
+    pub(super) fn next_time(&self, interval: Duration) -> Instant {
+        self.time_of(self.next_ticket, interval)
     }
 
     /// Hands out the next ticket at `now`. A schedule fallen behind (an
@@ -135,7 +136,7 @@ mod tests {
         s.rebase(MS(50), t0 + MS(1000));
         assert_eq!(s.time_of(1, MS(50)) - t0, MS(1000));
         assert_eq!(s.time_of(3, MS(50)) - t0, MS(1100));
-        assert_eq!(s.end(MS(50)) - t0, MS(1150));
+        assert_eq!(s.next_time(MS(50)) - t0, MS(1200), "one after the last");
     }
 
     #[tokio::test(start_paused = true)]
@@ -175,15 +176,14 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_dropped_last_ticket_keeps_the_queue_until_its_place() {
-        // Tickets at 0, 100 and 200 ms; the last is dropped. The queue
-        // still ends at 200 ms, where the next ticket would go: a key
-        // swept before then would let a send go sooner than its rate.
+    async fn the_next_ticket_takes_the_place_of_a_dropped_last_one() {
+        // Tickets at 0, 100 and 200 ms; the last is dropped: the next
+        // would go at 200 ms, and not sooner.
         let t0 = Instant::now();
         let mut s = Schedule::new(t0);
         let tickets: Vec<u64> = (0..3).map(|_| s.take(t0, MS(100))).collect();
         s.abandon(tickets[2]);
-        assert_eq!(s.end(MS(100)) - t0, MS(200));
+        assert_eq!(s.next_time(MS(100)) - t0, MS(200));
         let next = s.take(t0, MS(100));
         assert_eq!(s.time_of(next, MS(100)) - t0, MS(200));
     }

@@ -170,7 +170,7 @@ async fn under_a_gate_that_only_holds_a_resend_sleeps_its_own_spread_wait() {
     let sent = offsets(&sends, start);
     assert_eq!(sent.len(), 2);
     assert!(
-        sent[1] > 2_000 && sent[1] < 2_200,
+        sent[1] > 2_000 && sent[1] <= 2_200,
         "resent {} ms after the first, past the named 2 s",
         sent[1]
     );
