@@ -62,10 +62,12 @@ impl Schedule {
     }
 
     /// Hands out the next ticket at `now`. A schedule fallen behind (an
-    /// idle key) restarts at `now`, so idle time never becomes a burst.
+    /// idle key), or caught up with `now`, restarts at `now`: idle time
+    /// never becomes a burst, and a ticket dropped before it (whose time
+    /// has passed) moves none behind it earlier than `now`.
     pub(super) fn take(&mut self, now: Instant, interval: Duration) -> u64 {
         let ticket = self.next_ticket;
-        if self.time_of(ticket, interval) < now {
+        if self.time_of(ticket, interval) <= now {
             self.base_ticket = ticket;
             self.base_time = now;
             self.abandoned.clear();
@@ -186,6 +188,53 @@ mod tests {
         assert_eq!(s.next_time(MS(100)) - t0, MS(200));
         let next = s.take(t0, MS(100));
         assert_eq!(s.time_of(next, MS(100)) - t0, MS(200));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn only_a_ticket_still_in_the_queue_can_be_abandoned() {
+        let t0 = Instant::now();
+        let mut s = Schedule::new(t0);
+        let tickets: Vec<u64> = (0..4).map(|_| s.take(t0, MS(100))).collect();
+        // The first in the queue: all behind it move up.
+        s.abandon(tickets[0]);
+        assert_eq!(s.time_of(tickets[1], MS(100)), t0);
+        // Past the queue's start: nothing moves.
+        s.release(tickets[1], t0);
+        s.rebase(MS(100), t0);
+        let before = s.time_of(tickets[3], MS(100));
+        s.abandon(tickets[0]);
+        s.abandon(tickets[1]);
+        assert_eq!(s.time_of(tickets[3], MS(100)), before);
+        assert!(s.abandoned.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn at_most_the_last_64_abandoned_tickets_are_remembered() {
+        let t0 = Instant::now();
+        let mut s = Schedule::new(t0);
+        let tickets: Vec<u64> = (0..70).map(|_| s.take(t0, MS(1))).collect();
+        for &ticket in &tickets[..66] {
+            s.abandon(ticket);
+        }
+        assert_eq!(s.abandoned.len(), MAX_ABANDONED);
+        // Of the 66 ahead of it, the 64 remembered move it up.
+        assert_eq!(s.time_of(tickets[69], MS(1)) - t0, MS(69 - 64));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_ticket_taken_at_its_own_time_restarts_the_schedule() {
+        // The next ticket's time is now: the schedule restarts here, so a
+        // send dropped before it (whose time has passed) cannot move the
+        // ones behind into a burst.
+        let t0 = Instant::now();
+        let mut s = Schedule::new(t0);
+        let stale = s.take(t0, MS(100));
+        let now = t0 + MS(100);
+        let first = s.take(now, MS(100));
+        s.abandon(stale);
+        let second = s.take(now, MS(100));
+        let at = |ticket| s.time_of(ticket, MS(100)).max(now);
+        assert_eq!(at(second) - at(first), MS(100));
     }
 
     proptest::proptest! {

@@ -1285,6 +1285,34 @@ async fn a_send_whose_turn_is_its_deadline_waits_for_it() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_send_refused_for_its_deadline_leaves_no_gap_in_a_learned_schedule() {
+    let gate = RateLimitLayer::learned().gate;
+    let t0 = Instant::now();
+    let ms = Duration::from_millis;
+    gate.reserve(1, 0, t0, gate::Bounds::default()).unwrap();
+    // A 429 naming 100 ms to the next token: a send every 100 ms.
+    gate.throttled(1, t0, t0, Some(ms(100)));
+    let first = gate.reserve(1, 0, t0, gate::Bounds::default()).unwrap();
+    let refused = gate.reserve(
+        1,
+        0,
+        t0,
+        gate::Bounds {
+            deadline: Some(first.slot),
+            max_server_wait: None,
+        },
+    );
+    assert!(
+        matches!(refused, Err(GateError::PastDeadline { .. })),
+        "{refused:?}"
+    );
+    // The refused send's place is taken back: the next goes right after
+    // the first.
+    let next = gate.reserve(1, 0, t0, gate::Bounds::default()).unwrap();
+    assert_eq!(next.slot - first.slot, ms(100));
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_learned_rate_wakes_the_waiting_sends_only_when_it_rose_a_tenth() {
     use futures_util::FutureExt;
     let gate = RateLimitLayer::learned().gate;
