@@ -220,3 +220,49 @@ async fn a_gate_under_a_gate_knows_the_requests_deadline() {
     assert_eq!(start.elapsed(), Duration::ZERO);
     assert_eq!(seen.lock().unwrap().len(), 1);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_gate_under_a_tower_retry_path_hears_that_paths_news_not_the_outer_layers() {
+    // A retry layer over tower's retry loop (with the same policy) over a
+    // gate: the gate is reached while the outer layer offers its link, but
+    // the tower path's resends carry their own, and it is that path which
+    // judges each answer. Its second 429 (about 2 s in) holds the key for
+    // 2 s, so another request at 2.5 s waits for the hold.
+    let seen = Seen::default();
+    let gate = RateLimitLayer::new(Quotas::none())
+        .unwrap()
+        .layer(upstream(seen.clone()));
+    let inner = RetryPolicy::builder()
+        .max_retries(2)
+        .seed(3)
+        .no_budget()
+        .build()
+        .unwrap();
+    let svc = retry(tower::retry::RetryLayer::new(inner).layer(gate));
+    let start = Instant::now();
+    let busy = send(&svc, "/busy");
+    let later = async {
+        tokio::time::sleep(Duration::from_millis(2_500)).await;
+        send(&svc, "/next").await
+    };
+    let (busy, later) = tokio::join!(busy, later);
+    assert_eq!(busy, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(later, StatusCode::OK);
+    let seen = seen.lock().unwrap();
+    let busy: Vec<Duration> = seen
+        .iter()
+        .filter(|(path, ..)| path == "/busy")
+        .map(|(.., at)| *at - start)
+        .collect();
+    assert_eq!(busy.len(), 3, "{busy:?}");
+    let next = seen
+        .iter()
+        .find(|(path, ..)| path == "/next")
+        .map(|(.., at)| *at - start)
+        .unwrap();
+    assert_eq!(
+        next,
+        busy[1] + Duration::from_secs(2),
+        "held from the second 429"
+    );
+}
