@@ -105,6 +105,29 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn the_bucket_refills_at_the_quota_up_to_its_capacity() {
+        let t0 = Instant::now();
+        // 60 000 a minute, none left: 1 000 come back each second.
+        let mut tokens = StatedTokens::new(60_000, 0, t0);
+        assert_eq!(tokens.slot(1_000, t0, t0) - t0, MS(1_000));
+        let t1 = t0 + MS(500);
+        assert_eq!(tokens.slot(1_000, t1, t1) - t0, MS(1_000), "500 came back");
+        tokens.book(500);
+        let t2 = t0 + MS(2_000);
+        assert_eq!(
+            tokens.slot(1_000, t2, t2),
+            t2,
+            "1 500 more since, not counted twice"
+        );
+        assert_eq!(tokens.slot(1_501, t2, t2) - t2, MS(1));
+        // Idle for two minutes: full, and no fuller.
+        let t3 = t2 + Duration::from_secs(120);
+        assert_eq!(tokens.slot(60_000, t3, t3), t3);
+        tokens.book(60_000);
+        assert_eq!(tokens.slot(1, t3, t3) - t3, MS(1));
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn an_answer_can_only_lower_what_is_left() {
         let t0 = Instant::now();
         let mut tokens = StatedTokens::new(60_000, 5_000, t0);
