@@ -107,3 +107,31 @@ fn a_hold_exactly_at_the_longest_wait_is_honoured() {
         Some(GateError::HeldTooLong { .. })
     ));
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_of_a_spent_window_with_no_reset_is_news_unless_the_window_was_so_already() {
+    let now = Instant::now();
+    let later = now + Duration::from_secs(10);
+    // What a send finds after the key's window was `before` and an answer
+    // then said none is left, and no reset.
+    let after_spent_news = |before: Window| {
+        let mut key = KeyState::new(None, now);
+        key.window = Some(before);
+        let epoch = before.epoch();
+        key.restate_window(Some((None, 0)), now);
+        let window = key.window.unwrap();
+        (window.place(now), window.epoch() == epoch)
+    };
+    let probe = |place| matches!(place, Place::Probe { .. });
+    // A window with shares left, or with a known reset: now spent with
+    // none known, so a send probes.
+    let (place, kept) = after_spent_news(Window::new(Some(later), 5, 0, now));
+    assert!(probe(place) && !kept, "{place:?}");
+    let (place, kept) = after_spent_news(Window::new(None, 5, 0, now));
+    assert!(probe(place) && !kept, "{place:?}");
+    let (place, kept) = after_spent_news(Window::new(Some(later), 0, 0, now));
+    assert!(probe(place) && !kept, "{place:?}");
+    // Already spent with no reset: no news, the probes keep their turns.
+    let (place, kept) = after_spent_news(Window::new(None, 0, 0, now));
+    assert!(probe(place) && kept, "{place:?}");
+}

@@ -128,6 +128,17 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn the_quota_is_settled_once_the_refill_covers_every_booking() {
+        let t0 = Instant::now();
+        let mut tokens = StatedTokens::new(60_000, 0, t0);
+        assert!(tokens.settled(t0), "nothing booked");
+        tokens.book(1_000);
+        assert!(!tokens.settled(t0));
+        assert!(!tokens.settled(t0 + MS(999)));
+        assert!(tokens.settled(t0 + MS(1_000)), "1 000 came back");
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn an_answer_can_only_lower_what_is_left() {
         let t0 = Instant::now();
         let mut tokens = StatedTokens::new(60_000, 5_000, t0);
