@@ -10,56 +10,13 @@ use http::StatusCode;
 use llm_retry::policy::{CredentialsFuture, RefreshCredentials};
 use llm_retry::{RetryLayer, RetryReport};
 use llm_retry_mock::{Reply, Route};
-use std::io::Write;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use support::{
-    client, drain, fast_policy, messages_request, mock, send_recorded, Recorder, API_KEY,
+    captured_logs, client, drain, fast_policy, messages_request, mock, send_recorded, Recorder,
+    API_KEY,
 };
 use tokio::sync::mpsc;
 use tower::{Layer, ServiceExt};
-
-/// A `MakeWriter` that appends every log line to a shared buffer.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Captured {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
-    type Writer = Captured;
-    fn make_writer(&'a self) -> Captured {
-        self.clone()
-    }
-}
-
-/// The one global log buffer, installed on first use.
-fn captured_logs() -> Captured {
-    static LOGS: OnceLock<Captured> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let captured = Captured::default();
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::TRACE)
-            .with_writer(captured.clone())
-            .with_ansi(false)
-            .finish();
-        tracing::subscriber::set_global_default(subscriber).expect("only this binary installs one");
-        captured
-    })
-    .clone()
-}
 
 fn assert_no_secret(parts: [(&str, String); 3]) {
     for (what, text) in parts {

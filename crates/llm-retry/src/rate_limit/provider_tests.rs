@@ -392,27 +392,20 @@ async fn a_stated_token_quota_books_only_sends_that_cost_something_and_can_fit()
     assert_eq!(book(0).stated_cost(), 0, "no cost, nothing booked");
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_send_refused_with_fewer_tokens_left_than_it_booked_holds_only_itself() {
+/// A 60 000-tokens-a-minute quota, as a key's provider stated it (all of
+/// it there): a send books `cost` of it at `now` and is refused with
+/// `refusal`. The gate after, and what it does about the resend.
+fn booked_then_refused(cost: u64, refusal: KeyNews, now: Instant) -> (gate::Gate, link::GateWait) {
     use super::concurrency::InFlight;
-    use crate::hint::TokenWindow;
     let gate = RateLimitLayer::learned().gate;
-    let now = Instant::now();
-    let s = Duration::from_secs;
-    let tokens = |remaining| TokenWindow {
-        remaining,
-        per_minute: 60_000,
-    };
-    // The key's provider stated 60 000 tokens a minute, all there; a send
-    // books 5 000 of them, and is refused with 100 left.
     gate.reserve(1, 0, now, gate::Bounds::default()).unwrap();
-    gate.observed_tokens(1, tokens(60_000), now);
+    gate.observed_tokens(1, quota_left(60_000), now);
     let gate::Reserved {
         booking, flight, ..
     } = gate
-        .reserve_send(1, 5_000, now, gate::Bounds::default())
+        .reserve_send(1, cost, now, gate::Bounds::default())
         .unwrap();
-    assert_eq!(booking.stated_cost(), 5_000);
+    assert_eq!(booking.stated_cost(), cost);
     let link = link::GateLink::new(super::offer::LinkBounds::new(
         RetryPolicy::default().limits(),
         None,
@@ -422,20 +415,41 @@ async fn a_send_refused_with_fewer_tokens_left_than_it_booked_holds_only_itself(
         1,
         now,
         booking.order,
-        5_000,
+        cost,
         InFlight::start(flight, None),
     );
-    let refused = KeyNews::Throttled {
-        wait: Some(s(2)),
-        rate: true,
-        whole_seconds: false,
-        window: None,
-        tokens: Some(tokens(100)),
-    };
-    let held = link
+    let wait = link
         .take_sent()
         .unwrap()
-        .report(&link, refused, now, s(120));
+        .report(&link, refusal, now, Duration::from_secs(120));
+    (gate, wait)
+}
+
+/// `remaining` of a 60 000-tokens-a-minute quota.
+fn quota_left(remaining: u64) -> crate::hint::TokenWindow {
+    crate::hint::TokenWindow {
+        remaining,
+        per_minute: 60_000,
+    }
+}
+
+/// A 429 naming 2 s, saying `remaining` tokens are left (if it says) and
+/// whether the request rate ran out.
+fn refusal(rate: bool, remaining: Option<u64>) -> KeyNews {
+    KeyNews::Throttled {
+        wait: Some(Duration::from_secs(2)),
+        rate,
+        whole_seconds: false,
+        window: None,
+        tokens: remaining.map(quota_left),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_send_refused_with_fewer_tokens_left_than_it_booked_holds_only_itself() {
+    let now = Instant::now();
+    // A send books 5 000 tokens, and is refused with 100 left.
+    let (gate, held) = booked_then_refused(5_000, refusal(true, Some(100)), now);
     assert_eq!(held, link::GateWait::Own, "the request waits its own wait");
     // The key is not held: a send with no cost to book goes at once, and
     // one with a cost waits for its tokens, not for the 2 s.
@@ -457,49 +471,11 @@ async fn a_send_refused_with_fewer_tokens_left_than_it_booked_holds_only_itself(
     assert_eq!(again.slot - now, Duration::from_millis(900));
 }
 
-/// Whether a 429 holds its key: a send booking `cost` of a key's stated
-/// 60 000 tokens a minute is refused, its wait 2 s, its headers saying
-/// `remaining` tokens (if any) and whether the request rate ran out.
+/// Whether a 429 holds its key: a send booking `cost` of the key's stated
+/// tokens is refused (see [`refusal`]).
 fn refusal_holds_the_key(cost: u64, rate: bool, remaining: Option<u64>) -> bool {
-    use super::concurrency::InFlight;
-    use crate::hint::TokenWindow;
-    let gate = RateLimitLayer::learned().gate;
     let now = Instant::now();
-    let tokens = |remaining| TokenWindow {
-        remaining,
-        per_minute: 60_000,
-    };
-    gate.reserve(1, 0, now, gate::Bounds::default()).unwrap();
-    gate.observed_tokens(1, tokens(60_000), now);
-    let gate::Reserved {
-        booking, flight, ..
-    } = gate
-        .reserve_send(1, cost, now, gate::Bounds::default())
-        .unwrap();
-    assert_eq!(booking.stated_cost(), cost);
-    let link = link::GateLink::new(super::offer::LinkBounds::new(
-        RetryPolicy::default().limits(),
-        None,
-    ));
-    link.sent(
-        &gate,
-        1,
-        now,
-        booking.order,
-        cost,
-        InFlight::start(flight, None),
-    );
-    let refused = KeyNews::Throttled {
-        wait: Some(Duration::from_secs(2)),
-        rate,
-        whole_seconds: false,
-        window: None,
-        tokens: remaining.map(tokens),
-    };
-    let wait = link
-        .take_sent()
-        .unwrap()
-        .report(&link, refused, now, Duration::from_secs(120));
+    let (gate, wait) = booked_then_refused(cost, refusal(rate, remaining), now);
     let next = gate.reserve(1, 0, now, gate::Bounds::default()).unwrap();
     let held = wait == link::GateWait::KeyHeld;
     assert_eq!(

@@ -687,13 +687,37 @@ fn every_quota_is_validated_and_none_is_dropped() {
     assert!(gate.learns(), "the key learns a rate");
 }
 
-/// A layer that calls its inner service only when first polled, as a
-/// buffer's worker does: the gate below sees the attempt later than the
-/// retry layer above sent it.
+/// A layer between the retry layer and the gate. It calls the gate only
+/// when first polled, as a buffer's worker does (the gate sees the attempt
+/// later than the retry layer sent it), and from its call number
+/// `hangs_from` on it answers nothing, as a layer that short-circuits some
+/// attempts (a cache, a circuit breaker) might hang: those never reach the
+/// gate.
 #[derive(Clone)]
-struct Deferred<S>(S);
+struct Between<S> {
+    gate: S,
+    calls: Arc<std::sync::atomic::AtomicU32>,
+    hangs_from: u32,
+}
 
-impl<S, R> Service<R> for Deferred<S>
+impl<S> Between<S> {
+    fn deferred(gate: S) -> Between<S> {
+        Between {
+            gate,
+            calls: Arc::default(),
+            hangs_from: u32::MAX,
+        }
+    }
+
+    fn gate_only_first(gate: S) -> Between<S> {
+        Between {
+            hangs_from: 1,
+            ..Between::deferred(gate)
+        }
+    }
+}
+
+impl<S, R> Service<R> for Between<S>
 where
     S: Service<R> + Clone + 'static,
     R: 'static,
@@ -711,10 +735,17 @@ where
     }
 
     fn call(&mut self, request: R) -> Self::Future {
-        let mut inner = self.0.clone();
+        let call = self
+            .calls
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let hangs = call >= self.hangs_from;
+        let mut gate = self.gate.clone();
         Box::pin(async move {
             tokio::task::yield_now().await;
-            inner.ready().await?.call(request).await
+            if hangs {
+                std::future::pending::<()>().await;
+            }
+            gate.ready().await?.call(request).await
         })
     }
 }
@@ -727,50 +758,9 @@ async fn an_attempt_timeout_counts_from_the_send_when_the_gate_is_reached_late()
         .layer(upstream::<Replayed>(sends.clone()));
     let svc = judged(
         once().attempt_timeout(Duration::from_secs(1)),
-        Deferred(gate),
+        Between::deferred(gate),
     );
     a_held_send_outlasts_the_attempt_timeout(&svc).await;
-}
-
-/// A layer that takes its first request to the gate below and answers
-/// none of the later ones, as a layer that short-circuits some attempts
-/// (a cache, a circuit breaker) might hang: those never reach the gate.
-#[derive(Clone)]
-struct GateOnlyFirst<S> {
-    gate: S,
-    calls: Arc<std::sync::atomic::AtomicU32>,
-}
-
-impl<S, R> Service<R> for GateOnlyFirst<S>
-where
-    S: Service<R> + Clone + 'static,
-    R: 'static,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future =
-        std::pin::Pin<Box<dyn std::future::Future<Output = Result<S::Response, S::Error>>>>;
-
-    fn poll_ready(
-        &mut self,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), S::Error>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: R) -> Self::Future {
-        let first = self
-            .calls
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-            == 0;
-        let mut gate = self.gate.clone();
-        Box::pin(async move {
-            if !first {
-                std::future::pending::<()>().await;
-            }
-            gate.ready().await?.call(request).await
-        })
-    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -785,13 +775,7 @@ async fn an_attempt_the_gate_never_takes_is_timed_by_the_retry_layer_even_after_
         .jitter(crate::backoff::Jitter::None)
         .attempt_timeout(Duration::from_secs(1))
         .max_elapsed(Duration::from_secs(60));
-    let svc = judged(
-        policy,
-        GateOnlyFirst {
-            gate,
-            calls: Arc::default(),
-        },
-    );
+    let svc = judged(policy, Between::gate_only_first(gate));
     let start = Instant::now();
     // The first attempt goes through the gate (a 429 naming no wait); the
     // second never reaches it, so the retry layer's 1 s timer is its bound.
