@@ -58,7 +58,7 @@ impl Drop for Ticket {
     /// booked, so the sends queued behind it do not wait for it.
     fn drop(&mut self) {
         if !self.sent {
-            self.gate.abandon(self.key, &self.booking);
+            self.gate.abandon(self.key, &self.booking, Instant::now());
         }
     }
 }

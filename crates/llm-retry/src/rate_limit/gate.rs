@@ -556,7 +556,7 @@ impl Gate {
     /// flight (`released`). What it took is given up: its place in the
     /// schedule and its quota slot while it was queued, and in either case
     /// its window share and the tokens it booked.
-    pub(super) fn abandon(&self, key: u64, booking: &Booking) {
+    pub(super) fn abandon(&self, key: u64, booking: &Booking, now: Instant) {
         let took_share = matches!(booking.place, Place::Took(_));
         if booking.released && booking.stated.is_none() && !took_share {
             return;
@@ -585,7 +585,7 @@ impl Gate {
         // The window's share it took goes back, if the window still stands.
         state.leave_window(booking.place, true);
         if let (Some(l), Some(ticket)) = (&mut state.learned, booking.ticket) {
-            l.schedule.abandon(ticket);
+            l.schedule.abandon(ticket, now, l.rate.interval());
         }
     }
 

@@ -464,7 +464,7 @@ async fn a_send_refused_with_fewer_tokens_left_than_it_booked_holds_only_itself(
         .unwrap();
     assert_eq!(costed.slot - now, Duration::from_millis(900));
     // A send that took its turn but never went gives its tokens back.
-    gate.abandon(1, &costed);
+    gate.abandon(1, &costed, now);
     let again = gate
         .reserve(1, 1_000, now, gate::Bounds::default())
         .unwrap();

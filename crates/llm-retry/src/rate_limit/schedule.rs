@@ -62,12 +62,10 @@ impl Schedule {
     }
 
     /// Hands out the next ticket at `now`. A schedule fallen behind (an
-    /// idle key), or caught up with `now`, restarts at `now`: idle time
-    /// never becomes a burst, and a ticket dropped before it (whose time
-    /// has passed) moves none behind it earlier than `now`.
+    /// idle key) restarts at `now`, so idle time never becomes a burst.
     pub(super) fn take(&mut self, now: Instant, interval: Duration) -> u64 {
         let ticket = self.next_ticket;
-        if self.time_of(ticket, interval) <= now {
+        if self.time_of(ticket, interval) < now {
             self.base_ticket = ticket;
             self.base_time = now;
             self.abandoned.clear();
@@ -82,9 +80,15 @@ impl Schedule {
     }
 
     /// `ticket`'s send will never go (dropped, or refused for its
-    /// deadline): the tickets behind it move up one place.
-    pub(super) fn abandon(&mut self, ticket: u64) {
-        if ticket < self.base_ticket || ticket >= self.next_ticket {
+    /// deadline) at `now`: the tickets behind it move up one place, unless
+    /// its time had passed. Then its place is behind the queue: the ones
+    /// behind it are due by their own times, and moved up they would go
+    /// at once after the send before them.
+    pub(super) fn abandon(&mut self, ticket: u64, now: Instant, interval: Duration) {
+        if ticket < self.base_ticket
+            || ticket >= self.next_ticket
+            || self.time_of(ticket, interval) < now
+        {
             return;
         }
         if let Err(at) = self.abandoned.binary_search(&ticket) {
@@ -159,15 +163,15 @@ mod tests {
         let t0 = Instant::now();
         let mut s = Schedule::new(t0);
         let tickets: Vec<u64> = (0..4).map(|_| s.take(t0, MS(100))).collect();
-        s.abandon(tickets[1]);
+        s.abandon(tickets[1], t0, MS(100));
         let times: Vec<Duration> = tickets[2..]
             .iter()
             .map(|&t| s.time_of(t, MS(100)) - t0)
             .collect();
         assert_eq!(times, [MS(100), MS(200)]);
         // Out of range or twice: nothing more moves.
-        s.abandon(tickets[1]);
-        s.abandon(99);
+        s.abandon(tickets[1], t0, MS(100));
+        s.abandon(99, t0, MS(100));
         assert_eq!(s.time_of(tickets[3], MS(100)) - t0, MS(200));
         // Once the schedule moves past it, it is forgotten.
         s.release(tickets[0], t0);
@@ -184,7 +188,7 @@ mod tests {
         let t0 = Instant::now();
         let mut s = Schedule::new(t0);
         let tickets: Vec<u64> = (0..3).map(|_| s.take(t0, MS(100))).collect();
-        s.abandon(tickets[2]);
+        s.abandon(tickets[2], t0, MS(100));
         assert_eq!(s.next_time(MS(100)) - t0, MS(200));
         let next = s.take(t0, MS(100));
         assert_eq!(s.time_of(next, MS(100)) - t0, MS(200));
@@ -196,14 +200,14 @@ mod tests {
         let mut s = Schedule::new(t0);
         let tickets: Vec<u64> = (0..4).map(|_| s.take(t0, MS(100))).collect();
         // The first in the queue: all behind it move up.
-        s.abandon(tickets[0]);
+        s.abandon(tickets[0], t0, MS(100));
         assert_eq!(s.time_of(tickets[1], MS(100)), t0);
         // Past the queue's start: nothing moves.
         s.release(tickets[1], t0);
         s.rebase(MS(100), t0);
         let before = s.time_of(tickets[3], MS(100));
-        s.abandon(tickets[0]);
-        s.abandon(tickets[1]);
+        s.abandon(tickets[0], t0, MS(100));
+        s.abandon(tickets[1], t0, MS(100));
         assert_eq!(s.time_of(tickets[3], MS(100)), before);
         assert!(s.abandoned.is_empty());
     }
@@ -214,7 +218,7 @@ mod tests {
         let mut s = Schedule::new(t0);
         let tickets: Vec<u64> = (0..70).map(|_| s.take(t0, MS(1))).collect();
         for &ticket in &tickets[..66] {
-            s.abandon(ticket);
+            s.abandon(ticket, t0, MS(1));
         }
         assert_eq!(s.abandoned.len(), MAX_ABANDONED);
         // Of the 66 ahead of it, the 64 remembered move it up.
@@ -222,19 +226,31 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_ticket_taken_at_its_own_time_restarts_the_schedule() {
-        // The next ticket's time is now: the schedule restarts here, so a
-        // send dropped before it (whose time has passed) cannot move the
-        // ones behind into a burst.
+    async fn a_dropped_ticket_whose_time_had_come_moves_no_one_up() {
+        // A send past its turn (waiting for its tokens, say) is dropped:
+        // the ones behind it keep their places, or they would go sooner
+        // than the rate, at once after the send before them.
         let t0 = Instant::now();
         let mut s = Schedule::new(t0);
         let stale = s.take(t0, MS(100));
         let now = t0 + MS(100);
         let first = s.take(now, MS(100));
-        s.abandon(stale);
+        s.abandon(stale, now, MS(100));
         let second = s.take(now, MS(100));
-        let at = |ticket| s.time_of(ticket, MS(100)).max(now);
-        assert_eq!(at(second) - at(first), MS(100));
+        let at = |s: &Schedule, ticket| s.time_of(ticket, MS(100)).max(now);
+        assert_eq!(at(&s, second) - at(&s, first), MS(100));
+
+        // The same with the one behind it already sent at its time.
+        let mut s = Schedule::new(t0);
+        let tickets: Vec<u64> = (0..3).map(|_| s.take(t0, MS(100))).collect();
+        s.release(tickets[1], t0 + MS(100));
+        let now = t0 + MS(150);
+        s.abandon(tickets[0], now, MS(100));
+        assert_eq!(
+            at(&s, tickets[2]) - t0,
+            MS(200),
+            "100 ms after the last send"
+        );
     }
 
     proptest::proptest! {

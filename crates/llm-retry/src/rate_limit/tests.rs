@@ -1157,7 +1157,7 @@ async fn sends_past_an_exhausted_window_leave_paced_by_the_quota_and_give_their_
         Duration::from_secs(1),
         "queued for the quota"
     );
-    gate.abandon(2, &taken);
+    gate.abandon(2, &taken, now);
     let next = gate.reserve(2, 0, now, gate::Bounds::default()).unwrap();
     assert_eq!(
         next.slot - now,
@@ -1466,7 +1466,7 @@ async fn a_send_let_through_but_never_sent_gives_its_window_share_back() {
     gate.observed_window(1, first.order, now, no_reset(1), limit);
     let let_through = gate.reserve(1, 0, now, gate::Bounds::default()).unwrap();
     assert!(let_through.is_released());
-    gate.abandon(1, &let_through);
+    gate.abandon(1, &let_through, now);
     let next = gate.reserve(1, 0, now, gate::Bounds::default()).unwrap();
     assert!(next.is_released(), "the share is there again");
     // Spent now: the one after goes as the probe, the next waits.
@@ -1514,8 +1514,8 @@ async fn a_waiting_probe_given_up_is_not_counted_against_the_next_window() {
         .map(|_| gate.reserve(1, 0, now, gate::Bounds::default()).unwrap())
         .collect();
     // Two give up; the third still waits, neither sent nor counted.
-    gate.abandon(1, &waiting[0]);
-    gate.abandon(1, &waiting[1]);
+    gate.abandon(1, &waiting[0], now);
+    gate.abandon(1, &waiting[1], now);
     // The probe's answer: 2 more. The one still waiting takes one and the
     // next send the other: the two given up counted for nothing.
     gate.observed_window(1, probe.order, now, no_reset(2), limit);
@@ -1610,7 +1610,7 @@ mod gate_properties {
                         }
                         // Refused: its future drops its ticket.
                         Err(_) => {
-                            gate.abandon(1, booking);
+                            gate.abandon(1, booking, now);
                             *dropped = true;
                         }
                     }
@@ -1649,7 +1649,7 @@ mod gate_properties {
                             .collect();
                         if !waiting.is_empty() {
                             let k = waiting[i % waiting.len()];
-                            gate.abandon(1, &sends[k].1);
+                            gate.abandon(1, &sends[k].1, now);
                             sends[k].3 = true;
                         }
                     }
@@ -1678,7 +1678,7 @@ mod gate_properties {
             // one period after the last send, not behind ghosts.
             for (_, booking, sent, dropped) in &sends {
                 if sent.is_none() && !*dropped {
-                    gate.abandon(1, booking);
+                    gate.abandon(1, booking, now);
                 }
             }
             let last = sent.iter().map(|(_, at)| *at).max();
