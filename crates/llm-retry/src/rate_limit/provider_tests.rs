@@ -393,9 +393,10 @@ async fn a_stated_token_quota_books_only_sends_that_cost_something_and_can_fit()
 }
 
 /// A 60 000-tokens-a-minute quota, as a key's provider stated it (all of
-/// it there): a send books `cost` of it at `now` and is refused with
-/// `refusal`. The gate after, and what it does about the resend.
-fn booked_then_refused(cost: u64, refusal: KeyNews, now: Instant) -> (gate::Gate, link::GateWait) {
+/// it there): a send books `cost` of it at `now` and is refused, the
+/// policy's `news` of it being a [`refusal`]. The gate after, and what it
+/// does about the resend.
+fn booked_then_refused(cost: u64, news: KeyNews, now: Instant) -> (gate::Gate, link::GateWait) {
     use super::concurrency::InFlight;
     let gate = RateLimitLayer::learned().gate;
     gate.reserve(1, 0, now, gate::Bounds::default()).unwrap();
@@ -421,7 +422,7 @@ fn booked_then_refused(cost: u64, refusal: KeyNews, now: Instant) -> (gate::Gate
     let wait = link
         .take_sent()
         .unwrap()
-        .report(&link, refusal, now, Duration::from_secs(120));
+        .report(&link, news, now, Duration::from_secs(120));
     (gate, wait)
 }
 

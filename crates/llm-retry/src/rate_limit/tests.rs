@@ -1297,6 +1297,43 @@ async fn a_send_refused_for_its_deadline_leaves_no_gap_in_a_learned_schedule() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_send_dropped_past_its_turn_lets_no_one_behind_it_go_sooner_than_the_rate() {
+    let gate = RateLimitLayer::learned().gate;
+    let t0 = Instant::now();
+    let ms = Duration::from_millis;
+    gate.reserve(1, 0, t0, gate::Bounds::default()).unwrap();
+    // A send every 100 ms, and a stated token quota with none left.
+    gate.throttled(1, t0, t0, Some(ms(100)));
+    gate.observed_tokens(
+        1,
+        crate::hint::TokenWindow {
+            remaining: 0,
+            per_minute: 60_000,
+        },
+        t0,
+    );
+    // A large send waits a second for its tokens, past its turn; two that
+    // cost nothing take the next turns.
+    let large = gate.reserve(1, 1_000, t0, gate::Bounds::default()).unwrap();
+    let mut first = gate.reserve(1, 0, t0, gate::Bounds::default()).unwrap();
+    let mut second = gate.reserve(1, 0, t0, gate::Bounds::default()).unwrap();
+    assert!(
+        large.slot > first.slot,
+        "the large one waits for its tokens"
+    );
+    let went = first.slot;
+    assert_eq!(gate.check(1, &mut first, went).unwrap(), gate::Check::Go);
+    // The large one is dropped 50 ms later: the second still goes 100 ms
+    // after the first, not at once.
+    let now = went + ms(50);
+    gate.abandon(1, &large, now);
+    assert_eq!(
+        gate.check(1, &mut second, now).unwrap(),
+        gate::Check::WaitUntil(went + ms(100))
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_learned_rate_wakes_the_waiting_sends_only_when_it_rose_a_tenth() {
     use futures_util::FutureExt;
     let gate = RateLimitLayer::learned().gate;
