@@ -46,6 +46,14 @@ pub(crate) fn gate_wait(wait: Duration) {
     let _ = wait;
 }
 
+/// A key's gate stood down: its refusals (`what`: 429s against the rate,
+/// or 529s against the sends in flight) did not follow what it limited.
+pub(crate) fn gate_stood_down(what: &'static str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("llm_retry_rate_limit_stood_down_total", "signal" => what).increment(1);
+    let _ = what;
+}
+
 /// The gate refused a send.
 pub(crate) fn gate_refusal(reason: &'static str) {
     #[cfg(feature = "metrics")]

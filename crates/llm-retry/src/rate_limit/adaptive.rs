@@ -21,8 +21,16 @@
 //!
 //! A 429 is taken as news about the key's rate unless its headers say only
 //! a token quota is exhausted (the policy's `KeyNews::Throttled { rate }`).
-//! 429s that come whatever the rate and say nothing drive the learned rate
-//! down to its floor; such upstreams want a gate without a learned rate.
+//!
+//! First, do no harm: 429s are evidence that the key is out of capacity
+//! only when they are many, or when pacing makes them fewer. An unpaced key
+//! starts to pace only once refusals are at least half of its recent
+//! answers ([`ENGAGE_SHARE`]). A paced key whose next congestion event
+//! comes while the refusal share is still at least half of what it was at
+//! the last cut (and at least [`NOISE_SHARE`]) has shown that its 429s do
+//! not follow its rate — a shared organisation quota drained by others, a
+//! tenant limit in front, refusals at random — and stands down: it is
+//! unpaced again, as without a gate, until the refusals are many again.
 
 use std::time::Duration;
 use tokio::time::Instant;
@@ -64,6 +72,20 @@ const LONGEST_TOKEN_WAIT: Duration = Duration::from_millis(250);
 /// enough for any window.
 const RELEASE_AFTER_RESET: f64 = 1000.0;
 
+/// Weight of one answer in the refusal share, an average over about the
+/// last sixteen answers that starts at none refused: a fresh key paces
+/// once refusals came about ten in a row, or most of a burst.
+const SHARE_WEIGHT: f64 = 1.0 / 16.0;
+/// Refusal share from which an unpaced key starts to pace: at least half
+/// of the sends are refused, so the key is sent at twice what it admits.
+pub(super) const ENGAGE_SHARE: f64 = 0.5;
+/// Refusal share below which a paced key's 429s are the probe's own: the
+/// rate is at the key's capacity, not above it.
+pub(super) const NOISE_SHARE: f64 = 0.05;
+/// Answers to sends made since the rate was last judged that show whether
+/// its cuts helped.
+const TRIAL: u32 = 20;
+
 /// A wait named to the millisecond and short: a token bucket's time to its
 /// next token.
 fn precise(named_wait: Option<Duration>) -> Option<Duration> {
@@ -102,6 +124,27 @@ pub(super) struct Learned {
     /// The sustained rate the provider's answers state (its quota per
     /// minute over 60 s): the rate starts there and never rises above it.
     stated: Option<f64>,
+    /// The share of refusals among the key's recent answers about its rate.
+    share: f64,
+    /// The refusal share that drew the last cut (or the first rate): the
+    /// sends made since must find it lower, or the refusals do not follow
+    /// the rate.
+    share_at_cut: Option<f64>,
+    /// Answers to the sends made since the last change of rate: served,
+    /// and refused.
+    trial: (u32, u32),
+}
+
+/// What a 429 did to a learned rate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Throttle {
+    /// Nothing: the 429 belongs to a cut already made, or is too little
+    /// evidence to start pacing.
+    Kept,
+    /// The rate was set or cut.
+    Changed,
+    /// The refusals do not follow the rate: the key is unpaced again.
+    StoodDown,
 }
 
 impl AdaptiveRate {
@@ -124,6 +167,9 @@ impl AdaptiveRate {
             slow_start: None,
             refining: false,
             stated: None,
+            share: 0.0,
+            share_at_cut: None,
+            trial: (0, 0),
         }
     }
 }
@@ -198,8 +244,19 @@ impl Learned {
         }
     }
 
-    /// A success at `now`: climb in proportion to the time since the last change.
-    pub(super) fn on_success(&mut self, bounds: &AdaptiveRate, now: Instant) {
+    /// One more answer about the rate in the refusal share.
+    fn count_answer(&mut self, refused: bool) {
+        let x = if refused { 1.0 } else { 0.0 };
+        self.share += (x - self.share) * SHARE_WEIGHT;
+    }
+
+    /// A success at `now` for a send that went at `sent`: climb in
+    /// proportion to the time since the last change.
+    pub(super) fn on_success(&mut self, bounds: &AdaptiveRate, sent: Instant, now: Instant) {
+        self.count_answer(false);
+        if self.quiet_until.is_none_or(|quiet| sent > quiet) {
+            self.trial.0 = self.trial.0.saturating_add(1);
+        }
         if self.unmeasured() {
             if let Some((_, successes)) = &mut self.first {
                 *successes = successes.saturating_add(1);
@@ -236,14 +293,16 @@ impl Learned {
 
     /// A 429 for a send that went at `sent`, naming `named_wait` or not:
     /// decrease once per congestion event, ignoring the 429s of sends that
-    /// went before the decrease. Whether the rate changed.
+    /// went before the decrease, as long as the decreases lower the share
+    /// of refusals; an unpaced key starts only when that share is high.
     pub(super) fn on_throttle(
         &mut self,
         bounds: &AdaptiveRate,
         sent: Instant,
         now: Instant,
         named_wait: Option<Duration>,
-    ) -> bool {
+    ) -> Throttle {
+        self.count_answer(true);
         if self.quiet_until.is_some_and(|quiet| sent <= quiet) {
             // The rest of the burst that drew the first estimate: a longer
             // wait named to the millisecond is a closer look at the rate.
@@ -252,10 +311,36 @@ impl Learned {
                 if rate < self.per_sec {
                     self.per_sec = rate;
                     self.last_throttled = Some(rate);
-                    return true;
+                    return Throttle::Changed;
                 }
             }
-            return false;
+            return Throttle::Kept;
+        }
+        if self.unmeasured() {
+            if self.share < ENGAGE_SHARE {
+                // Too few refusals to say the key is sent faster than it admits.
+                return Throttle::Kept;
+            }
+            self.share_at_cut = Some(self.share);
+            self.trial = (0, 0);
+        } else {
+            self.trial.1 = self.trial.1.saturating_add(1);
+            let (served, refused) = self.trial;
+            let answers = served.saturating_add(refused);
+            // Judged once enough sends went since the last judgement; until
+            // then each congestion event cuts, as it always did.
+            if answers >= TRIAL {
+                let share = f64::from(refused) / f64::from(answers);
+                let helped = self
+                    .share_at_cut
+                    .is_none_or(|at_cut| share < NOISE_SHARE.max(at_cut) || share >= ENGAGE_SHARE);
+                if !helped {
+                    self.stand_down(bounds, now);
+                    return Throttle::StoodDown;
+                }
+                self.share_at_cut = Some(share);
+                self.trial = (0, 0);
+            }
         }
         if self.unmeasured()
             && named_wait.is_some_and(|wait| wait >= LONGEST_TOKEN_WAIT)
@@ -273,7 +358,7 @@ impl Learned {
             self.slow_start = Some(2.0);
             self.quiet_until = Some(now);
             self.changed = Some(now);
-            return true;
+            return Throttle::Changed;
         }
         self.refining = self.unmeasured();
         if self.unmeasured() {
@@ -294,7 +379,21 @@ impl Learned {
         }
         self.quiet_until = Some(now);
         self.changed = Some(now);
-        true
+        Throttle::Changed
+    }
+
+    /// The refusals did not follow the rate: back to the start (unpaced,
+    /// or the configured ceiling), the evidence forgotten; a rate the
+    /// provider stated still caps it.
+    fn stand_down(&mut self, bounds: &AdaptiveRate, now: Instant) {
+        let stated = self.stated;
+        *self = bounds.start();
+        self.stated = stated;
+        if let Some(per_sec) = stated {
+            self.per_sec = self.per_sec.min(per_sec);
+        }
+        self.quiet_until = Some(now);
+        self.changed = Some(now);
     }
 }
 

@@ -3,6 +3,24 @@
 
 use super::*;
 
+/// A burst of refusals at `at` for sends that went at `sent`: evidence
+/// enough to set or cut the rate. What the burst did.
+fn refused_burst(
+    learned: &mut Learned,
+    bounds: &AdaptiveRate,
+    sent: Instant,
+    at: Instant,
+    wait: Option<Duration>,
+) -> Throttle {
+    let mut did = Throttle::Kept;
+    for _ in 0..2 * TRIAL {
+        if learned.on_throttle(bounds, sent, at, wait) == Throttle::Changed {
+            did = Throttle::Changed;
+        }
+    }
+    did
+}
+
 const BOUNDS: AdaptiveRate = AdaptiveRate {
     min_per_sec: 1.0,
     max_per_sec: 100.0,
@@ -13,21 +31,21 @@ fn after_a_decrease_the_rate_regains_quickly_then_probes_slowly() {
     let mut learned = BOUNDS.start();
     let t0 = Instant::now();
     learned.per_sec = 50.0;
-    learned.on_throttle(&BOUNDS, t0, t0, None);
+    refused_burst(&mut learned, &BOUNDS, t0, t0, None);
     assert!((learned.per_sec() - 50.0 * DECREASE).abs() < 1e-9);
     // Successes every 10 ms for 3 s: most of the gap to the target closes.
     let target = 50.0 * REGAIN_TARGET;
     let mut at = t0;
     for _ in 0..300 {
         at += Duration::from_millis(10);
-        learned.on_success(&BOUNDS, at);
+        learned.on_success(&BOUNDS, at, at);
     }
     let regained = learned.per_sec();
     assert!(regained > target - 1.0 && regained <= target, "{regained}");
     // Past the regain target only the slow probe (1 /s per second) remains.
     for _ in 0..100 {
         at += Duration::from_millis(10);
-        learned.on_success(&BOUNDS, at);
+        learned.on_success(&BOUNDS, at, at);
     }
     assert!(learned.per_sec() - regained < 1.1, "{}", learned.per_sec());
 }
@@ -42,7 +60,7 @@ async fn a_burst_of_429s_is_one_decrease() {
     }
     assert!((learned.per_sec() - 100.0 * DECREASE).abs() < 1e-9);
     tokio::time::advance(Duration::from_millis(10)).await;
-    learned.on_throttle(&BOUNDS, Instant::now(), Instant::now(), None);
+    refused_burst(&mut learned, &BOUNDS, Instant::now(), Instant::now(), None);
     assert!(
         (learned.per_sec() - 100.0 * DECREASE * DECREASE).abs() < 1e-9,
         "a later send's 429 is a new event"
@@ -61,10 +79,10 @@ fn the_rate_stays_inside_its_bounds() {
     }
     assert_eq!(learned.per_sec(), 1.0);
     let mut at = now;
-    learned.on_success(&BOUNDS, at);
+    learned.on_success(&BOUNDS, at, at);
     for _ in 0..200 {
         at += Duration::from_secs(1);
-        learned.on_success(&BOUNDS, at);
+        learned.on_success(&BOUNDS, at, at);
     }
     assert_eq!(learned.per_sec(), 100.0);
     assert_eq!(learned.interval(), Duration::from_millis(10));
@@ -111,10 +129,14 @@ mod unbounded {
         }
         // 40 successes in the first 200 ms, then a 429: 200 per second.
         for i in 0..40 {
-            learned.on_success(&UNBOUNDED, t0 + Duration::from_millis(5 * i));
+            learned.on_success(
+                &UNBOUNDED,
+                t0 + Duration::from_millis(5 * i),
+                t0 + Duration::from_millis(5 * i),
+            );
         }
         let at = t0 + Duration::from_millis(200);
-        learned.on_throttle(&UNBOUNDED, at, at, None);
+        refused_burst(&mut learned, &UNBOUNDED, at, at, None);
         assert!(
             (learned.per_sec() - 200.0).abs() < 1e-9,
             "{}",
@@ -122,12 +144,12 @@ mod unbounded {
         );
         // From here on it is the usual decrease, regain and probe.
         let later = at + Duration::from_millis(50);
-        learned.on_throttle(&UNBOUNDED, later, later, None);
+        refused_burst(&mut learned, &UNBOUNDED, later, later, None);
         assert!((learned.per_sec() - 200.0 * DECREASE).abs() < 1e-9);
         let mut t = later;
         for _ in 0..1000 {
             t += Duration::from_millis(10);
-            learned.on_success(&UNBOUNDED, t);
+            learned.on_success(&UNBOUNDED, t, t);
         }
         // Regained most of 200 within seconds, then probed by 2 /s per second.
         let rate = learned.per_sec();
@@ -146,10 +168,14 @@ mod unbounded {
         for i in 0..40 {
             let sent = t0 + Duration::from_millis(5 * i);
             learned.on_send(sent);
-            learned.on_success(&UNBOUNDED, sent + Duration::from_millis(1));
+            learned.on_success(
+                &UNBOUNDED,
+                sent + Duration::from_millis(1),
+                sent + Duration::from_millis(1),
+            );
         }
         let at = t0 + Duration::from_millis(200);
-        learned.on_throttle(&UNBOUNDED, at, at, None);
+        refused_burst(&mut learned, &UNBOUNDED, at, at, None);
         assert!(
             (learned.per_sec() - 200.0).abs() < 1e-9,
             "{}",
@@ -165,7 +191,10 @@ mod unbounded {
         let t0 = Instant::now();
         learned.on_send(t0);
         let at = t0 + Duration::from_millis(100);
-        assert!(learned.on_throttle(&UNBOUNDED, at, at, None));
+        assert_eq!(
+            refused_burst(&mut learned, &UNBOUNDED, at, at, None),
+            Throttle::Changed
+        );
         assert!(
             (learned.per_sec() - 10.0).abs() < 1e-9,
             "{}",
@@ -175,7 +204,7 @@ mod unbounded {
         let mut t = at;
         for _ in 0..300 {
             t += Duration::from_millis(10);
-            learned.on_success(&UNBOUNDED, t);
+            learned.on_success(&UNBOUNDED, t, t);
         }
         assert!(
             (learned.per_sec() - 80.0).abs() < 1.0,
@@ -183,11 +212,11 @@ mod unbounded {
             learned.per_sec()
         );
         // The next 429 ends slow start: a decrease, then only regain and probe.
-        learned.on_throttle(&UNBOUNDED, t, t, None);
+        refused_burst(&mut learned, &UNBOUNDED, t, t, None);
         let low = learned.per_sec();
         for _ in 0..100 {
             t += Duration::from_millis(10);
-            learned.on_success(&UNBOUNDED, t);
+            learned.on_success(&UNBOUNDED, t, t);
         }
         assert!(
             learned.per_sec() < low * 1.5,
@@ -202,12 +231,22 @@ mod unbounded {
         let t0 = Instant::now();
         learned.on_send(t0);
         for i in 1..=5 {
-            learned.on_success(&UNBOUNDED, t0 + Duration::from_millis(20 * i));
+            learned.on_success(
+                &UNBOUNDED,
+                t0 + Duration::from_millis(20 * i),
+                t0 + Duration::from_millis(20 * i),
+            );
         }
         // A 429 naming a second: with five successes in 100 ms measured,
         // the key's rate is theirs (50 a second), not a window's reset.
         let at = t0 + Duration::from_millis(100);
-        learned.on_throttle(&UNBOUNDED, at, at, Some(Duration::from_secs(1)));
+        refused_burst(
+            &mut learned,
+            &UNBOUNDED,
+            at,
+            at,
+            Some(Duration::from_secs(1)),
+        );
         assert!(
             (learned.per_sec() - 50.0).abs() < 1e-9,
             "{}",
@@ -221,10 +260,14 @@ mod unbounded {
         let t0 = Instant::now();
         learned.on_send(t0);
         for i in 1..=5 {
-            learned.on_success(&UNBOUNDED, t0 + Duration::from_secs(10 * i));
+            learned.on_success(
+                &UNBOUNDED,
+                t0 + Duration::from_secs(10 * i),
+                t0 + Duration::from_secs(10 * i),
+            );
         }
         let at = t0 + Duration::from_secs(60);
-        learned.on_throttle(&UNBOUNDED, at, at, None);
+        refused_burst(&mut learned, &UNBOUNDED, at, at, None);
         assert_eq!(learned.per_sec(), 1.0);
     }
 }
@@ -250,7 +293,7 @@ fn drive(
             n += 1;
             learned.on_send(now);
             if answer(n, now) {
-                learned.on_success(bounds, now);
+                learned.on_success(bounds, now, now);
             } else {
                 learned.on_throttle(bounds, now, now, None);
             }
@@ -294,11 +337,21 @@ fn a_learned_rate_stays_finite_however_long_the_successes_last() {
     let mut learned = bounds.start();
     let t0 = Instant::now();
     learned.on_send(t0);
-    learned.on_throttle(&bounds, t0, t0, Some(Duration::from_millis(100)));
+    refused_burst(
+        &mut learned,
+        &bounds,
+        t0,
+        t0,
+        Some(Duration::from_millis(100)),
+    );
     // A day of one success a second: slow start and the probe never stop
     // the climb, but it ends at a finite ceiling, still paced.
     for s in 1..=86_400u64 {
-        learned.on_success(&bounds, t0 + Duration::from_secs(s));
+        learned.on_success(
+            &bounds,
+            t0 + Duration::from_secs(s),
+            t0 + Duration::from_secs(s),
+        );
     }
     assert!(learned.per_sec().is_finite(), "{}", learned.per_sec());
     assert!(learned.interval() > Duration::ZERO);
@@ -316,22 +369,37 @@ fn the_rest_of_the_first_burst_refines_the_first_rate_down_only() {
     let at = t0 + Duration::from_millis(20);
     let ms = Duration::from_millis;
     // The first 429 came 2 ms before a token: 500 a second, at most.
-    assert!(learned.on_throttle(&bounds, t0, at, Some(ms(2))));
+    assert_eq!(
+        refused_burst(&mut learned, &bounds, t0, at, Some(ms(2))),
+        Throttle::Changed
+    );
     assert!((learned.per_sec() - 500.0).abs() < 1e-9);
     // The burst's other 429s named up to 5 ms: the bucket's period.
-    assert!(learned.on_throttle(&bounds, t0, at, Some(ms(5))));
-    assert!(!learned.on_throttle(&bounds, t0, at, Some(ms(3))));
+    assert_eq!(
+        learned.on_throttle(&bounds, t0, at, Some(ms(5))),
+        Throttle::Changed
+    );
+    assert_ne!(
+        learned.on_throttle(&bounds, t0, at, Some(ms(3))),
+        Throttle::Changed
+    );
     assert!(
-        !learned.on_throttle(&bounds, t0, at, Some(ms(5))),
+        learned.on_throttle(&bounds, t0, at, Some(ms(5))) != Throttle::Changed,
         "the same period again changes nothing"
     );
     assert!((learned.per_sec() - 200.0).abs() < 1e-9);
     // A 429 for a later send is a congestion event, not a refinement.
     let later = at + ms(10);
-    assert!(learned.on_throttle(&bounds, later, later, Some(ms(50))));
+    assert_eq!(
+        refused_burst(&mut learned, &bounds, later, later, Some(ms(50))),
+        Throttle::Changed
+    );
     assert!((learned.per_sec() - 200.0 * DECREASE).abs() < 1e-9);
     // And the refining is over: a quiet 429 naming a longer wait changes nothing.
-    assert!(!learned.on_throttle(&bounds, at, later, Some(ms(50))));
+    assert_ne!(
+        learned.on_throttle(&bounds, at, later, Some(ms(50))),
+        Throttle::Changed
+    );
 }
 
 const UNBOUNDED: AdaptiveRate = AdaptiveRate {
@@ -347,12 +415,15 @@ async fn a_stated_quota_paces_an_unmeasured_key_and_caps_a_learned_one() {
     learned.on_stated(10.0, t0);
     assert_eq!(learned.per_sec(), 10.0, "paced from the statement on");
     // 429s of sends that went before it belong to no decrease.
-    assert!(!learned.on_throttle(&UNBOUNDED, t0, t0, None));
+    assert_ne!(
+        learned.on_throttle(&UNBOUNDED, t0, t0, None),
+        Throttle::Changed
+    );
     // Successes never take it past the stated rate.
     let mut at = t0;
     for _ in 0..500 {
         at += Duration::from_millis(10);
-        learned.on_success(&UNBOUNDED, at);
+        learned.on_success(&UNBOUNDED, at, at);
     }
     assert_eq!(learned.per_sec(), 10.0);
     // A lower statement lowers it; nonsense states nothing.
@@ -371,12 +442,30 @@ async fn a_long_wait_on_an_unmeasured_key_is_a_window_reset_not_a_rate() {
     let now = Instant::now();
     // "Come back in 1 s" to a key with nothing measured: the queue leaves
     // fast when it ends, not one send a second.
-    assert!(learned.on_throttle(&UNBOUNDED, t0, now, Some(Duration::from_secs(1))));
+    assert_eq!(
+        refused_burst(
+            &mut learned,
+            &UNBOUNDED,
+            t0,
+            now,
+            Some(Duration::from_secs(1))
+        ),
+        Throttle::Changed
+    );
     assert_eq!(learned.per_sec(), RELEASE_AFTER_RESET);
     // A wait named to the millisecond is a bucket's next token: its rate.
     let mut bucket = UNBOUNDED.start();
     bucket.on_send(t0);
-    assert!(bucket.on_throttle(&UNBOUNDED, t0, now, Some(Duration::from_millis(10))));
+    assert_eq!(
+        refused_burst(
+            &mut bucket,
+            &UNBOUNDED,
+            t0,
+            now,
+            Some(Duration::from_millis(10))
+        ),
+        Throttle::Changed
+    );
     assert!(
         (bucket.per_sec() - 100.0).abs() < 1e-6,
         "{}",

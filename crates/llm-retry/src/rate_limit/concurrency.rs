@@ -8,7 +8,14 @@
 //! policy has judged its answer (for a stream, its head or first event: a
 //! stream still generating does not hold its slot, so for streams the
 //! ceiling bounds how many start at once, not how many run).
-//! A key has no ceiling until its first overload: the ceiling then starts
+//! First, do no harm: overloads are evidence that the key holds too many
+//! of ours only when they are many. A key gets no ceiling until overloads
+//! are at least half of its recent answers ([`ENGAGE_SHARE`]); a provider
+//! overloaded whatever we hold (a platform-wide 529 to some share of all
+//! requests) never sets one, and each overloaded request backs off on its
+//! own, as without a gate.
+//!
+//! A key has no ceiling until then: the ceiling then starts
 //! a little under what was in flight, is never above the others in flight
 //! with a refused send, falls by a tenth once per congestion event (the
 //! overloads of sends that went before the last decrease belong to it),
@@ -24,7 +31,8 @@
 //! round after round. At the floor the provider is overloaded whatever we
 //! hold there, and resends back off as well.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use super::adaptive::ENGAGE_SHARE;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
@@ -41,6 +49,9 @@ const METERS_FROM: f64 = 2.0;
 /// The bit of [`Flight::state`] that says the key has a ceiling.
 const LIMITED: u64 = 1 << 63;
 
+/// [`Flight::overloads`] of a key whose every answer was an overload.
+const ALL: u32 = 1 << 16;
+
 /// One key's sends in flight, and its ceiling once it has one.
 #[derive(Debug, Default)]
 pub(super) struct Flight {
@@ -53,6 +64,18 @@ pub(super) struct Flight {
     /// The ceiling's slots, readable without its lock once made (before
     /// [`LIMITED`] is set, so a send that sees the bit finds them).
     slots: OnceLock<Arc<Semaphore>>,
+    /// The share of overloads among the key's recent answers, in parts of
+    /// [`ALL`] (an average over about the last sixteen).
+    overloads: AtomicU32,
+}
+
+/// The share of overloads after one more answer, `overloaded` or not.
+fn updated(share: u32, overloaded: bool) -> u32 {
+    if overloaded {
+        share + (ALL - share) / 16
+    } else {
+        share - share / 16
+    }
 }
 
 #[derive(Debug)]
@@ -116,9 +139,12 @@ impl Flight {
     /// Whether the ceiling now meters the key's sends (it is not at its
     /// floor): a resend then waits for a slot, not a backoff.
     pub(super) fn overloaded(&self, sent: Instant, now: Instant) -> bool {
+        let share = self.count(true);
         let others = self.in_flight().saturating_sub(1) as f64;
         let mut ceiling = lock(&self.ceiling);
         match ceiling.as_mut() {
+            // Too few overloads to say the key holds too many of ours.
+            None if f64::from(share) < ENGAGE_SHARE * f64::from(ALL) => false,
             None => {
                 // Every send that started before this is counted here, and
                 // gives its slot back when it ends; every later one sees
@@ -156,6 +182,10 @@ impl Flight {
     /// while it is what holds sends back (every slot taken, this send's
     /// included): a quiet key does not bank room for a burst.
     pub(super) fn served(&self) {
+        // The share decays; a key never overloaded pays a load, no write.
+        if self.overloads.load(Ordering::Relaxed) > 0 {
+            self.count(false);
+        }
         let state = self.state.load(Ordering::Acquire);
         if state & LIMITED == 0 {
             return;
@@ -170,6 +200,32 @@ impl Flight {
             if c.slots.available_permits() == 0 {
                 let limit = c.limit + 1.0 / c.limit.max(1.0);
                 c.resize(limit);
+            }
+        }
+    }
+}
+
+impl Flight {
+    /// As if the key's recent answers were all overloads: its next one
+    /// sets a ceiling.
+    #[cfg(test)]
+    pub(super) fn overloaded_often(&self) {
+        self.overloads.store(ALL, Ordering::Relaxed);
+    }
+
+    /// One more answer in the overload share; the share after it.
+    fn count(&self, overloaded: bool) -> u32 {
+        let mut share = self.overloads.load(Ordering::Relaxed);
+        loop {
+            let next = updated(share, overloaded);
+            match self.overloads.compare_exchange_weak(
+                share,
+                next,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return next,
+                Err(now) => share = now,
             }
         }
     }
@@ -248,6 +304,14 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
+    /// A key whose recent answers were all overloads: its next one sets a
+    /// ceiling.
+    fn overloaded_often() -> Flight {
+        let flight = Flight::default();
+        flight.overloaded_often();
+        flight
+    }
+
     fn take(slots: &Arc<Semaphore>) -> Option<OwnedSemaphorePermit> {
         Arc::clone(slots).try_acquire_owned().ok()
     }
@@ -263,8 +327,29 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn the_first_overload_sets_a_ceiling_under_what_was_in_flight() {
+    async fn a_few_overloads_among_served_sends_set_no_ceiling() {
         let flight = Arc::new(Flight::default());
+        let sent = Instant::now();
+        let _sends = start(&flight, 20);
+        // One overload in ten, whatever is in flight: no ceiling.
+        for i in 0..200 {
+            if i % 10 == 0 {
+                assert!(!flight.overloaded(sent, Instant::now()));
+            } else {
+                flight.served();
+            }
+        }
+        assert!(flight.slots().is_none(), "no ceiling for a few overloads");
+        // Most answers overloaded: the key holds too many of ours.
+        for _ in 0..11 {
+            flight.overloaded(sent, Instant::now());
+        }
+        assert!(flight.slots().is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_first_overload_sets_a_ceiling_under_what_was_in_flight() {
+        let flight = Arc::new(overloaded_often());
         assert!(flight.slots().is_none(), "no ceiling before an overload");
         let sent = Instant::now();
         let sends = start(&flight, 10);
@@ -287,7 +372,7 @@ mod tests {
     async fn each_refusal_of_a_wave_says_the_provider_holds_fewer_than_the_others_in_flight() {
         // 40 sent at once to room for 10: as the 30 refusals come back,
         // each with fewer others in flight, the ceiling follows them down.
-        let flight = Arc::new(Flight::default());
+        let flight = Arc::new(overloaded_often());
         let t0 = Instant::now();
         let mut sends = start(&flight, 40);
         for _ in 0..30 {
@@ -299,7 +384,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn one_decrease_per_congestion_event_and_a_slow_rise() {
-        let flight = Arc::new(Flight::default());
+        let flight = Arc::new(overloaded_often());
         let t0 = Instant::now();
         let _sends = start(&flight, 20);
         flight.overloaded(t0, t0);
@@ -323,7 +408,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_quiet_key_banks_no_room_and_late_sends_owe_their_slot() {
-        let flight = Arc::new(Flight::default());
+        let flight = Arc::new(overloaded_often());
         let t0 = Instant::now();
         // Counted when the ceiling is made: their slots come back.
         let early = start(&flight, 3);
@@ -348,7 +433,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_ceiling_lowered_below_what_is_in_flight_takes_slots_back_as_sends_end() {
-        let flight = Arc::new(Flight::default());
+        let flight = Arc::new(overloaded_often());
         let t0 = Instant::now();
         let first = start(&flight, 10);
         flight.overloaded(t0, t0); // ceiling 8.1 with 10 in flight: 2 owed
@@ -384,7 +469,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_send_let_through_when_none_is_in_flight_still_owes_its_slot() {
-        let flight = Arc::new(Flight::default());
+        let flight = Arc::new(overloaded_often());
         let t0 = Instant::now();
         let sends = start(&flight, 3);
         flight.overloaded(t0, t0); // ceiling 1.8, 2 owed
@@ -405,7 +490,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_ceiling_of_one_rises_to_two_by_one_slot() {
-        let flight = Arc::new(Flight::default());
+        let flight = Arc::new(overloaded_often());
         let t0 = Instant::now();
         let alone = start(&flight, 1);
         flight.overloaded(t0, t0); // no others in flight: the floor, 1
@@ -420,7 +505,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_rising_ceiling_still_owed_slots_pays_its_debt_first() {
-        let flight = Arc::new(Flight::default());
+        let flight = Arc::new(overloaded_often());
         let t0 = Instant::now();
         let first = start(&flight, 10);
         flight.overloaded(t0, t0); // ceiling 8.1 with 10 in flight: 2 owed
@@ -435,7 +520,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_falling_ceiling_takes_free_slots_now_and_the_rest_as_sends_end() {
-        let flight = Arc::new(Flight::default());
+        let flight = Arc::new(overloaded_often());
         let t0 = Instant::now();
         drop(start(&flight, 10));
         let again = start(&flight, 10);

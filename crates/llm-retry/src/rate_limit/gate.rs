@@ -7,7 +7,7 @@
 //! changes). A waiting send checks again when its time comes, or earlier
 //! when the learned rate rises enough to be worth waking for.
 
-use super::adaptive::{AdaptiveRate, Learned};
+use super::adaptive::{AdaptiveRate, Learned, Throttle};
 use super::concurrency::Flight;
 use super::error::GateError;
 use super::gcra::{Pace, Tat};
@@ -38,6 +38,16 @@ pub(crate) fn some_gate_counts_tokens() -> bool {
     SOME_GATE_COUNTS_TOKENS.load(Ordering::Relaxed)
 }
 
+/// Set once any gate exists in the process: until then the retry layer
+/// keeps no request body for a gate to read the model from.
+static SOME_GATE: AtomicBool = AtomicBool::new(false);
+
+/// Whether any gate exists, so a whole request body is worth handing over
+/// (a gate keys by the model it names).
+pub(crate) fn some_gate() -> bool {
+    SOME_GATE.load(Ordering::Relaxed)
+}
+
 /// Per-key pacing state shared by every clone of one [`RateLimitLayer`](super::RateLimitLayer).
 #[derive(Clone)]
 pub(super) struct Gate {
@@ -65,6 +75,12 @@ struct KeyState {
     /// When the hold was put, and the wait the provider named then, which
     /// may be longer than the hold: a request that honours less fails fast.
     asked: Option<(Instant, Duration)>,
+    /// The answers to the sends that left after the one whose refusal put
+    /// the hold: when most of them are served, the key was not out.
+    contest: Option<Contest>,
+    /// A hold of this key was lost to the key's own answers: a later named
+    /// wait holds the key only once later sends were refused too.
+    doubts_holds: bool,
     /// How far holds have pushed the quota schedule so far: a waiting
     /// send's quota slot moves by what was added since it was booked, so
     /// the queue keeps its order and spacing behind a hold.
@@ -94,6 +110,39 @@ struct KeyState {
     flight: Arc<Flight>,
     /// The token quota the provider's answers state, once one did.
     stated_tokens: Option<StatedTokens>,
+    /// Sends its stated request quota has room for, beyond those let
+    /// through since: they go at once, unpaced.
+    stated_room: u64,
+}
+
+/// The evidence against a hold: answers to the sends let through after
+/// the refused one (its `order`).
+#[derive(Debug, Clone, Copy)]
+struct Contest {
+    order: u64,
+    /// Until when the refusal's wait lasts: the contest with it.
+    until: Instant,
+    served: u32,
+    refused: u32,
+}
+
+/// Answers to later sends a contest needs before it can go against a hold.
+const CONTEST_ANSWERS: u32 = 4;
+
+impl Contest {
+    /// Whether the later sends were mostly served: of at least
+    /// [`CONTEST_ANSWERS`] answers, three served for each refused. A key
+    /// out of capacity serves few (a bucket's trickle of tokens), one that
+    /// refused a request for a reason of its own serves most.
+    fn lost(&self) -> bool {
+        self.served.saturating_add(self.refused) >= CONTEST_ANSWERS
+            && self.served >= self.refused.saturating_mul(3)
+    }
+
+    /// Whether later sends were refused too, and none served: the key is out.
+    fn won(&self) -> bool {
+        self.refused >= 2 && self.served == 0
+    }
 }
 
 #[derive(Debug)]
@@ -113,6 +162,8 @@ impl KeyState {
             tokens: Tat(None),
             held_until: None,
             asked: None,
+            contest: None,
+            doubts_holds: false,
             shift: Duration::ZERO,
             refunds: Refunds::default(),
             last_used: now,
@@ -124,6 +175,7 @@ impl KeyState {
             woken: Arc::new(Notify::new()),
             flight: Arc::default(),
             stated_tokens: None,
+            stated_room: 0,
             learned: adaptive.map(|bounds| {
                 let rate = bounds.start();
                 LearnedKey {
@@ -304,6 +356,8 @@ pub(super) struct Reserved {
 pub(super) struct Bounds {
     pub(super) deadline: Option<Instant>,
     pub(super) max_server_wait: Option<Duration>,
+    /// Not before this instant: the provider named the request a wait.
+    pub(super) not_before: Option<Instant>,
 }
 
 impl Booking {
@@ -333,6 +387,7 @@ impl Gate {
         tokens: Option<Pace>,
         adaptive: Option<AdaptiveRate>,
     ) -> Gate {
+        SOME_GATE.store(true, Ordering::Relaxed);
         if tokens.is_some() {
             SOME_GATE_COUNTS_TOKENS.store(true, Ordering::Relaxed);
         }
@@ -414,7 +469,12 @@ impl Gate {
         let base = state.floor(now).max(window_floor);
         let quota_slot = base.max(state.quota_slot(self, cost, base));
         let mut slot = quota_slot;
-        let ticket = state.learned.as_mut().map(|l| {
+        // Room the provider stated lets the send past the learned schedule.
+        let in_room = state.stated_room > 0 && base <= now;
+        if in_room {
+            state.stated_room -= 1;
+        }
+        let ticket = state.learned.as_mut().filter(|_| !in_room).map(|l| {
             let interval = l.rate.interval();
             let ticket = l.schedule.take(now, interval);
             slot = slot.max(l.schedule.time_of(ticket, interval));
@@ -427,6 +487,9 @@ impl Gate {
             None => None,
         };
         if let Some((_, at)) = stated {
+            slot = slot.max(at);
+        }
+        if let Some(at) = bounds.not_before {
             slot = slot.max(at);
         }
         if deadline.is_some_and(|deadline| slot > deadline) {
@@ -518,6 +581,9 @@ impl Gate {
             slot = slot.max(at);
         }
         if let Some((_, at)) = booking.stated {
+            slot = slot.max(at);
+        }
+        if let Some(at) = booking.bounds.not_before {
             slot = slot.max(at);
         }
         if let (Some(l), Some(ticket)) = (&state.learned, booking.ticket) {
@@ -641,9 +707,15 @@ impl Gate {
     /// seconds past the first hold the key, and the rate paces the rest.
     /// Whether the key is now held through the request's wait, up to
     /// `limit` (else the request that met it waits out its own).
+    ///
+    /// The hold lasts while the answers to the sends let through after the
+    /// refused one (its `order`) do not show the key serving: once most of
+    /// them are served, the refusal was the request's, not the key's, and
+    /// the hold ends (the request that was told still waits its own wait).
     pub(super) fn hold(
         &self,
         key: u64,
+        order: u64,
         now: Instant,
         wait: Duration,
         limit: Duration,
@@ -671,6 +743,28 @@ impl Gate {
         let state = keys
             .entry(key)
             .or_insert_with(|| KeyState::new(self.adaptive.as_ref(), now));
+        let contest = match &mut state.contest {
+            Some(contest) if contest.until > now => {
+                if order > contest.order {
+                    contest.refused = contest.refused.saturating_add(1);
+                }
+                contest.until = contest.until.max(until);
+                contest
+            }
+            other => other.insert(Contest {
+                order,
+                until,
+                served: 0,
+                refused: 0,
+            }),
+        };
+        if state.doubts_holds {
+            if !contest.won() {
+                // Not yet: this request waits its own wait.
+                return false;
+            }
+            state.doubts_holds = false;
+        }
         if state.held_until.is_some_and(|held| held >= until) {
             return full;
         }
@@ -714,7 +808,13 @@ impl Gate {
         named_wait: Option<Duration>,
     ) {
         self.learn(key, now, |rate, bounds| {
-            rate.on_throttle(bounds, sent, now, named_wait);
+            if rate.on_throttle(bounds, sent, now, named_wait) == Throttle::StoodDown {
+                tracing::debug!(
+                    "llm-retry: the key's 429s do not follow its send rate; \
+                     it is no longer paced by a learned rate"
+                );
+                crate::observe::gate_stood_down("rate");
+            }
         });
     }
 
@@ -751,13 +851,6 @@ impl Gate {
         window: crate::hint::RequestWindow,
         limit: Duration,
     ) {
-        if let (Some(per_minute), Some(_)) = (window.per_minute, &self.adaptive) {
-            let per_sec = per_minute as f64 / 60.0;
-            self.learn_in(state, now, |rate, _| {
-                rate.on_stated(per_sec, now);
-            });
-            return;
-        }
         // What the provider had not counted: the sends let through after
         // that one, and those queued with a share of the window.
         let since = state
@@ -766,6 +859,16 @@ impl Gate {
             .saturating_sub(1)
             .saturating_add(state.queued_shares);
         let remaining = window.remaining.saturating_sub(since);
+        if let (Some(per_minute), Some(_)) = (window.per_minute, &self.adaptive) {
+            // A quota with room left: that many go at once, and only the
+            // sends beyond them are paced at the quota.
+            state.stated_room = remaining;
+            let per_sec = per_minute as f64 / 60.0;
+            self.learn_in(state, now, |rate, _| {
+                rate.on_stated(per_sec, now);
+            });
+            return;
+        }
         let stated = match window.reset_in {
             None => Some((None, remaining)),
             // A reset now or too far to reckon: nothing to hold back.
@@ -777,26 +880,26 @@ impl Gate {
         state.restate_window(stated, now);
     }
 
-    /// The key's send (its `order`-th) was served, and its answer stated
+    /// The key's send (its `order`-th, which went at `sent`) was served, and its answer stated
     /// what is left of the provider's `window` and `tokens`, if it did: the
     /// learned rate, the window and the token quota move under one lock.
     pub(super) fn served(
         &self,
         key: u64,
-        order: u64,
+        (order, sent): (u64, Instant),
         now: Instant,
         window: Option<crate::hint::RequestWindow>,
         tokens: Option<crate::hint::TokenWindow>,
         limit: Duration,
     ) {
-        if self.adaptive.is_none() && window.is_none() && tokens.is_none() {
-            return;
-        }
         let mut keys = self.lock();
         let Some(state) = keys.get_mut(&key) else {
             return;
         };
-        self.learn_in(state, now, |rate, bounds| rate.on_success(bounds, now));
+        self.contest_hold(state, order, now);
+        self.learn_in(state, now, |rate, bounds| {
+            rate.on_success(bounds, sent, now)
+        });
         if let Some(tokens) = tokens {
             self.tokens_in(state, tokens, now);
         }
@@ -805,10 +908,47 @@ impl Gate {
         }
     }
 
+    /// The key served its `order`-th send: evidence against a hold put for
+    /// an earlier send's refusal, which ends once most later sends were
+    /// served.
+    fn contest_hold(&self, state: &mut KeyState, order: u64, now: Instant) {
+        let Some(contest) = &mut state.contest else {
+            return;
+        };
+        if order <= contest.order {
+            return;
+        }
+        if contest.until <= now {
+            state.contest = None;
+            return;
+        }
+        contest.served = contest.served.saturating_add(1);
+        if !contest.lost() {
+            return;
+        }
+        state.contest = None;
+        state.doubts_holds = true;
+        let Some(held) = state.held_until.filter(|held| *held > now) else {
+            return;
+        };
+        tracing::debug!("llm-retry: the key serves sends after a 429: its hold ends");
+        crate::observe::gate_stood_down("hold");
+        state.held_until = None;
+        state.asked = None;
+        // The waiting sends' quota slots move back by what the hold had left.
+        state.shift = state
+            .shift
+            .saturating_sub(held.saturating_duration_since(now));
+        if let Some(l) = &mut state.learned {
+            l.schedule.rebase(l.rate.interval(), now);
+        }
+        state.woken.notify_waiters();
+    }
+
     /// A send succeeded, its answer stating nothing.
     #[cfg(test)]
     pub(super) fn succeeded(&self, key: u64, now: Instant) {
-        self.served(key, 0, now, None, None, Duration::ZERO);
+        self.served(key, (0, now), now, None, None, Duration::ZERO);
     }
 
     /// Lets `update` change `key`'s learned rate; a change re-bases the

@@ -3,9 +3,12 @@
 use http::HeaderName;
 use std::hash::{BuildHasher, Hash, Hasher};
 
-/// Overrides the key a request is paced under (e.g. one per model or
-/// deployment). Without it the key is the request's authority plus a hash
-/// of its API-key header, so every key a provider limits is paced alone.
+/// Overrides the key a request is paced under (e.g. one per deployment).
+/// Without it the key is the request's authority, a hash of its API-key
+/// header and, under a [`RetryLayer`](crate::RetryLayer), the `model` its
+/// JSON body names when the body was whole before its first send: every
+/// key and model a provider limits is paced alone, so one model's wait
+/// holds that model only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct RateKey(pub u64);
 
@@ -49,10 +52,15 @@ const KEY_HEADER_COUNT: usize = 4;
 /// Query parameters that carry a credential (Gemini's `?key=`).
 const KEY_PARAMS: [&str; 1] = ["key"];
 
-/// The default key: authority and a hash of the credential headers, keyed
-/// by `hasher`'s secret. The credential itself is only hashed, never
-/// stored or logged.
-pub(super) fn default_key(parts: &http::request::Parts, hasher: &impl BuildHasher) -> u64 {
+/// The default key: authority, a hash of the credential headers and the
+/// `model` (the raw JSON value the body names, if known), keyed by
+/// `hasher`'s secret. The credential itself is only hashed, never stored
+/// or logged.
+pub(super) fn default_key(
+    parts: &http::request::Parts,
+    model: Option<&[u8]>,
+    hasher: &impl BuildHasher,
+) -> u64 {
     if let Some(RateKey(key)) = parts.extensions.get::<RateKey>() {
         return *key;
     }
@@ -81,6 +89,7 @@ pub(super) fn default_key(parts: &http::request::Parts, hasher: &impl BuildHashe
             }
         }
     }
+    model.hash(&mut hasher);
     hasher.finish()
 }
 
@@ -92,7 +101,7 @@ mod tests {
     /// One gate's keys: the same secret for every call of a test.
     fn default_key(parts: &http::request::Parts) -> u64 {
         static HASHER: std::sync::OnceLock<std::hash::RandomState> = std::sync::OnceLock::new();
-        super::default_key(parts, HASHER.get_or_init(std::hash::RandomState::new))
+        super::default_key(parts, None, HASHER.get_or_init(std::hash::RandomState::new))
     }
 
     #[test]
@@ -100,13 +109,13 @@ mod tests {
         let request = parts("http://a.test/v1/messages", "k1");
         let one = std::hash::RandomState::new();
         assert_eq!(
-            super::default_key(&request, &one),
-            super::default_key(&request, &one)
+            super::default_key(&request, None, &one),
+            super::default_key(&request, None, &one)
         );
         let other = std::hash::RandomState::new();
         assert_ne!(
-            super::default_key(&request, &one),
-            super::default_key(&request, &other)
+            super::default_key(&request, None, &one),
+            super::default_key(&request, None, &other)
         );
     }
 

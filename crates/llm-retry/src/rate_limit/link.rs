@@ -83,13 +83,17 @@ struct Shared {
     /// Its last sends were overloaded after each took a slot under the
     /// key's in-flight ceiling, this many in a row.
     slotted_overloads: std::sync::atomic::AtomicU32,
+    /// The wait its provider named it, when its resend waits in the gate's
+    /// queue: the resend goes no sooner, even if the key's hold ends.
+    not_before: Mutex<Option<Instant>>,
 }
 
-/// A request body and the token cost estimated from it.
+/// A request body, and the token cost and model read from it.
 #[derive(Default)]
 struct Estimate {
     body: Option<Bytes>,
     cost: Option<u64>,
+    model: Option<Option<Bytes>>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -122,6 +126,7 @@ impl GateLink {
             sent: Mutex::new(None),
             estimate: Mutex::default(),
             slotted_overloads: std::sync::atomic::AtomicU32::new(0),
+            not_before: Mutex::new(None),
         }))
     }
 
@@ -136,7 +141,21 @@ impl GateLink {
         *lock(&self.0.estimate) = Estimate {
             body: Some(bytes),
             cost: None,
+            model: None,
         };
+    }
+
+    /// The model the request body names (its raw JSON value), read once
+    /// per body; `None` when the body was not whole or names none.
+    pub(super) fn model(&self) -> Option<Bytes> {
+        let mut estimate = lock(&self.0.estimate);
+        let Estimate { body, model, .. } = &mut *estimate;
+        model
+            .get_or_insert_with(|| {
+                let body = body.as_ref()?;
+                crate::recover::skimmed_model(body).map(|raw| body.slice_ref(raw))
+            })
+            .clone()
     }
 
     /// The request's token cost, estimated from its body once per body (its
@@ -144,7 +163,7 @@ impl GateLink {
     /// or 0 when the body was not whole or names no output cap.
     pub(super) fn estimated_cost(&self) -> u64 {
         let mut estimate = lock(&self.0.estimate);
-        let Estimate { body, cost } = &mut *estimate;
+        let Estimate { body, cost, .. } = &mut *estimate;
         *cost.get_or_insert_with(|| {
             body.as_deref()
                 .and_then(super::TokenCost::estimate)
@@ -192,6 +211,12 @@ impl GateLink {
     /// The longest server-named wait the request honours.
     pub(crate) fn max_server_wait(&self) -> Duration {
         self.0.max_server_wait
+    }
+
+    /// The earliest the next send may go, for a wait its provider named it;
+    /// taken by that send.
+    pub(super) fn take_not_before(&self) -> Option<Instant> {
+        lock(&self.0.not_before).take()
     }
 
     /// The gate let a send of `key` through at `at`.
@@ -277,7 +302,7 @@ impl Sent {
             }
             KeyNews::Served { window, tokens } => {
                 in_flight.served();
-                gate.served(key, order, now, window, tokens, max_server_wait);
+                gate.served(key, (order, at), now, window, tokens, max_server_wait);
                 GateWait::Own
             }
             KeyNews::Throttled {
@@ -308,7 +333,14 @@ impl Sent {
                 // only on a key with a rate before this refusal's news
                 // about the rate (one its headers just stated counts).
                 let held = wait.is_some_and(|wait| {
-                    !request_only && gate.hold(key, now, wait, max_server_wait, whole_seconds)
+                    let held = !request_only
+                        && gate.hold(key, order, now, wait, max_server_wait, whole_seconds);
+                    // Its resend waits in the queue: no sooner than its own
+                    // wait, whatever later answers say of the key's.
+                    if held {
+                        *lock(&link.0.not_before) = now.checked_add(wait.min(max_server_wait));
+                    }
+                    held
                 });
                 if !for_tokens {
                     gate.throttled(key, at, now, wait);

@@ -78,12 +78,14 @@ mod stated_tokens;
 mod window;
 
 pub use error::GateError;
-pub(crate) use gate::some_gate_counts_tokens;
+pub(crate) use gate::{some_gate, some_gate_counts_tokens};
 pub use key::{RateKey, TokenCost};
 pub use layer::{Quotas, RateLimitLayer};
 pub use link::KeyNews;
 pub use service::RateLimit;
 
+#[cfg(test)]
+mod harm_tests;
 #[cfg(test)]
 mod provider_tests;
 #[cfg(test)]

@@ -13,6 +13,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tower::{Layer, ServiceExt};
 
+/// A hold put by no send of the key's: nothing answered later contests it.
+const NO_SEND: u64 = u64::MAX;
+
 /// Every answer's response time: the first wave is out before the first
 /// answer is back.
 const LATENCY: Duration = Duration::from_millis(20);
@@ -214,7 +217,7 @@ async fn only_the_whole_seconds_past_the_first_hold_a_key_that_has_a_rate() {
     let reserve = |key| gate.reserve(key, 0, now, gate::Bounds::default()).unwrap();
     // No rate yet: a whole-second wait holds the key for all of it.
     reserve(1);
-    assert!(gate.hold(1, now, s(1), limit, true));
+    assert!(gate.hold(1, NO_SEND, now, s(1), limit, true));
     assert_eq!(reserve(1).slot - now, s(1));
     // A stated quota of 600 a minute: the rounded-up second is the rate's
     // to pace, and the request that was told it waits it out itself.
@@ -225,15 +228,15 @@ async fn only_the_whole_seconds_past_the_first_hold_a_key_that_has_a_rate() {
         per_minute: Some(600),
     };
     gate.observed_window(2, sent.order, now, window, limit);
-    assert!(!gate.hold(2, now, s(1), limit, true));
+    assert!(!gate.hold(2, NO_SEND, now, s(1), limit, true));
     let next = reserve(2).slot - now;
     assert!(next <= Duration::from_millis(100), "{next:?}");
     // A 3 s wait still holds the key for its first 2 s.
-    assert!(!gate.hold(2, now, s(3), limit, true));
+    assert!(!gate.hold(2, NO_SEND, now, s(3), limit, true));
     let held = reserve(2).slot - now;
     assert!(held >= s(2) && held < s(3), "{held:?}");
     // A wait named to the millisecond holds for all of it.
-    assert!(gate.hold(2, now, Duration::from_millis(3_500), limit, false));
+    assert!(gate.hold(2, NO_SEND, now, Duration::from_millis(3_500), limit, false));
     assert!(reserve(2).slot - now >= Duration::from_millis(3_500));
 }
 
@@ -273,9 +276,11 @@ async fn overloads_cap_the_keys_sends_in_flight_not_its_rate() {
     );
     let sends = sends.lock().unwrap().clone();
     let refused = sends.iter().filter(|(_, ok)| !ok).count();
-    // 20: the first overload forms the ceiling, and after that one a
-    // round trip or two, when the ceiling probes past the room.
-    assert!(refused <= 25, "{refused} overloads");
+    // 30: the first wave's refusals (the ceiling forms once overloads are
+    // most of the key's answers, about ten in a row, and this upstream
+    // refuses at once), and after that few or none, when the ceiling
+    // probes past the room.
+    assert!(refused <= 33, "{refused} overloads");
     // 4.0 s on the paused clock: a refused send's resend waits for a slot,
     // not a backoff (which made it 4.3 to 5.3 s).
     assert!(took <= Duration::from_millis(4_200), "took {took:?}");
@@ -562,10 +567,12 @@ async fn an_overload_under_a_ceiling_is_metered_once_in_a_row() {
         );
         link.take_sent().unwrap().report(&link, news, now, s(120)) == link::GateWait::SlotMetered
     };
-    // Ten others in flight when the first overload comes: a ceiling of 9.
+    // Ten others in flight when the first overload comes (after many): a
+    // ceiling of 9.
     let gate::Reserved { flight, .. } = gate
         .reserve_send(1, 0, now, gate::Bounds::default())
         .unwrap();
+    flight.overloaded_often();
     let mut others: Vec<_> = (0..10)
         .map(|_| InFlight::start(std::sync::Arc::clone(&flight), None))
         .collect();
@@ -595,6 +602,7 @@ async fn an_overload_under_a_ceiling_is_metered_once_in_a_row() {
     } = lone
         .reserve_send(2, 0, now, gate::Bounds::default())
         .unwrap();
+    flight.overloaded_often();
     let link = link::GateLink::new(super::offer::LinkBounds::new(
         RetryPolicy::default().limits(),
         None,

@@ -53,7 +53,6 @@ where
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let (parts, body) = request.into_parts();
-        let key = default_key(&parts, self.gate.key_hasher());
         // The nearest retry loop's link: the one it offers, unless the
         // request carries another (a `tower::retry` path's, below it).
         let offered = super::offer::take();
@@ -65,6 +64,8 @@ where
             }
             (carried, None) => carried.cloned(),
         };
+        let model = link.as_ref().and_then(GateLink::model);
+        let key = default_key(&parts, model.as_deref(), self.gate.key_hasher());
         // The caller's estimate, else (when the gate counts tokens) one
         // from the body, made before the gate's lock is taken.
         let cost = match (parts.extensions.get::<TokenCost>(), &link) {
@@ -78,6 +79,7 @@ where
         let bounds = link.as_ref().map_or_else(Bounds::default, |link| Bounds {
             deadline: link.deadline(),
             max_server_wait: Some(link.max_server_wait()),
+            not_before: link.take_not_before(),
         });
         let request = Request::from_parts(parts, body);
         // The send's own clone, readied by its future when the slot comes.

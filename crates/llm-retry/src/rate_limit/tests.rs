@@ -12,6 +12,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tower::{Layer, Service, ServiceExt};
 
+/// A hold put by no send of the key's: nothing answered later contests it.
+const NO_SEND: u64 = u64::MAX;
+
 type Sends = Arc<Mutex<Vec<(Instant, String)>>>;
 
 /// An upstream recording when each request arrives; `/busy` answers 429
@@ -435,6 +438,14 @@ fn queue(gate: &gate::Gate, n: usize) -> Vec<gate::Booking> {
         .collect()
 }
 
+/// Key 1's sends that went at `sent` are refused at `now`, enough of them
+/// to be evidence that the key is sent faster than it admits.
+fn refused_burst(gate: &gate::Gate, sent: Instant, now: Instant, wait: Option<Duration>) {
+    for _ in 0..40 {
+        gate.throttled(1, sent, now, wait);
+    }
+}
+
 fn after_start(booking: &gate::Booking, start: Instant) -> Duration {
     booking.slot - start
 }
@@ -449,7 +460,7 @@ async fn one_per_second(gate: &gate::Gate) -> Instant {
     }
     tokio::time::advance(Duration::from_secs(5)).await;
     let now = Instant::now();
-    gate.throttled(1, now, now, None);
+    refused_burst(gate, now, now, None);
     now
 }
 
@@ -505,6 +516,7 @@ async fn a_rise_wakes_the_waiting_sends_and_a_hold_moves_them_back() {
     // A 429 naming 10 s holds the key: both now wait for the hold, in order.
     gate.hold(
         1,
+        NO_SEND,
         now,
         Duration::from_secs(10),
         Duration::from_secs(120),
@@ -542,6 +554,7 @@ async fn a_hold_moves_the_quota_queue_back_in_order_and_spacing() {
     tokio::time::advance(Duration::from_millis(500)).await;
     gate.hold(
         1,
+        NO_SEND,
         Instant::now(),
         Duration::from_secs(5),
         Duration::from_secs(120),
@@ -567,18 +580,19 @@ async fn a_send_dropped_while_it_waits_gives_its_place_up() {
     let sends = Sends::default();
     let gate = RateLimitLayer::learned().layer(upstream::<Replayed>(sends.clone()));
     let svc = judged(once(), gate);
-    // Teach the key one send a second (five successes in 5 s, then a 429
-    // naming no wait), through the layer itself.
+    // Teach the key one send a second (five successes in 5 s, then a burst
+    // of 429s naming no wait: most sends refused), through the layer itself.
     for _ in 0..5 {
         svc.clone().oneshot(post("http://a.test/")).await.unwrap();
         tokio::time::advance(Duration::from_secs(1)).await;
     }
-    let throttled = svc
-        .clone()
-        .oneshot(post("http://a.test/nowait"))
-        .await
-        .unwrap();
-    assert_eq!(throttled.status(), http::StatusCode::TOO_MANY_REQUESTS);
+    let burst = (0..12).map(|_| svc.clone().oneshot(post("http://a.test/nowait")));
+    for throttled in futures_util::future::join_all(burst).await {
+        assert_eq!(
+            throttled.unwrap().status(),
+            http::StatusCode::TOO_MANY_REQUESTS
+        );
+    }
     let start = Instant::now();
     // Three queue up, in order; the second is dropped before its turn.
     let mut first = Box::pin(svc.clone().oneshot(post("http://a.test/1")));
@@ -921,7 +935,7 @@ async fn many_held_keys_cost_a_send_no_scan_and_the_map_stays_bounded() {
     let limit = Duration::from_secs(120);
     // 20,000 keys, every one held: nothing is idle, nothing can be swept.
     for key in 0..20_000 {
-        gate.hold(key, now, Duration::from_secs(60), limit, false);
+        gate.hold(key, NO_SEND, now, Duration::from_secs(60), limit, false);
     }
     let (held, sweeps) = gate.key_stats();
     assert_eq!(held, 20_000);
@@ -934,7 +948,7 @@ async fn many_held_keys_cost_a_send_no_scan_and_the_map_stays_bounded() {
     assert!(after <= sweeps + 1, "{after} sweeps after 1,000 more sends");
     // Past the hard cap the least recently used keys go: memory is bounded.
     for key in 21_000..200_000 {
-        gate.hold(key, now, Duration::from_secs(60), limit, false);
+        gate.hold(key, NO_SEND, now, Duration::from_secs(60), limit, false);
     }
     let (kept, total_sweeps) = gate.key_stats();
     assert!(kept <= super::keys::HARD_CAP, "{kept} keys kept");
@@ -1251,6 +1265,7 @@ async fn a_send_whose_turn_is_its_deadline_waits_for_it() {
     let bounds = |deadline| gate::Bounds {
         deadline: Some(now + deadline),
         max_server_wait: None,
+        not_before: None,
     };
     assert!(gate
         .reserve(1, 0, now, bounds(second))
@@ -1275,7 +1290,7 @@ async fn a_send_refused_for_its_deadline_leaves_no_gap_in_a_learned_schedule() {
     let ms = Duration::from_millis;
     gate.reserve(1, 0, t0, gate::Bounds::default()).unwrap();
     // A 429 naming 100 ms to the next token: a send every 100 ms.
-    gate.throttled(1, t0, t0, Some(ms(100)));
+    refused_burst(&gate, t0, t0, Some(ms(100)));
     let first = gate.reserve(1, 0, t0, gate::Bounds::default()).unwrap();
     let refused = gate.reserve(
         1,
@@ -1284,6 +1299,7 @@ async fn a_send_refused_for_its_deadline_leaves_no_gap_in_a_learned_schedule() {
         gate::Bounds {
             deadline: Some(first.slot),
             max_server_wait: None,
+            not_before: None,
         },
     );
     assert!(
@@ -1303,7 +1319,7 @@ async fn a_send_dropped_past_its_turn_lets_no_one_behind_it_go_sooner_than_the_r
     let ms = Duration::from_millis;
     gate.reserve(1, 0, t0, gate::Bounds::default()).unwrap();
     // A send every 100 ms, and a stated token quota with none left.
-    gate.throttled(1, t0, t0, Some(ms(100)));
+    refused_burst(&gate, t0, t0, Some(ms(100)));
     gate.observed_tokens(
         1,
         crate::hint::TokenWindow {
@@ -1341,7 +1357,7 @@ async fn a_learned_rate_wakes_the_waiting_sends_only_when_it_rose_a_tenth() {
     let ms = Duration::from_millis;
     gate.reserve(1, 0, t0, gate::Bounds::default()).unwrap();
     // A 429 naming 100 ms to the next token: 10 sends a second.
-    gate.throttled(1, t0, t0 + ms(100), Some(ms(100)));
+    refused_burst(&gate, t0, t0 + ms(100), Some(ms(100)));
     let woken = gate.woken(1).unwrap();
     let mut small = std::pin::pin!(woken.notified());
     small.as_mut().enable();
@@ -1398,6 +1414,7 @@ async fn news_of_a_window_wakes_the_sends_waiting_for_it_and_only_them() {
     let bounds = gate::Bounds {
         deadline: None,
         max_server_wait: Some(limit),
+        not_before: None,
     };
     let first = gate.reserve(1, 0, now, bounds).unwrap();
     let woken = gate.woken(1).unwrap();
@@ -1426,6 +1443,7 @@ async fn past_a_spent_window_of_unknown_reset_one_send_probes_and_the_rest_wait_
     let bounds = |deadline: Option<Duration>| gate::Bounds {
         deadline: deadline.map(|d| now + d),
         max_server_wait: Some(limit),
+        not_before: None,
     };
     let first = gate.reserve(1, 0, now, bounds(None)).unwrap();
     gate.observed_window(1, first.order, now, no_reset(0), limit);
@@ -1477,7 +1495,7 @@ async fn past_a_spent_window_of_unknown_reset_one_send_probes_and_the_rest_wait_
     let _probe = gate.reserve(3, 0, now, bounds(None)).unwrap();
     let mut waiting = gate.reserve(3, 0, now, bounds(None)).unwrap();
     let end = Duration::from_millis(1_500);
-    assert!(gate.hold(3, now, end, limit, false));
+    assert!(gate.hold(3, NO_SEND, now, end, limit, false));
     assert_eq!(
         gate.check(3, &mut waiting, now).unwrap(),
         gate::Check::WaitUntil(now + end)
@@ -1530,6 +1548,7 @@ async fn a_probe_turn_past_a_deadline_that_has_come_is_not_a_release() {
     let bounds = gate::Bounds {
         deadline: Some(now),
         max_server_wait: Some(limit),
+        not_before: None,
     };
     let mut late = gate.reserve(1, 0, now, bounds).unwrap();
     assert!(!late.is_released());
@@ -1660,6 +1679,7 @@ mod gate_properties {
                         let bounds = gate::Bounds {
                             deadline: deadline.map(|ms| now + Duration::from_millis(ms)),
                             max_server_wait: None,
+                            not_before: None,
                         };
                         if let Ok(booking) = gate.reserve(1, 0, now, bounds) {
                             let sent = booking.is_released().then_some(now);
@@ -1692,7 +1712,7 @@ mod gate_properties {
                     }
                     Op::Hold(ms) => {
                         let wait = Duration::from_millis(ms);
-                        gate.hold(1, now, wait, Duration::from_secs(120), false);
+                        gate.hold(1, NO_SEND, now, wait, Duration::from_secs(120), false);
                         // A 429 also says the upstream's bucket is empty:
                         // one period after the hold at the earliest.
                         held_until = held_until.max(now + wait + Duration::from_millis(100));

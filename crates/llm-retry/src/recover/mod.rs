@@ -38,4 +38,4 @@ pub use overflow::{overflow_max_tokens, CutRefused, OverflowCut};
 pub use rewrite::{
     requested_max_tokens, rewrite_body, BodyEdit, EditApplied, RewriteError, MAX_TOKENS_FIELDS,
 };
-pub(crate) use skim::skimmed_max_tokens;
+pub(crate) use skim::{skimmed_max_tokens, skimmed_model};

@@ -29,6 +29,17 @@ pub(crate) fn skimmed_max_tokens(body: &[u8]) -> Option<u64> {
     }
 }
 
+/// The raw JSON value of the body's top-level `model` member (its quotes
+/// included), found by skimming. `None` when the body is not a JSON
+/// object, names no model, or has a member name with an escape in it (a
+/// request keyed without its model is keyed as before models counted).
+pub(crate) fn skimmed_model(body: &[u8]) -> Option<&[u8]> {
+    match skim(body, &["model"]) {
+        Skimmed::Found([model]) => model,
+        Skimmed::Escaped | Skimmed::Malformed => None,
+    }
+}
+
 enum Skimmed<'a, const N: usize> {
     /// The raw value of the first member of each name.
     Found([Option<&'a [u8]>; N]),
@@ -171,6 +182,19 @@ mod tests {
         for (body, want) in cases {
             assert_eq!(skimmed_max_tokens(body.as_bytes()), *want, "{body}");
         }
+    }
+
+    #[test]
+    fn the_model_is_read_from_the_top_level_only() {
+        let model = |body: &str| skimmed_model(body.as_bytes()).map(<[u8]>::to_vec);
+        assert_eq!(
+            model(r#"{"max_tokens":5,"model":"claude-x","messages":[{"model":"y"}]}"#),
+            Some(br#""claude-x""#.to_vec())
+        );
+        assert_eq!(model(r#"{"messages":[{"model":"y"}]}"#), None);
+        assert_eq!(model(r#"{"mo\u0064el":"z"}"#), None);
+        assert_eq!(model("not json"), None);
+        assert_eq!(model(r#"{"model":"#), None);
     }
 
     #[test]

@@ -70,10 +70,10 @@ impl<B> AttemptCtx<B> {
     {
         let mut account = Account::open(policy, &parts.method, &parts.uri);
         account.stamp_attempt(&mut parts.headers);
-        // A buffered body is known before its first send: a token-paced
-        // key estimates the send's cost from it (looked at only once some
-        // gate counts tokens).
-        if crate::rate_limit::some_gate_counts_tokens() {
+        // A buffered body is known before its first send: a gate keys the
+        // send by the model it names, and a token-paced key estimates its
+        // cost from it (looked at only once some gate exists).
+        if crate::rate_limit::some_gate() {
             if let Some(bytes) = body.fill_ready() {
                 account.ensure_link().set_body(bytes);
             }
