@@ -752,4 +752,17 @@ async fn every_request_ends_once_with_only_bytes_the_upstream_sent() {
     for (name, totals) in &all {
         assert!(totals.succeeded > 0, "{name} served no request");
     }
+    // First, do no harm: the gate in ClientLayer serves at least what the
+    // retry layer alone serves, whatever the mix's 429s say.
+    let served = |name: &str| {
+        all.iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, t)| t.succeeded)
+    };
+    assert!(
+        served("ClientLayer") >= served("RetryLayer + StreamGuard"),
+        "the gate served fewer: {:?} against {:?}",
+        served("ClientLayer"),
+        served("RetryLayer + StreamGuard")
+    );
 }

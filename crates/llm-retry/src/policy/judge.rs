@@ -205,6 +205,7 @@ impl RetryPolicy {
                     whole_seconds: wait.is_some_and(|w| w.whole_seconds),
                     window,
                     tokens,
+                    final_answer: evidence.should_retry == Some(false),
                 }
             }
             // Too much of ours in flight at once: a concurrency signal,

@@ -371,6 +371,7 @@ fn a_429_that_may_not_be_retried_still_tells_the_key_its_wait() {
             whole_seconds: true,
             window: None,
             tokens: None,
+            final_answer: true,
         }
     );
 }
@@ -459,6 +460,7 @@ fn a_stream_rate_limit_the_server_forbids_retrying_still_holds_the_key() {
             whole_seconds: true,
             window: None,
             tokens: None,
+            final_answer: true,
         }
     );
 }

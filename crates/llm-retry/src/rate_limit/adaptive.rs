@@ -73,18 +73,20 @@ const LONGEST_TOKEN_WAIT: Duration = Duration::from_millis(250);
 const RELEASE_AFTER_RESET: f64 = 1000.0;
 
 /// Weight of one answer in the refusal share, an average over about the
-/// last sixteen answers that starts at none refused: a fresh key paces
-/// once refusals came about ten in a row, or most of a burst.
-const SHARE_WEIGHT: f64 = 1.0 / 16.0;
-/// Refusal share from which an unpaced key starts to pace: at least half
-/// of the sends are refused, so the key is sent at twice what it admits.
-pub(super) const ENGAGE_SHARE: f64 = 0.5;
+/// last thirty-two answers that starts at none refused: a fresh key paces
+/// once refusals came about thirty in a row, or most of a burst.
+const SHARE_WEIGHT: f64 = 1.0 / 32.0;
+/// Refusal share from which an unpaced key starts to pace: most sends are
+/// refused, so the key is sent well past what it admits. Refusals that
+/// come at random to a third of all answers stay below it.
+pub(super) const ENGAGE_SHARE: f64 = 0.6;
 /// Refusal share below which a paced key's 429s are the probe's own: the
-/// rate is at the key's capacity, not above it.
-pub(super) const NOISE_SHARE: f64 = 0.05;
+/// rate is at the key's capacity, not above it (a probe past it draws one
+/// or two in a trial).
+pub(super) const NOISE_SHARE: f64 = 0.1;
 /// Answers to sends made since the rate was last judged that show whether
 /// its cuts helped.
-const TRIAL: u32 = 20;
+const TRIAL: u32 = 30;
 
 /// A wait named to the millisecond and short: a token bucket's time to its
 /// next token.
@@ -126,6 +128,9 @@ pub(super) struct Learned {
     stated: Option<f64>,
     /// The share of refusals among the key's recent answers about its rate.
     share: f64,
+    /// A refusal ended its request (`x-should-retry: false`): the rate is
+    /// never probed above the one that drew it.
+    refused_at: Option<f64>,
     /// The refusal share that drew the last cut (or the first rate): the
     /// sends made since must find it lower, or the refusals do not follow
     /// the rate.
@@ -168,6 +173,7 @@ impl AdaptiveRate {
             refining: false,
             stated: None,
             share: 0.0,
+            refused_at: None,
             share_at_cut: None,
             trial: (0, 0),
         }
@@ -287,6 +293,7 @@ impl Learned {
         self.per_sec = (self.per_sec + probe.max(regain).max(doubling))
             .min(bounds.max_per_sec)
             .min(self.stated.unwrap_or(MAX_LEARNED))
+            .min(self.refused_at.unwrap_or(MAX_LEARNED))
             .min(MAX_LEARNED);
         self.changed = Some(now);
     }
@@ -382,13 +389,29 @@ impl Learned {
         Throttle::Changed
     }
 
+    /// The refusal just judged ended its request: from now on the rate
+    /// rises no higher than what drew it (its regain target after a cut,
+    /// or the first rate measured), and no slow start lifts it.
+    pub(super) fn cap_at_refusal(&mut self) {
+        if self.unmeasured() {
+            return;
+        }
+        let drew = self
+            .last_throttled
+            .map_or(self.per_sec, |rate| rate * REGAIN_TARGET)
+            .max(self.per_sec);
+        self.refused_at = Some(self.refused_at.map_or(drew, |cap| cap.min(drew)));
+        self.slow_start = None;
+    }
+
     /// The refusals did not follow the rate: back to the start (unpaced,
     /// or the configured ceiling), the evidence forgotten; a rate the
     /// provider stated still caps it.
     fn stand_down(&mut self, bounds: &AdaptiveRate, now: Instant) {
-        let stated = self.stated;
+        let (stated, refused_at) = (self.stated, self.refused_at);
         *self = bounds.start();
         self.stated = stated;
+        self.refused_at = refused_at;
         if let Some(per_sec) = stated {
             self.per_sec = self.per_sec.min(per_sec);
         }

@@ -484,3 +484,85 @@ fn only_a_short_wait_named_to_the_millisecond_reads_as_a_token_bucket() {
     assert_eq!(precise(Some(Duration::from_micros(999))), None);
     assert_eq!(precise(None), None);
 }
+
+#[test]
+fn a_refusal_that_ended_its_request_caps_the_rate_that_drew_it() {
+    // Behind a gateway that forbids retrying, each probe past the key's
+    // room costs a request: the rate never rises past what drew one.
+    let run = |final_answer: bool| {
+        let mut learned = BOUNDS.start();
+        let t0 = Instant::now();
+        learned.per_sec = 50.0;
+        refused_burst(&mut learned, &BOUNDS, t0, t0, None);
+        if final_answer {
+            learned.cap_at_refusal();
+        }
+        let mut at = t0;
+        for _ in 0..2_000 {
+            at += Duration::from_millis(10);
+            learned.on_success(&BOUNDS, at, at);
+        }
+        learned.per_sec()
+    };
+    assert!(
+        (run(true) - 50.0 * REGAIN_TARGET).abs() < 1e-9,
+        "{}",
+        run(true)
+    );
+    assert!(
+        run(false) > 55.0,
+        "without it the rate probes on: {}",
+        run(false)
+    );
+}
+
+mod stand_down {
+    use super::*;
+
+    const UNBOUNDED: AdaptiveRate = AdaptiveRate {
+        min_per_sec: 1.0,
+        max_per_sec: f64::INFINITY,
+    };
+
+    /// A key taught a rate by a burst of refusals, then answered every
+    /// 10 ms, refused when `refused(n)`: how many answers until the rate
+    /// stood down (if it did), and the rate at the end.
+    fn after_burst(refused: impl Fn(u32) -> bool) -> (Option<u32>, f64) {
+        let mut learned = UNBOUNDED.start();
+        let t0 = Instant::now();
+        learned.on_send(t0);
+        for i in 1..=10 {
+            learned.on_success(&UNBOUNDED, t0, t0 + Duration::from_millis(i));
+        }
+        let mut at = t0 + Duration::from_millis(100);
+        refused_burst(&mut learned, &UNBOUNDED, t0, at, None);
+        assert!(!learned.unmeasured(), "the burst set a rate");
+        let mut stood_down = None;
+        for n in 0..1_000 {
+            at += Duration::from_millis(10);
+            if !refused(n) {
+                learned.on_success(&UNBOUNDED, at, at);
+            } else if learned.on_throttle(&UNBOUNDED, at, at, None) == Throttle::StoodDown {
+                stood_down.get_or_insert(n);
+            }
+        }
+        (stood_down, learned.per_sec())
+    }
+
+    #[test]
+    fn refusals_at_random_stand_the_learned_rate_down() {
+        // One answer in seven refused, whatever the rate.
+        let (stood_down, rate) = after_burst(|n| n % 7 == 3);
+        let at = stood_down.expect("stood down");
+        assert!(at < 200, "after {at} answers");
+        assert!(rate.is_infinite(), "unpaced again: {rate}");
+    }
+
+    #[test]
+    fn the_odd_refusal_of_a_rate_at_capacity_does_not() {
+        // A probe past the key's room now and then: one in fifty.
+        let (stood_down, rate) = after_burst(|n| n % 50 == 49);
+        assert_eq!(stood_down, None);
+        assert!(rate.is_finite());
+    }
+}

@@ -31,7 +31,6 @@
 //! round after round. At the floor the provider is overloaded whatever we
 //! hold there, and resends back off as well.
 
-use super::adaptive::ENGAGE_SHARE;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -51,6 +50,10 @@ const LIMITED: u64 = 1 << 63;
 
 /// [`Flight::overloads`] of a key whose every answer was an overload.
 const ALL: u32 = 1 << 16;
+
+/// Overload share from which a key gets a ceiling: at least half of its
+/// recent answers.
+const ENGAGE_SHARE: f64 = 0.5;
 
 /// One key's sends in flight, and its ceiling once it has one.
 #[derive(Debug, Default)]

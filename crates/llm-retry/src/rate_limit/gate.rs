@@ -126,6 +126,9 @@ struct Contest {
     refused: u32,
 }
 
+/// The order of a hold put by no send's refusal: nothing contests it.
+pub(super) const UNCONTESTED: u64 = u64::MAX;
+
 /// Answers to later sends a contest needs before it can go against a hold.
 const CONTEST_ANSWERS: u32 = 4;
 
@@ -139,9 +142,10 @@ impl Contest {
             && self.served >= self.refused.saturating_mul(3)
     }
 
-    /// Whether later sends were refused too, and none served: the key is out.
+    /// Whether later sends were refused too, and none served: the key is
+    /// out. A hold that no send's refusal put ([`UNCONTESTED`]) is.
     fn won(&self) -> bool {
-        self.refused >= 2 && self.served == 0
+        self.order == UNCONTESTED || (self.refused >= 2 && self.served == 0)
     }
 }
 
@@ -197,6 +201,26 @@ impl KeyState {
         let (at, asked) = self.asked?;
         let left = asked.saturating_sub(now.saturating_duration_since(at));
         (left > limit).then_some(GateError::HeldTooLong { asked: left, limit })
+    }
+
+    /// Why a send with `bounds` cannot wait out the key's hold, if it
+    /// cannot: it honours less of the named wait than is left, or the hold
+    /// ends past its deadline.
+    fn hold_past(&self, now: Instant, bounds: Bounds) -> Option<GateError> {
+        if let Some(refused) = self.held_too_long(now, bounds.max_server_wait) {
+            return Some(refused);
+        }
+        let held = self.held_until.filter(|held| *held > now)?;
+        let deadline = bounds.deadline.filter(|deadline| held > *deadline)?;
+        Some(GateError::PastDeadline {
+            wait: held.saturating_duration_since(now).max(deadline - now),
+        })
+    }
+
+    /// Whether the key's hold was corroborated: later sends were refused
+    /// too, and none served.
+    fn hold_corroborated(&self) -> bool {
+        self.contest.is_some_and(|c| c.won())
     }
 
     /// The earliest any send may go: now, or the end of a hold.
@@ -454,9 +478,14 @@ impl Gate {
             .entry(key)
             .or_insert_with(|| KeyState::new(self.adaptive.as_ref(), now));
         state.last_used = now;
-        if let Some(refused) = state.held_too_long(now, bounds.max_server_wait) {
-            return Err(refused);
-        }
+        // A hold longer than the send honours or than its deadline allows:
+        // refused at once when later sends corroborated it, else it goes
+        // past the hold, as without a gate (its answer is news of the hold).
+        let past_hold = match state.hold_past(now, bounds) {
+            Some(refused) if state.hold_corroborated() => return Err(refused),
+            Some(_) => true,
+            None => false,
+        };
         // The provider said how many more its window admits: past that, a
         // send waits for the window's reset, or for a probe to learn it.
         let place = state.window_place(now);
@@ -466,7 +495,8 @@ impl Gate {
         };
         // Quotas are booked from the end of a hold or an exhausted window:
         // sends queued during one leave paced, not together.
-        let base = state.floor(now).max(window_floor);
+        let floor = if past_hold { now } else { state.floor(now) };
+        let base = floor.max(window_floor);
         let quota_slot = base.max(state.quota_slot(self, cost, base));
         let mut slot = quota_slot;
         // Room the provider stated lets the send past the learned schedule.
@@ -474,12 +504,16 @@ impl Gate {
         if in_room {
             state.stated_room -= 1;
         }
-        let ticket = state.learned.as_mut().filter(|_| !in_room).map(|l| {
-            let interval = l.rate.interval();
-            let ticket = l.schedule.take(now, interval);
-            slot = slot.max(l.schedule.time_of(ticket, interval));
-            ticket
-        });
+        let ticket = state
+            .learned
+            .as_mut()
+            .filter(|_| !in_room && !past_hold)
+            .map(|l| {
+                let interval = l.rate.interval();
+                let ticket = l.schedule.take(now, interval);
+                slot = slot.max(l.schedule.time_of(ticket, interval));
+                ticket
+            });
         let stated = match &mut state.stated_tokens {
             Some(tokens) => {
                 (cost > 0 && tokens.fits(cost)).then(|| (cost, tokens.slot(cost, now, base)))
@@ -595,10 +629,15 @@ impl Gate {
             slot = slot.max(at);
         }
         booking.slot = slot;
-        if slot > now {
-            if let Some(refused) = state.held_too_long(now, booking.bounds.max_server_wait) {
-                return Err(refused);
-            }
+        // A hold longer than the send honours or than its deadline allows:
+        // refused at once when later sends corroborated it, else the send
+        // goes, as without a gate.
+        let past_hold = match state.hold_past(now, booking.bounds) {
+            Some(refused) if state.hold_corroborated() => return Err(refused),
+            Some(_) => true,
+            None => false,
+        };
+        if slot > now && !past_hold {
             let deadline = booking.bounds.deadline;
             if deadline
                 .is_some_and(|deadline| firm > deadline || (slot > deadline && now >= deadline))
@@ -806,9 +845,14 @@ impl Gate {
         sent: Instant,
         now: Instant,
         named_wait: Option<Duration>,
+        final_answer: bool,
     ) {
         self.learn(key, now, |rate, bounds| {
-            if rate.on_throttle(bounds, sent, now, named_wait) == Throttle::StoodDown {
+            let did = rate.on_throttle(bounds, sent, now, named_wait);
+            if final_answer {
+                rate.cap_at_refusal();
+            }
+            if did == Throttle::StoodDown {
                 tracing::debug!(
                     "llm-retry: the key's 429s do not follow its send rate; \
                      it is no longer paced by a learned rate"

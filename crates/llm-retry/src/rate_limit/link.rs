@@ -44,6 +44,10 @@ pub enum KeyNews {
         window: Option<RequestWindow>,
         /// The token quota they stated, if any.
         tokens: Option<TokenWindow>,
+        /// Whether the server forbade retrying it (`x-should-retry:
+        /// false`): each refusal ends a request, so the gate never probes
+        /// the key above the rate that drew one.
+        final_answer: bool,
     },
     /// The key is overloaded (a `529`, an `overloaded_error`): it holds
     /// too many of the key's sends at once. The gate lowers how many may be
@@ -311,6 +315,7 @@ impl Sent {
                 whole_seconds,
                 window,
                 tokens,
+                final_answer,
             } => {
                 if let Some(tokens) = tokens {
                     gate.observed_tokens(key, tokens, now);
@@ -343,7 +348,7 @@ impl Sent {
                     held
                 });
                 if !for_tokens {
-                    gate.throttled(key, at, now, wait);
+                    gate.throttled(key, at, now, wait, final_answer);
                 }
                 if held {
                     GateWait::KeyHeld

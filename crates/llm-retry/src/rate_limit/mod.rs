@@ -2,6 +2,13 @@
 //! allows, in arrival order, and make a provider's "wait" a fact about the
 //! key rather than about one request.
 //!
+//! First, do no harm: the gate makes a request wait longer than the retry
+//! layer alone would only on evidence that its key (authority, credential
+//! and the body's `model`) is out of capacity — a stated quota with no room
+//! left, a named wait that later sends do not contradict, a learned rate
+//! started by a burst of refusals whose cuts lower them, or a ceiling on
+//! sends in flight set by a burst of overloads.
+//!
 //! Without a shared gate every request discovers a rate limit for itself:
 //! each sends, gets a 429, waits, and sends again, so a crowd of clients
 //! spends several sends per success. [`RateLimitLayer`] hands out send

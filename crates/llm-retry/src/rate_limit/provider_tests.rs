@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use tower::{Layer, ServiceExt};
 
 /// A hold put by no send of the key's: nothing answered later contests it.
-const NO_SEND: u64 = u64::MAX;
+const NO_SEND: u64 = gate::UNCONTESTED;
 
 /// Every answer's response time: the first wave is out before the first
 /// answer is back.
@@ -448,6 +448,7 @@ fn refusal(rate: bool, remaining: Option<u64>) -> KeyNews {
         whole_seconds: false,
         window: None,
         tokens: remaining.map(quota_left),
+        final_answer: false,
     }
 }
 

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use tower::{Layer, Service, ServiceExt};
 
 /// A hold put by no send of the key's: nothing answered later contests it.
-const NO_SEND: u64 = u64::MAX;
+const NO_SEND: u64 = gate::UNCONTESTED;
 
 type Sends = Arc<Mutex<Vec<(Instant, String)>>>;
 
@@ -211,14 +211,16 @@ async fn tokens_per_minute_pace_by_cost_and_refuse_what_never_fits() {
 
 #[tokio::test(start_paused = true)]
 async fn a_slot_past_the_deadline_is_refused_at_once() {
+    // A quota of one send per 2 s: the second send's slot is past its
+    // request's deadline of 1 s.
     let sends = Sends::default();
-    let gate = RateLimitLayer::new(Quotas::none())
+    let gate = RateLimitLayer::new(Quotas::none().requests_per_minute_with_burst(30, 1))
         .unwrap()
         .layer(upstream::<Replayed>(sends.clone()));
     let deadline = Duration::from_secs(1);
     let svc = judged(once().max_elapsed(deadline), gate);
     svc.clone()
-        .oneshot(post("http://a.test/busy"))
+        .oneshot(post("http://a.test/first"))
         .await
         .unwrap();
     let start = Instant::now();
@@ -357,25 +359,29 @@ async fn a_huge_named_wait_fails_fast_and_holds_the_key_no_longer_than_the_limit
         gate,
     );
     let start = Instant::now();
-    let huge = svc
-        .clone()
-        .oneshot(post("http://a.test/huge"))
-        .await
-        .unwrap();
-    let report = huge.extensions().get::<crate::RetryReport>().unwrap();
-    assert!(matches!(
-        report.stop,
-        crate::StopReason::ServerWaitTooLong { .. }
-    ));
-    // The next request meets the key's hold: it fails fast with the same
-    // words instead of waiting out the limit in silence.
+    let too_long = |response: Response<crate::RetryBody<Full<Bytes>>>| {
+        let report = response.extensions().get::<crate::RetryReport>().unwrap();
+        matches!(report.stop, crate::StopReason::ServerWaitTooLong { .. })
+    };
+    let huge = svc.clone().oneshot(post("http://a.test/huge"));
+    assert!(too_long(huge.await.unwrap()));
+    // Later sends meet the key's hold, longer than they honour. Until one
+    // corroborates it they are sent, as without a gate: each is refused
+    // the same way.
+    for _ in 0..2 {
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let huge = svc.clone().oneshot(post("http://a.test/huge"));
+        assert!(too_long(huge.await.unwrap()));
+    }
+    // Corroborated: the next request fails fast with the same words
+    // instead of waiting out the limit in silence, and sends nothing.
     tokio::time::advance(Duration::from_secs(1)).await;
     let err = svc
         .clone()
         .oneshot(post("http://a.test/next"))
         .await
         .unwrap_err();
-    assert_eq!(start.elapsed(), Duration::from_secs(1));
+    assert_eq!(start.elapsed(), Duration::from_secs(3));
     let err = err.downcast::<RetryError>().unwrap();
     assert!(
         matches!(
@@ -389,13 +395,34 @@ async fn a_huge_named_wait_fails_fast_and_holds_the_key_no_longer_than_the_limit
         "{err}"
     );
     assert_eq!(err.report().attempts, 0, "{err}");
-    // The hold ends at the limit: the key is tried again then.
-    tokio::time::sleep_until(start + limit).await;
+    // The hold ends at the limit after the last refusal: the key is tried
+    // again then.
+    tokio::time::sleep_until(start + Duration::from_secs(2) + limit).await;
     svc.clone()
         .oneshot(post("http://a.test/later"))
         .await
         .unwrap();
-    assert_eq!(offsets(&sends, start), [0, 30_000]);
+    assert_eq!(offsets(&sends, start), [0, 1_000, 2_000, 32_000]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_huge_named_wait_no_later_send_corroborates_holds_no_one_who_cannot_wait() {
+    // `/huge` is refused for a reason of its own: the requests after it
+    // are sent, as without a gate, and served.
+    let sends = Sends::default();
+    let gate = RateLimitLayer::learned().layer(upstream::<Replayed>(sends.clone()));
+    let limit = Duration::from_secs(30);
+    let svc = judged(
+        RetryPolicy::builder().max_retries(1).max_server_wait(limit),
+        gate,
+    );
+    let start = Instant::now();
+    let huge = svc.clone().oneshot(post("http://a.test/huge")).await;
+    assert_eq!(huge.unwrap().status(), http::StatusCode::TOO_MANY_REQUESTS);
+    tokio::time::advance(Duration::from_secs(1)).await;
+    let next = svc.clone().oneshot(post("http://a.test/next")).await;
+    assert_eq!(next.unwrap().status(), http::StatusCode::OK);
+    assert_eq!(offsets(&sends, start), [0, 1_000]);
 }
 
 #[tokio::test(start_paused = true)]
@@ -442,7 +469,7 @@ fn queue(gate: &gate::Gate, n: usize) -> Vec<gate::Booking> {
 /// to be evidence that the key is sent faster than it admits.
 fn refused_burst(gate: &gate::Gate, sent: Instant, now: Instant, wait: Option<Duration>) {
     for _ in 0..40 {
-        gate.throttled(1, sent, now, wait);
+        gate.throttled(1, sent, now, wait, false);
     }
 }
 
@@ -586,7 +613,7 @@ async fn a_send_dropped_while_it_waits_gives_its_place_up() {
         svc.clone().oneshot(post("http://a.test/")).await.unwrap();
         tokio::time::advance(Duration::from_secs(1)).await;
     }
-    let burst = (0..12).map(|_| svc.clone().oneshot(post("http://a.test/nowait")));
+    let burst = (0..40).map(|_| svc.clone().oneshot(post("http://a.test/nowait")));
     for throttled in futures_util::future::join_all(burst).await {
         assert_eq!(
             throttled.unwrap().status(),
