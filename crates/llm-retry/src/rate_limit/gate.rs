@@ -924,9 +924,10 @@ impl Gate {
         state.restate_window(stated, now);
     }
 
-    /// The key's send (its `order`-th, which went at `sent`) was served, and its answer stated
-    /// what is left of the provider's `window` and `tokens`, if it did: the
-    /// learned rate, the window and the token quota move under one lock.
+    /// The key's send (its `order`-th, which went at `sent`) was served, and
+    /// its answer stated what is left of the provider's `window` and
+    /// `tokens`, if it did: the hold's contest, the learned rate, the window
+    /// and the token quota move under one lock.
     pub(super) fn served(
         &self,
         key: u64,
