@@ -211,9 +211,9 @@ impl KeyState {
             return Some(refused);
         }
         let held = self.held_until.filter(|held| *held > now)?;
-        let deadline = bounds.deadline.filter(|deadline| held > *deadline)?;
+        bounds.deadline.filter(|deadline| held > *deadline)?;
         Some(GateError::PastDeadline {
-            wait: held.saturating_duration_since(now).max(deadline - now),
+            wait: held.saturating_duration_since(now),
         })
     }
 
