@@ -1,8 +1,9 @@
 //! The storm benchmark: what retry policies do to an upstream that is at
-//! capacity, or down.
+//! capacity, or down, and whether a gate costs anything where no gate is
+//! needed.
 //!
 //! ```text
-//! cargo run --release --example storm            # ~2–3 min; writes docs/storm.md and docs/storm.svg
+//! cargo run --release --example storm            # a few minutes; writes docs/storm.md and docs/storm.svg
 //! cargo run --release --example storm -- --help  # options (also as STORM_* environment variables)
 //! ```
 //!
@@ -38,15 +39,40 @@
 //! `x-storm-request`), and the upstream must have answered no request id
 //! with a success twice ([`stats`]).
 //!
+//! Then a matrix of scenarios, each with its own upstream and workload:
+//!
+//! - **provider-shaped limits** (2 to 7, and 9; [`matrix`],
+//!   [`matrix_report`]): `Route::limited` upstreams shaped like Anthropic,
+//!   OpenAI, Azure OpenAI, a spent window, a token quota, an in-flight
+//!   ceiling and a gateway, each measured against what it forces on any
+//!   client (the fewest sends, the shortest time);
+//! - **shapes a gate must not make worse** (10 to 13; [`harm`],
+//!   [`harm_report`]): 429s to a random 15 % of answers whatever the rate
+//!   (with `retry-after: 1`, and with no wait named), a burst of 200 under
+//!   OpenAI's and Anthropic's heads stating a large quota with room left,
+//!   one model held for 5 s on a key whose other model is free
+//!   (`Route::by_model`; only this scenario's bodies name other models, one
+//!   per client), and 529s to a random 10 % whatever the concurrency. Each
+//!   is measured against the row without a gate (`RetryLayer` alone, or no
+//!   retries where nothing is refused), and stopped 60 s after its upstream
+//!   started.
+//!
+//! `--scenario TEXT` runs only the scenarios whose label contains TEXT
+//! (for instance `--scenario "random 429s"`), `--only TEXT` only those
+//! policies; either writes nothing.
+//!
 //! The project's targets: goodput ≥ 95 % of C, amplification ≤ 1.2,
 //! outage load within a retry budget (20 % + 10 retries/s, Finagle's),
-//! zero requests lost or duplicated ([`targets`]). The report is
-//! [`markdown`] (with [`tables`], [`findings`] and [`findings_outage`]) and
-//! [`svg`].
+//! zero requests lost or duplicated ([`targets`]); per matrix scenario, the
+//! recommended stack's targets against its bound, or against its baseline
+//! row. The report is [`markdown`] (with [`tables`], [`findings`],
+//! [`findings_outage`], [`matrix_report`] and [`harm_report`]) and [`svg`].
 
 mod config;
 mod findings;
 mod findings_outage;
+mod harm;
+mod harm_report;
 mod markdown;
 mod matrix;
 mod matrix_report;
@@ -64,6 +90,7 @@ mod targets;
 mod upstream;
 
 use config::Config;
+use harm::Harm;
 use llm_retry::BoxError;
 use matrix::Shaped;
 use policies::Policy;
@@ -129,12 +156,34 @@ async fn main() -> Result<(), BoxError> {
         eprint!("{}", matrix_report::brief(&cell_config, scenario, &runs));
         shaped.push((scenario, cell_config, runs));
     }
+    let mut harms = Vec::new();
+    for harm in Harm::ALL
+        .into_iter()
+        .filter(|h| config.runs_scenario(h.label()))
+    {
+        let cell_config = harm.config(&config);
+        eprintln!(
+            "{}. {} ({} clients × {} requests, {} ms per reply):",
+            harm.number(),
+            harm.label(),
+            cell_config.clients,
+            cell_config.requests,
+            cell_config.latency.as_millis()
+        );
+        let mut runs = Vec::new();
+        for policy in Policy::ALL.into_iter().filter(|p| config.runs(p.label())) {
+            runs.push(run::run(&cell_config, policy, Scenario::Harm(harm)).await?);
+        }
+        eprint!("{}", harm_report::brief(harm, &runs));
+        harms.push((harm, runs));
+    }
     if rate.is_empty() || outage.is_empty() {
         return Ok(());
     }
 
     let mut md = markdown::markdown(&config, &machine, &rate, &outage);
     md.push_str(&matrix_report::matrix(&config, &rate, &shaped));
+    md.push_str(&harm_report::section(&harms));
     println!("{md}");
     if let Some(dir) = &config.docs {
         std::fs::create_dir_all(dir)?;

@@ -39,8 +39,8 @@ enum Attempt {
 }
 
 /// Sends one attempt through `client` and reads the whole body.
-async fn send_once(client: &UpstreamClient, url: &str, id: u64) -> Attempt {
-    let Ok(request) = request(url, id) else {
+async fn send_once(client: &UpstreamClient, url: &str, id: u64, model: Option<&str>) -> Attempt {
+    let Ok(request) = request(url, id, model) else {
         return Attempt::Transport;
     };
     match client.clone().oneshot(request).await {
@@ -119,17 +119,19 @@ impl Model {
         }
     }
 
-    /// Runs one logical request under this model.
+    /// Runs one logical request under this model; its body names `model`
+    /// if given.
     pub(crate) async fn run(
         self,
         client: &UpstreamClient,
         url: &str,
         id: u64,
+        model: Option<&str>,
         rng: &mut SmallRng,
     ) -> Outcome {
         let mut retries: u32 = 0;
         loop {
-            let attempt = send_once(client, url, id).await;
+            let attempt = send_once(client, url, id, model).await;
             let sends = retries + 1;
             let (retryable, hint, why) = match &attempt {
                 Attempt::Success => {

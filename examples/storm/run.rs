@@ -27,10 +27,10 @@ enum Runner {
 }
 
 impl Runner {
-    async fn send(&self, url: &str, id: u64, rng: &mut SmallRng) -> Outcome {
+    async fn send(&self, url: &str, id: u64, model: Option<&str>, rng: &mut SmallRng) -> Outcome {
         match self {
-            Runner::Stack(stack) => stacks::send(stack, url, id).await,
-            Runner::Model(model, client) => model.run(client, url, id, rng).await,
+            Runner::Stack(stack) => stacks::send(stack, url, id, model).await,
+            Runner::Model(policy, client) => policy.run(client, url, id, model, rng).await,
         }
     }
 }
@@ -40,6 +40,16 @@ fn splitmix64(x: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
+}
+
+/// `send`'s outcome, unless `at` comes first: then the request is
+/// dropped (or, when `at` had passed before it began, never sent) and
+/// there is none.
+async fn cut_off(at: Instant, send: impl std::future::Future<Output = Outcome>) -> Option<Outcome> {
+    if Instant::now() >= at {
+        return None;
+    }
+    tokio::time::timeout_at(at, send).await.ok()
 }
 
 /// Runs `policy` through `scenario` against a fresh upstream.
@@ -60,6 +70,7 @@ pub(crate) async fn run(
     let next_id = Arc::new(AtomicU64::new(0));
     let finished = Arc::new(AtomicUsize::new(0));
     let deadline = scenario.deadline(config, t0);
+    let cutoff = scenario.cutoff();
 
     let mut tasks = JoinSet::new();
     for c in 0..config.clients {
@@ -67,6 +78,7 @@ pub(crate) async fn run(
         let (next_id, finished) = (Arc::clone(&next_id), Arc::clone(&finished));
         let per_client = config.requests;
         let seed = splitmix64(config.seed ^ splitmix64(c as u64 + 1));
+        let model = scenario.model(c);
         tasks.spawn(async move {
             let mut rng = SmallRng::seed_from_u64(seed);
             let mut done = Vec::new();
@@ -80,12 +92,33 @@ pub(crate) async fn run(
                 }
                 let id = next_id.fetch_add(1, Ordering::Relaxed);
                 let started = Instant::now();
-                let outcome = runner.send(&url, id, &mut rng).await;
+                let began = cutoff.is_none_or(|after| started < t0 + after);
+                let send = runner.send(&url, id, model, &mut rng);
+                let outcome = match cutoff {
+                    None => Some(send.await),
+                    Some(after) => cut_off(t0 + after, send).await,
+                };
+                let in_time = outcome.is_some();
+                let outcome = outcome.unwrap_or_else(|| {
+                    let secs = cutoff.unwrap_or_default().as_secs();
+                    Outcome {
+                        ok: false,
+                        why: if began {
+                            format!("cut off at {secs} s")
+                        } else {
+                            format!("not started by the cut-off at {secs} s")
+                        },
+                    }
+                });
                 done.push(Done {
                     id,
                     ok: outcome.ok,
                     why: outcome.why,
                     latency: started.elapsed(),
+                    ended: t0.elapsed(),
+                    model,
+                    began,
+                    in_time,
                 });
                 finished.fetch_add(1, Ordering::Relaxed);
             }

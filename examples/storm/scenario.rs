@@ -1,7 +1,8 @@
-//! The two scenarios: what the upstream answers, and how long clients keep
+//! The scenarios: what the upstream answers, and how long clients keep
 //! sending.
 
 use crate::config::Config;
+use crate::harm::Harm;
 use crate::matrix::Shaped;
 use crate::upstream::PATH;
 use llm_retry_mock::{Reply, Route, Script};
@@ -16,6 +17,8 @@ pub(crate) enum Scenario {
     Outage,
     /// Fixed requests per client against a provider-shaped limit.
     Shaped(Shaped),
+    /// Fixed requests per client against a shape a gate must not make worse.
+    Harm(Harm),
 }
 
 impl Scenario {
@@ -24,6 +27,7 @@ impl Scenario {
             Scenario::RateLimit => "rate limit",
             Scenario::Outage => "outage",
             Scenario::Shaped(shaped) => shaped.label(),
+            Scenario::Harm(harm) => harm.label(),
         }
     }
 
@@ -40,6 +44,7 @@ impl Scenario {
         );
         let route = match self {
             Scenario::Shaped(shaped) => return shaped.script(config),
+            Scenario::Harm(harm) => return harm.script(config),
             Scenario::RateLimit => limited,
             Scenario::Outage => Route::outage(
                 config.outage_window(),
@@ -54,15 +59,35 @@ impl Scenario {
     /// started at `t0`: `None` is after a fixed count each.
     pub(crate) fn deadline(self, config: &Config, t0: Instant) -> Option<Instant> {
         match self {
-            Scenario::RateLimit | Scenario::Shaped(_) => None,
+            Scenario::RateLimit | Scenario::Shaped(_) | Scenario::Harm(_) => None,
             Scenario::Outage => Some(t0 + config.ideal_duration()),
+        }
+    }
+
+    /// How long after the upstream's start a run is stopped, if ever:
+    /// requests still running are dropped then.
+    pub(crate) fn cutoff(self) -> Option<std::time::Duration> {
+        match self {
+            Scenario::Harm(_) => Some(crate::harm::CUTOFF),
+            _ => None,
+        }
+    }
+
+    /// The model client `c`'s request bodies name, where the scenario
+    /// names one (`None`: the storm's usual bodies).
+    pub(crate) fn model(self, c: usize) -> Option<&'static str> {
+        match self {
+            Scenario::Harm(harm) => harm.model(c),
+            _ => None,
         }
     }
 
     /// How many logical requests the run will have, if known up front.
     pub(crate) fn total(self, config: &Config) -> Option<usize> {
         match self {
-            Scenario::RateLimit | Scenario::Shaped(_) => Some(config.logical_requests()),
+            Scenario::RateLimit | Scenario::Shaped(_) | Scenario::Harm(_) => {
+                Some(config.logical_requests())
+            }
             Scenario::Outage => None,
         }
     }

@@ -17,7 +17,30 @@ pub(crate) struct Done {
     pub(crate) ok: bool,
     pub(crate) why: String,
     pub(crate) latency: Duration,
+    /// When it ended, from the upstream's start.
+    pub(crate) ended: Duration,
+    /// The model its body named, where the scenario names one.
+    pub(crate) model: Option<&'static str>,
+    /// Whether it was sent before the run's cut-off (always, without one).
+    pub(crate) began: bool,
+    /// Whether it ended before the run's cut-off (always, without one).
+    pub(crate) in_time: bool,
 }
+
+impl Done {
+    /// Its latency; [`CUT_OFF`] when it did not end before the cut-off.
+    fn latency_or_cut(&self) -> Duration {
+        if self.in_time {
+            self.latency
+        } else {
+            CUT_OFF
+        }
+    }
+}
+
+/// The latency of a request that did not end before its run's cut-off:
+/// longer than any, and shown as such.
+pub(crate) const CUT_OFF: Duration = Duration::MAX;
 
 /// What one run observed, before counting.
 pub(crate) struct Measured {
@@ -38,6 +61,10 @@ pub(crate) struct Measured {
 pub(crate) struct Run {
     pub(crate) policy: Policy,
     pub(crate) logical: usize,
+    /// Logical requests sent before the run's cut-off (all, without one).
+    pub(crate) began: usize,
+    /// Logical requests that did not end before the run's cut-off.
+    pub(crate) cut: usize,
     pub(crate) succeeded: usize,
     pub(crate) results: usize,
     pub(crate) lost: usize,
@@ -51,6 +78,28 @@ pub(crate) struct Run {
     pub(crate) outcomes: BTreeMap<String, usize>,
     /// Outage scenario only.
     pub(crate) outage: Option<OutageLoad>,
+    /// Per model, where the scenario's bodies name one.
+    pub(crate) by_model: Vec<ModelTally>,
+}
+
+/// One model's requests within a run.
+pub(crate) struct ModelTally {
+    pub(crate) model: &'static str,
+    pub(crate) logical: usize,
+    pub(crate) served: usize,
+    /// Upstream sends of its requests.
+    pub(crate) sends: usize,
+    /// When its last request ended, from the upstream's start.
+    pub(crate) completion: Duration,
+    /// When its first served request ended, from the upstream's start.
+    pub(crate) first_served: Option<Duration>,
+    pub(crate) p50: Duration,
+}
+
+impl ModelTally {
+    pub(crate) fn amplification(&self) -> f64 {
+        self.sends as f64 / self.logical.max(1) as f64
+    }
 }
 
 /// Load around the outage window.
@@ -88,6 +137,11 @@ impl Run {
         self.sends as f64 / self.logical.max(1) as f64
     }
 
+    /// Sends per request sent before the run's cut-off.
+    pub(crate) fn sends_per_began(&self) -> f64 {
+        self.sends as f64 / self.began.max(1) as f64
+    }
+
     pub(crate) fn success_rate(&self) -> f64 {
         self.succeeded as f64 / self.logical.max(1) as f64
     }
@@ -117,7 +171,7 @@ pub(crate) fn tally(config: &Config, policy: Policy, scenario: Scenario, m: Meas
     let lost = results_per_id.iter().filter(|n| **n == 0).count();
     let duplicated_results = results_per_id.iter().filter(|n| **n > 1).count();
 
-    let mut latencies: Vec<Duration> = m.done.iter().map(|d| d.latency).collect();
+    let mut latencies: Vec<Duration> = m.done.iter().map(Done::latency_or_cut).collect();
     latencies.sort();
     let mut outcomes = BTreeMap::new();
     for done in &m.done {
@@ -149,9 +203,12 @@ pub(crate) fn tally(config: &Config, policy: Policy, scenario: Scenario, m: Meas
         first_sends_during: first_during,
         all_sends_during: all_during,
     });
+    let by_model = tally_models(&m.done, &m.records);
     Run {
         policy,
         logical,
+        began: logical - m.done.iter().filter(|d| !d.began).count().min(logical),
+        cut: m.done.iter().filter(|d| !d.in_time).count(),
         succeeded: m.done.iter().filter(|d| d.ok).count(),
         results: m.done.len(),
         lost,
@@ -164,7 +221,40 @@ pub(crate) fn tally(config: &Config, policy: Policy, scenario: Scenario, m: Meas
         p99: percentile(&latencies, 99.0),
         outcomes,
         outage,
+        by_model,
     }
+}
+
+/// Per model named in the bodies: its requests, their ends and their sends.
+fn tally_models(done: &[Done], records: &[RecordedRequest]) -> Vec<ModelTally> {
+    let model_of: BTreeMap<u64, &'static str> = done
+        .iter()
+        .filter_map(|d| d.model.map(|model| (d.id, model)))
+        .collect();
+    let mut models: Vec<&'static str> = model_of.values().copied().collect();
+    models.sort_unstable();
+    models.dedup();
+    models
+        .into_iter()
+        .map(|model| {
+            let mine: Vec<&Done> = done.iter().filter(|d| d.model == Some(model)).collect();
+            let mut latencies: Vec<Duration> = mine.iter().map(|d| d.latency_or_cut()).collect();
+            latencies.sort();
+            let sends = records
+                .iter()
+                .filter(|r| request_id(&r.headers).and_then(|id| model_of.get(&id)) == Some(&model))
+                .count();
+            ModelTally {
+                model,
+                logical: mine.len(),
+                served: mine.iter().filter(|d| d.ok).count(),
+                sends,
+                completion: mine.iter().map(|d| d.ended).max().unwrap_or_default(),
+                first_served: mine.iter().filter(|d| d.ok).map(|d| d.ended).min(),
+                p50: percentile(&latencies, 50.0),
+            }
+        })
+        .collect()
 }
 
 /// The `p`th percentile of `sorted`, nearest rank.

@@ -6,6 +6,9 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 pub(crate) fn ms(d: Duration) -> String {
+    if d == crate::stats::CUT_OFF {
+        return "cut off".to_owned();
+    }
     let ms = d.as_secs_f64() * 1000.0;
     if ms >= 10_000.0 {
         format!("{:.1} s", ms / 1000.0)

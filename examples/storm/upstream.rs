@@ -36,14 +36,32 @@ pub(crate) fn token_costs() -> (u64, u64) {
     (cost(PROMPT), cost(LARGE_PROMPT))
 }
 
-/// One logical request's HTTP request, tagged with its id.
-pub(crate) fn request(url: &str, id: u64) -> Result<Request<Full<Bytes>>, BoxError> {
+/// The model the storm's bodies name, unless a scenario names another.
+const MODEL: &str = "claude-sonnet-4-5";
+
+/// The body of request `id`, naming `model` in place of [`MODEL`] when a
+/// scenario gives one; without one, the very same bytes as ever.
+fn body(id: u64, model: Option<&str>) -> Bytes {
+    let prompt = prompt(id);
+    match model {
+        None => Bytes::from_static(prompt.as_bytes()),
+        Some(model) => Bytes::from(prompt.replacen(MODEL, model, 1)),
+    }
+}
+
+/// One logical request's HTTP request, tagged with its id; its body names
+/// `model` if given.
+pub(crate) fn request(
+    url: &str,
+    id: u64,
+    model: Option<&str>,
+) -> Result<Request<Full<Bytes>>, BoxError> {
     Ok(Request::post(url)
         .header("content-type", "application/json")
         .header("anthropic-version", "2023-06-01")
         .header("x-api-key", "sk-ant-storm-not-a-real-key")
         .header(ID_HEADER, id.to_string())
-        .body(Full::new(Bytes::from_static(prompt(id).as_bytes())))?)
+        .body(Full::new(body(id, model)))?)
 }
 
 /// The logical request a send belongs to.

@@ -10,7 +10,9 @@
 //!   [`Route::sequence`] (the last reply repeats), [`Route::sequence_then`],
 //!   or a seeded weighted [`Route::mix`]; an upstream under load with
 //!   [`Route::capacity`] (a shared token bucket answering 429 with the exact
-//!   `Retry-After` when empty) and [`Route::outage`] (a window of 503s).
+//!   `Retry-After` when empty), [`Route::limited`] (a provider's limits,
+//!   stated in its headers) and [`Route::outage`] (a window of 503s); one
+//!   route per model named in the request body with [`Route::by_model`].
 //! - A [`Reply`] is a status, headers (arbitrary bytes allowed) and a body —
 //!   whole JSON, or an SSE stream of [`SseEvent`]s with per-event delays —
 //!   optionally delayed before the headers, or a fault:

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use crate::limiter::{InFlightSlot, Limiter, Verdict};
 use crate::reply::Reply;
-use crate::script::{path_salt, Limited, Outage, Picker, Route, RouteKind, Script};
+use crate::script::{path_salt, ByModel, Limited, Outage, Picker, Route, RouteKind, Script};
 
 /// Salt for the fallback route, distinct from any path's FNV hash in practice.
 const FALLBACK_SALT: u64 = 0x6C6C_6D2D_6D6F_636B;
@@ -39,6 +39,10 @@ enum Node {
         limiter: Limiter,
         when_limited: Reply,
         admitted: Box<Node>,
+    },
+    ByModel {
+        models: Vec<(String, Node)>,
+        otherwise: Box<Node>,
     },
 }
 
@@ -71,6 +75,16 @@ impl Node {
                     limiter: Limiter::new(&limit, started),
                     when_limited,
                     admitted: Box::new(Node::new(admitted, started)),
+                }
+            }
+            RouteKind::ByModel(b) => {
+                let ByModel { models, otherwise } = *b;
+                Node::ByModel {
+                    models: models
+                        .into_iter()
+                        .map(|(model, route)| (model, Node::new(route, started)))
+                        .collect(),
+                    otherwise: Box::new(Node::new(otherwise, started)),
                 }
             }
         }
@@ -127,7 +141,27 @@ impl Node {
                     }
                 }
             }
+            Node::ByModel { models, otherwise } => {
+                let named = body_model(body);
+                let node = named
+                    .as_deref()
+                    .and_then(|name| models.iter().find(|(model, _)| model == name))
+                    .map_or(&**otherwise, |(_, node)| node);
+                node.next(body, seed, salt, started, slots)
+            }
         }
+    }
+}
+
+/// The `model` a JSON request body names, if it is a JSON object with a
+/// string `model`; `None` for anything else, never a panic.
+fn body_model(body: &[u8]) -> Option<String> {
+    match serde_json::from_slice::<serde_json::Value>(body) {
+        Ok(serde_json::Value::Object(mut fields)) => match fields.remove("model") {
+            Some(serde_json::Value::String(model)) => Some(model),
+            _ => None,
+        },
+        _ => None,
     }
 }
 
@@ -202,5 +236,59 @@ impl Router {
                 self.max_request_body
             ),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn body_model_reads_a_string_model_and_nothing_else() {
+        let cases: [(&[u8], Option<&str>); 9] = [
+            (
+                br#"{"model":"claude-opus-4-5","max_tokens":8}"#,
+                Some("claude-opus-4-5"),
+            ),
+            (br#"{"max_tokens":8,"model":"gpt-4o"}"#, Some("gpt-4o")),
+            (br#"{"model":"a\u0062c"}"#, Some("abc")),
+            (br#"{"model":7}"#, None),
+            (br#"{"model":null}"#, None),
+            (br#"{"messages":[]}"#, None),
+            (br#"["model","x"]"#, None),
+            (br#"{"model":"cut"#, None),
+            (b"\xff\xfe not json", None),
+        ];
+        for (body, want) in cases {
+            assert_eq!(body_model(body).as_deref(), want, "{body:?}");
+        }
+    }
+
+    /// Each model's route keeps its own counter; anything else goes to
+    /// the fallback route.
+    #[test]
+    fn by_model_routes_on_the_body_and_counts_per_model() {
+        let route = Route::by_model(
+            [
+                (
+                    "held",
+                    Route::sequence([Reply::status(429), Reply::status(200)]),
+                ),
+                ("free", Route::always(Reply::status(201))),
+            ],
+            Route::always(Reply::status(404)),
+        );
+        let router = Router::new(Script::new().route("/m", route));
+        let status = |body: &[u8]| match router.select("/m", body).0 {
+            Reply::Response(reply) => reply.status().as_u16(),
+            Reply::ResetBeforeHeaders { .. } => 0,
+        };
+        assert_eq!(status(br#"{"model":"free"}"#), 201);
+        assert_eq!(status(br#"{"model":"held"}"#), 429);
+        assert_eq!(status(br#"{"model":"free"}"#), 201);
+        assert_eq!(status(br#"{"model":"held"}"#), 200);
+        assert_eq!(status(br#"{"model":"other"}"#), 404);
+        assert_eq!(status(b""), 404);
+        assert_eq!(status(b"{\"model\":"), 404);
     }
 }

@@ -92,9 +92,11 @@ impl Script {
 /// with an `api_error` saying so.
 ///
 /// Besides the plain routes ([`Route::always`], [`Route::sequence`],
-/// [`Route::sequence_then`], [`Route::mix`]) two wrappers model an upstream
-/// under load, on the tokio clock: [`Route::capacity`] (a token bucket) and
-/// [`Route::outage`] (a window of failures). They nest:
+/// [`Route::sequence_then`], [`Route::mix`]) wrappers model an upstream
+/// under load, on the tokio clock: [`Route::capacity`] (a token bucket),
+/// [`Route::limited`] (a provider's limits) and [`Route::outage`] (a window
+/// of failures); [`Route::by_model`] chooses a route by the model the
+/// request body names. They nest:
 ///
 /// ```
 /// use std::time::Duration;
@@ -123,6 +125,8 @@ pub(crate) enum RouteKind {
     Outage(Box<Outage>),
     /// A provider-shaped limit in front of `admitted`.
     Limited(Box<Limited>),
+    /// A route per model named in the request body.
+    ByModel(Box<ByModel>),
 }
 
 /// The nth reply of a sequence or a mix.
@@ -144,6 +148,13 @@ pub(crate) struct Limited {
     pub(crate) limit: Limit,
     pub(crate) when_limited: Reply,
     pub(crate) admitted: Route,
+}
+
+/// See [`Route::by_model`].
+#[derive(Debug, Clone)]
+pub(crate) struct ByModel {
+    pub(crate) models: Vec<(String, Route)>,
+    pub(crate) otherwise: Route,
 }
 
 /// See [`Route::outage`].
@@ -313,6 +324,50 @@ impl Route {
                 limit,
                 when_limited,
                 admitted,
+            })),
+        }
+    }
+
+    /// One key, limited per model, the way providers limit each model
+    /// separately: a request whose JSON body names `"model": m` is answered
+    /// by the route paired with `m` (the first pair, if `m` is listed
+    /// twice); every other request — another model, no `model` field, a
+    /// `model` that is not a string, a body that is not JSON — by
+    /// `otherwise`.
+    ///
+    /// Each model's route keeps its own state (counters, limits), so a
+    /// [`Route::limited`] under one model never refuses another model's
+    /// requests. The body is read as it arrived, never more than
+    /// [`Script::max_request_body`]; a body that cannot be parsed is not an
+    /// error, it goes to `otherwise`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use llm_retry_mock::{Limit, Quota, Reply, Route};
+    ///
+    /// // claude-opus-4-5 is refused until 5 s after the start (each 429
+    /// // names the wait to then), and served after; every other model is
+    /// // always served.
+    /// let held = Limit::new(Quota::Window { limit: 1_000_000, length: Duration::from_secs(5) })
+    ///     .first_window_spent();
+    /// let ok = Route::always(Reply::anthropic_ok("hi"));
+    /// let route = Route::by_model(
+    ///     [("claude-opus-4-5", Route::limited(held, Reply::rate_limited(None), ok.clone()))],
+    ///     ok,
+    /// );
+    /// # let _ = route;
+    /// ```
+    pub fn by_model<M: Into<String>>(
+        models: impl IntoIterator<Item = (M, Route)>,
+        otherwise: Route,
+    ) -> Route {
+        Route {
+            kind: RouteKind::ByModel(Box::new(ByModel {
+                models: models
+                    .into_iter()
+                    .map(|(model, route)| (model.into(), route))
+                    .collect(),
+                otherwise,
             })),
         }
     }

@@ -3,7 +3,8 @@
 
 mod common;
 
-use common::{client, fetch, start};
+use common::{client, fetch, send, start};
+use http::Method;
 use llm_retry_mock::{Reply, Route, Script};
 
 #[tokio::test]
@@ -117,4 +118,33 @@ async fn fallback_answers_unrouted_paths() {
 async fn empty_route_is_500() {
     let server = start(Script::new().route("/e", Route::sequence([]))).await;
     assert_eq!(fetch(&client(), &server.url("/e")).await.0, 500);
+}
+
+#[tokio::test]
+async fn by_model_answers_each_model_by_its_own_route() {
+    let server = start(Script::new().route(
+        "/v1/messages",
+        Route::by_model(
+            [(
+                "held",
+                Route::sequence([Reply::rate_limited(Some(1)), Reply::anthropic_ok("late")]),
+            )],
+            Route::always(Reply::anthropic_ok("free")),
+        ),
+    ))
+    .await;
+    let client = client();
+    let url = server.url("/v1/messages");
+    let mut statuses = Vec::new();
+    for body in [
+        r#"{"model":"held","max_tokens":8}"#,
+        r#"{"model":"free","max_tokens":8}"#,
+        r#"{"model":"held","max_tokens":8}"#,
+        "not json",
+    ] {
+        let response = send(&client, Method::POST, &url, body).await.unwrap();
+        statuses.push(response.status().as_u16());
+    }
+    assert_eq!(statuses, [429, 200, 200, 200]);
+    assert_eq!(server.requests_to("/v1/messages"), 4);
 }
