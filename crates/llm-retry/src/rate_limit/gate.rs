@@ -78,8 +78,8 @@ struct KeyState {
     /// The answers to the sends that left after the one whose refusal put
     /// the hold: when most of them are served, the key was not out.
     contest: Option<Contest>,
-    /// A hold of this key was lost to the key's own answers: a later named
-    /// wait holds the key only once later sends were refused too.
+    /// A hold of this key was lost to the key's own answers: from then on a
+    /// named wait holds the key only once later sends were refused too.
     doubts_holds: bool,
     /// How far holds have pushed the quota schedule so far: a waiting
     /// send's quota slot moves by what was added since it was booked, so
@@ -797,12 +797,9 @@ impl Gate {
                 refused: 0,
             }),
         };
-        if state.doubts_holds {
-            if !contest.won() {
-                // Not yet: this request waits its own wait.
-                return false;
-            }
-            state.doubts_holds = false;
+        if state.doubts_holds && !contest.won() {
+            // Not yet: this request waits its own wait.
+            return false;
         }
         if state.held_until.is_some_and(|held| held >= until) {
             return full;
