@@ -24,13 +24,14 @@
 //!
 //! First, do no harm: 429s are evidence that the key is out of capacity
 //! only when they are many, or when pacing makes them fewer. An unpaced key
-//! starts to pace only once refusals are at least half of its recent
-//! answers ([`ENGAGE_SHARE`]). A paced key whose next congestion event
-//! comes while the refusal share is still at least half of what it was at
-//! the last cut (and at least [`NOISE_SHARE`]) has shown that its 429s do
-//! not follow its rate — a shared organisation quota drained by others, a
-//! tenant limit in front, refusals at random — and stands down: it is
-//! unpaced again, as without a gate, until the refusals are many again.
+//! starts to pace only once refusals average at least [`ENGAGE_SHARE`] of
+//! its recent answers (about thirty in a row, or most of a burst). Every
+//! [`TRIAL`] answers to sends made since, a paced key's refusal share is
+//! judged against the share that drew its last cut: one that is not lower
+//! (and at least [`NOISE_SHARE`], below [`ENGAGE_SHARE`]) shows that its
+//! 429s do not follow its rate — a shared organisation quota drained by
+//! others, a tenant limit in front, refusals at random — and the key stands
+//! down: unpaced again, as without a gate, until refusals are many again.
 
 use std::time::Duration;
 use tokio::time::Instant;
@@ -129,7 +130,7 @@ pub(super) struct Learned {
     /// The share of refusals among the key's recent answers about its rate.
     share: f64,
     /// A refusal ended its request (`x-should-retry: false`): the rate is
-    /// never probed above the one that drew it.
+    /// not probed above the one that drew it (until the rate stands down).
     refused_at: Option<f64>,
     /// The refusal share that drew the last cut (or the first rate): the
     /// sends made since must find it lower, or the refusals do not follow
@@ -408,10 +409,9 @@ impl Learned {
     /// or the configured ceiling), the evidence forgotten; a rate the
     /// provider stated still caps it.
     fn stand_down(&mut self, bounds: &AdaptiveRate, now: Instant) {
-        let (stated, refused_at) = (self.stated, self.refused_at);
+        let stated = self.stated;
         *self = bounds.start();
         self.stated = stated;
-        self.refused_at = refused_at;
         if let Some(per_sec) = stated {
             self.per_sec = self.per_sec.min(per_sec);
         }

@@ -77,7 +77,7 @@ fn updated(share: u32, overloaded: bool) -> u32 {
     if overloaded {
         share + (ALL - share) / 16
     } else {
-        share - share / 16
+        share - share.div_ceil(16)
     }
 }
 

@@ -78,9 +78,10 @@ struct KeyState {
     /// The answers to the sends that left after the one whose refusal put
     /// the hold: when most of them are served, the key was not out.
     contest: Option<Contest>,
-    /// A hold of this key was lost to the key's own answers: from then on a
-    /// named wait holds the key only once later sends were refused too.
-    doubts_holds: bool,
+    /// When a hold of this key was last lost to the key's own answers: for
+    /// [`DOUBT_FOR`] after, a named wait holds the key only once later
+    /// sends were refused too.
+    doubted_at: Option<Instant>,
     /// How far holds have pushed the quota schedule so far: a waiting
     /// send's quota slot moves by what was added since it was booked, so
     /// the queue keeps its order and spacing behind a hold.
@@ -129,6 +130,9 @@ struct Contest {
 /// The order of a hold put by no send's refusal: nothing contests it.
 pub(super) const UNCONTESTED: u64 = u64::MAX;
 
+/// How long a key doubts its holds after one was lost: evidence decays.
+const DOUBT_FOR: Duration = Duration::from_secs(60);
+
 /// Answers to later sends a contest needs before it can go against a hold.
 const CONTEST_ANSWERS: u32 = 4;
 
@@ -142,10 +146,11 @@ impl Contest {
             && self.served >= self.refused.saturating_mul(3)
     }
 
-    /// Whether later sends were refused too, and none served: the key is
-    /// out. A hold that no send's refusal put ([`UNCONTESTED`]) is.
+    /// Whether later sends were refused too, three for each served: the
+    /// key is out. A hold that no send's refusal put ([`UNCONTESTED`]) is.
     fn won(&self) -> bool {
-        self.order == UNCONTESTED || (self.refused >= 2 && self.served == 0)
+        self.order == UNCONTESTED
+            || (self.refused >= 2 && self.refused >= self.served.saturating_mul(3))
     }
 }
 
@@ -167,7 +172,7 @@ impl KeyState {
             held_until: None,
             asked: None,
             contest: None,
-            doubts_holds: false,
+            doubted_at: None,
             shift: Duration::ZERO,
             refunds: Refunds::default(),
             last_used: now,
@@ -217,8 +222,14 @@ impl KeyState {
         })
     }
 
+    /// Whether a hold of this key was lost to its answers lately.
+    fn doubts_holds(&self) -> bool {
+        self.doubted_at
+            .is_some_and(|at| Instant::now().saturating_duration_since(at) < DOUBT_FOR)
+    }
+
     /// Whether the key's hold was corroborated: later sends were refused
-    /// too, and none served.
+    /// too, far more than were served.
     fn hold_corroborated(&self) -> bool {
         self.contest.is_some_and(|c| c.won())
     }
@@ -497,8 +508,14 @@ impl Gate {
         // sends queued during one leave paced, not together.
         let floor = if past_hold { now } else { state.floor(now) };
         let base = floor.max(window_floor);
-        let quota_slot = base.max(state.quota_slot(self, cost, base));
-        let mut slot = quota_slot;
+        // Without quotas the booked slot is the arrival: a hold or window
+        // that ends early (a lost contest, news) holds it back no longer.
+        let quota_slot = if self.requests.is_none() && self.tokens.is_none() {
+            now
+        } else {
+            base.max(state.quota_slot(self, cost, base))
+        };
+        let mut slot = quota_slot.max(base);
         // Room the provider stated lets the send past the learned schedule.
         let in_room = state.stated_room > 0 && base <= now;
         if in_room {
@@ -605,12 +622,21 @@ impl Gate {
                 state.enter_window(booking.place, booking.bounds.deadline);
             }
         }
+        // A hold longer than the send honours or than its deadline allows:
+        // refused at once when later sends corroborated it, else the send
+        // goes past the hold (and only the hold), as without a gate.
+        let past_hold = match state.hold_past(now, booking.bounds) {
+            Some(refused) if state.hold_corroborated() => return Err(refused),
+            Some(_) => true,
+            None => false,
+        };
         let pushed = state.shift.saturating_sub(booking.shift);
         let quota_slot = booking
             .quota_slot
             .checked_add(pushed)
             .unwrap_or(booking.quota_slot);
-        let mut slot = state.floor(now).max(quota_slot);
+        let floor = if past_hold { now } else { state.floor(now) };
+        let mut slot = floor.max(quota_slot);
         if let Place::AfterReset(at) = booking.place {
             slot = slot.max(at);
         }
@@ -620,7 +646,8 @@ impl Gate {
         if let Some(at) = booking.bounds.not_before {
             slot = slot.max(at);
         }
-        if let (Some(l), Some(ticket)) = (&state.learned, booking.ticket) {
+        // A ticket's time counts from the hold's end: not past it.
+        if let (Some(l), Some(ticket), false) = (&state.learned, booking.ticket, past_hold) {
             slot = slot.max(l.schedule.time_of(ticket, l.rate.interval()));
         }
         // A probe's turn is no firm slot (see `reserve_send`).
@@ -629,15 +656,7 @@ impl Gate {
             slot = slot.max(at);
         }
         booking.slot = slot;
-        // A hold longer than the send honours or than its deadline allows:
-        // refused at once when later sends corroborated it, else the send
-        // goes, as without a gate.
-        let past_hold = match state.hold_past(now, booking.bounds) {
-            Some(refused) if state.hold_corroborated() => return Err(refused),
-            Some(_) => true,
-            None => false,
-        };
-        if slot > now && !past_hold {
+        if slot > now {
             let deadline = booking.bounds.deadline;
             if deadline
                 .is_some_and(|deadline| firm > deadline || (slot > deadline && now >= deadline))
@@ -797,7 +816,10 @@ impl Gate {
                 refused: 0,
             }),
         };
-        if state.doubts_holds && !contest.won() {
+        let corroborated = contest.won();
+        // The room a stated quota had is spent.
+        state.stated_room = 0;
+        if state.doubts_holds() && !corroborated {
             // Not yet: this request waits its own wait.
             return false;
         }
@@ -844,6 +866,10 @@ impl Gate {
         named_wait: Option<Duration>,
         final_answer: bool,
     ) {
+        if let Some(state) = self.lock().get_mut(&key) {
+            // The room a stated quota had is spent.
+            state.stated_room = 0;
+        }
         self.learn(key, now, |rate, bounds| {
             let did = rate.on_throttle(bounds, sent, now, named_wait);
             if final_answer {
@@ -969,7 +995,7 @@ impl Gate {
             return;
         }
         state.contest = None;
-        state.doubts_holds = true;
+        state.doubted_at = Some(now);
         let Some(held) = state.held_until.filter(|held| *held > now) else {
             return;
         };

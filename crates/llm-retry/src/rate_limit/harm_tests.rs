@@ -108,8 +108,13 @@ fn status(code: u16, headers: &[(&'static str, &'static str)]) -> Response<Full<
 }
 
 fn request(model: &str) -> Request<Full<Bytes>> {
+    request_to(&format!("/{model}"), model)
+}
+
+/// A request to `path` whose body names `model`.
+fn request_to(path: &str, model: &str) -> Request<Full<Bytes>> {
     let body = format!(r#"{{"model":"{model}","max_tokens":16,"messages":[]}}"#);
-    Request::post(format!("http://api.test/{model}"))
+    Request::post(format!("http://api.test{path}"))
         .header("x-api-key", "sk-test")
         .body(Full::new(Bytes::from(body)))
         .unwrap()
@@ -311,4 +316,58 @@ async fn one_model_s_named_wait_holds_that_model_only() {
     let sent = upstream.sent_to("/held");
     assert_eq!(sent.len(), 2, "{sent:?}");
     assert!(sent[1] >= Duration::from_secs(60), "{sent:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hold_later_answers_contradict_lets_the_sends_queued_behind_it_go() {
+    // `/busy` is refused with `retry-after: 60` after 10 ms; five requests
+    // sent with it are served after 20 ms. A request arriving in between
+    // waits for the key's hold, and goes as soon as the served answers
+    // show the refusal was `/busy`'s own.
+    fn answer(_: u64, path: &str, _: Duration) -> Response<Full<Bytes>> {
+        if path == "/busy" {
+            status(429, &[("retry-after", "60")])
+        } else {
+            ok()
+        }
+    }
+    let upstream = Upstream::new(answer, Duration::from_millis(20));
+    let quick = Upstream::new(answer, Duration::from_millis(10));
+    let (slow, fast) = (upstream.service(), quick.service());
+    let route = tower::service_fn(move |req: Request<Body>| {
+        let mut svc = if req.uri().path() == "/busy" {
+            fast.clone()
+        } else {
+            slow.clone()
+        };
+        async move { svc.ready().await?.call(req).await }
+    });
+    let svc = RetryLayer::new(
+        RetryPolicy::builder()
+            .no_budget()
+            .max_retries(0)
+            .build()
+            .unwrap(),
+    )
+    .layer(RateLimitLayer::learned().layer(route));
+    let start = Instant::now();
+    let busy = tokio::spawn(svc.clone().oneshot(request_to("/busy", "m")));
+    let crowd: Vec<_> = (0..5)
+        .map(|_| tokio::spawn(svc.clone().oneshot(request("m"))))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(15)).await;
+    let late = svc.clone().oneshot(request("m")).await.unwrap();
+    assert_eq!(late.status(), StatusCode::OK);
+    assert!(
+        start.elapsed() <= Duration::from_millis(50),
+        "the request queued behind a contradicted hold took {:?}",
+        start.elapsed()
+    );
+    assert_eq!(
+        busy.await.unwrap().unwrap().status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    for call in crowd {
+        assert_eq!(call.await.unwrap().unwrap().status(), StatusCode::OK);
+    }
 }
