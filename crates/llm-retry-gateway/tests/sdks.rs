@@ -53,6 +53,38 @@ const CASES: [(&str, &str); 4] = [
     ("openai", "stream"),
 ];
 
+/// Runs one SDK call off the runtime's threads.
+async fn call(
+    python: &str,
+    name: &'static str,
+    mode: &'static str,
+    base: String,
+) -> serde_json::Value {
+    let python = python.to_owned();
+    tokio::task::spawn_blocking(move || sdk(&python, name, mode, &base))
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs LLM_RETRY_SDK_PYTHON; .ci/run runs it with --ignored"]
+async fn an_openai_overload_fails_over_in_one_call() {
+    let python = python();
+    for mode in ["plain", "stream"] {
+        for overload in [
+            Reply::openai_error(503, "server_error", None, "The server is overloaded"),
+            Reply::openai_error(500, "server_error", None, "The server had an error"),
+        ] {
+            let a = support::target(Route::always(overload)).await;
+            let b = support::target(Route::always(served("openai", mode))).await;
+            let gw = gateway(&two_targets(&a, &b, ""), no_env).await;
+            let result = call(&python, "openai", mode, gw.url("")).await;
+            assert_eq!(result["text"], "Hello there", "{mode}: {result}");
+            assert_eq!((a.request_count(), b.request_count()), (1, 1), "{mode}");
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs LLM_RETRY_SDK_PYTHON; .ci/run runs it with --ignored"]
 async fn each_sdk_is_served_and_failed_over_in_one_call() {

@@ -9,10 +9,14 @@
 //! by the same [`RetryPolicy::judge`](crate::RetryPolicy::judge) as every
 //! retry): a 429, a 529 or an `overloaded_error` (as a status, or as a
 //! stream's first event before any content), a connection never made, or
-//! a send refused locally. Anything else — a success, a timeout after
-//! sending, a reset after the request was written, a malformed answer, an
-//! auth or configuration error, partial output — ends the request with
-//! that outcome.
+//! a send refused locally. It also moves on after an overload answered
+//! with a status, so before any content — a 502, 503, 504 or 529, or a 500
+//! whose body names `server_error` or `overloaded_error` — though such an
+//! answer is no certified rejection and lets no further round begin.
+//! Anything else — a success, another 5xx, a timeout after sending, a
+//! reset after the request was written, a malformed answer, an auth or
+//! configuration error, partial output — ends the request with that
+//! outcome.
 //!
 //! ```no_run
 //! use llm_retry::failover::{ExhaustionRetry, Failover, Target};
@@ -77,6 +81,7 @@ mod body;
 mod config;
 mod error;
 mod operation;
+mod overload;
 mod report;
 mod service;
 mod shutdown;

@@ -4,6 +4,7 @@
 use super::body::FailoverBody;
 use super::config::{Config, MAX_COOLDOWN, UNNAMED_ROUND_WAIT};
 use super::error::{FailoverError, FailoverErrorKind};
+use super::overload::{self, Shape};
 use super::report::{
     AttemptOutcome, FailoverReport, FailoverStop, SkipReason, Suppression, TargetAttempt,
 };
@@ -236,6 +237,18 @@ impl<S> Operation<S> {
                         self.last_answer = Some(keep(response).await);
                     }
                     Verdict::Final => {
+                        let response = match moves_on(response).await {
+                            Ok(kept) => {
+                                // Before content, but maybe executed: on
+                                // to the next target, no further round.
+                                self.record(&target, AttemptOutcome::MovedOn(kept.status()));
+                                failed(&target);
+                                ambiguous = true;
+                                self.last_answer = Some(kept);
+                                continue;
+                            }
+                            Err(response) => response,
+                        };
                         self.record(&target, AttemptOutcome::Answered(response.status()));
                         if response.status().is_server_error() {
                             failed(&target);
@@ -244,7 +257,7 @@ impl<S> Operation<S> {
                             observe::failover_round_served();
                         }
                         self.report.stop = FailoverStop::Answered;
-                        let mut response = response.map(FailoverBody::upstream);
+                        let mut response = response;
                         response.extensions_mut().insert(self.report.clone());
                         return RoundEnd::Final(Ok(response));
                     }
@@ -568,6 +581,28 @@ fn throttled(rejection: Rejection) -> bool {
         rejection.kind,
         RejectionKind::RateLimited | RejectionKind::Overloaded
     )
+}
+
+/// An answer that is not a certified rejection, read as far as needed:
+/// `Ok` with its body read when it is an overload answered before content
+/// (the request moves on), else `Err` with the answer to hand over.
+async fn moves_on<B>(response: Response<B>) -> Result<Response<Bytes>, Response<FailoverBody<B>>>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    match overload::shape(response.status()) {
+        Shape::Answer => Err(response.map(FailoverBody::upstream)),
+        Shape::Overload => Ok(keep(response).await),
+        Shape::ReadTheBody => {
+            let kept = keep(response).await;
+            if overload::body_names_overload(kept.body()) {
+                Ok(kept)
+            } else {
+                Err(kept.map(FailoverBody::kept))
+            }
+        }
+    }
 }
 
 /// A rejection's answer with (the start of) its body read, so its
