@@ -222,6 +222,10 @@ fn failed(uri: &http::Uri, failure: &llm_retry::BoxError) -> Response {
         FailoverErrorKind::BodyFailed => {
             (StatusCode::BAD_REQUEST, "request body could not be read")
         }
+        FailoverErrorKind::FirstContentTimeout => (
+            StatusCode::GATEWAY_TIMEOUT,
+            "the upstream stalled: no target sent its first content within its first_content_timeout",
+        ),
         FailoverErrorKind::Exhausted => (
             StatusCode::SERVICE_UNAVAILABLE,
             "every upstream turned the request away",

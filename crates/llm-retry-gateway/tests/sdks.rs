@@ -12,7 +12,7 @@ mod support;
 
 use llm_retry_mock::{Reply, Route};
 use std::process::Command;
-use support::{gateway, no_env, rate_limited, two_targets};
+use support::{gateway, no_env, one_target, rate_limited, two_targets};
 
 /// The Python to run the SDKs with.
 fn python() -> String {
@@ -151,5 +151,26 @@ async fn after_the_gateway_gives_up_no_sdk_tries_again() {
             (1, 1),
             "{name} {mode}: the SDK retried"
         );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs LLM_RETRY_SDK_PYTHON; .ci/run runs it with --ignored"]
+async fn a_stalled_target_is_reported_as_a_timeout_and_not_retried() {
+    let python = python();
+    for (name, mode) in CASES {
+        // Answers 200 at once, then sends nothing for a minute.
+        let stalls = Reply::sse([llm_retry_mock::SseEvent::new(Some("ping"), "{}")
+            .after(std::time::Duration::from_secs(60))]);
+        let a = support::target(Route::always(stalls)).await;
+        let toml = one_target(
+            &a.url(""),
+            "",
+            "max_retries = 0\nfirst_content_timeout = \"300ms\"",
+        );
+        let gw = gateway(&toml, no_env).await;
+        let result = call(&python, name, mode, gw.url("")).await;
+        assert_eq!(result["error_status"], 504, "{name} {mode}: {result}");
+        assert_eq!(a.request_count(), 1, "{name} {mode}: the SDK retried");
     }
 }

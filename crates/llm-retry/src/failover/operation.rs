@@ -36,6 +36,8 @@ struct Ready {
     at: Instant,
     /// Its provider named the wait (else it is the default pause).
     named: bool,
+    /// A rate limit named it (else an overload or a refusal).
+    rate_limited: bool,
 }
 
 /// The state of one request, monotonic across rounds: sends, attempts,
@@ -319,7 +321,8 @@ impl<S> Operation<S> {
                     (window.remaining == 0).then_some((cooldown, window.reset_in?))
                 });
                 if let Some((cooldown, reset_in)) = spent {
-                    cooldown.extend(Instant::now() + reset_in.min(MAX_COOLDOWN));
+                    // No request left in the window: a rate limit.
+                    cooldown.extend(Instant::now() + reset_in.min(MAX_COOLDOWN), true);
                 }
                 Verdict::Final
             }
@@ -369,15 +372,21 @@ impl<S> Operation<S> {
         self.record(target, AttemptOutcome::Rejected(rejection));
         failed(target);
         let now = Instant::now();
+        let rate_limited = rejection.kind == RejectionKind::RateLimited;
         self.ready[index] = match rejection.wait {
-            Some(wait) => now.checked_add(wait).map(|at| Ready { at, named: true }),
+            Some(wait) => now.checked_add(wait).map(|at| Ready {
+                at,
+                named: true,
+                rate_limited,
+            }),
             None => Some(Ready {
                 at: now + UNNAMED_ROUND_WAIT,
                 named: false,
+                rate_limited,
             }),
         };
         if let (Some(wait), Some(cooldown)) = (rejection.wait, &target.cooldown) {
-            cooldown.extend(now + wait.min(MAX_COOLDOWN));
+            cooldown.extend(now + wait.min(MAX_COOLDOWN), rate_limited);
         }
     }
 
@@ -408,24 +417,32 @@ impl<S> Operation<S> {
     /// cooling down) takes requests again; `named` keeps only the waits a
     /// provider named.
     fn soonest_ready(&self, now: Instant, named: bool) -> Option<Instant> {
+        self.soonest_cause(now, named).map(|(at, _)| at)
+    }
+
+    /// As [`soonest_ready`](Self::soonest_ready), with whether a rate limit
+    /// named that wait.
+    fn soonest_cause(&self, now: Instant, named: bool) -> Option<(Instant, bool)> {
         let own = self
             .ready
             .iter()
             .flatten()
             .filter(|r| !named || r.named)
-            .map(|r| r.at);
+            .map(|r| (r.at, r.rate_limited));
         let shared = self
             .targets
             .iter()
-            .filter_map(|t| t.cooldown.as_ref()?.until(now));
+            .filter_map(|t| t.cooldown.as_ref()?.state(now));
         // A target down for its failures comes back unnamed by any provider.
         let down = self
             .targets
             .iter()
             .filter(|_| !named)
-            .filter_map(|t| t.health.as_ref()?.down_until(now));
+            .filter_map(|t| Some((t.health.as_ref()?.down_until(now)?, false)));
         let shared = shared.chain(down);
-        own.chain(shared).filter(|at| !named || *at > now).min()
+        own.chain(shared)
+            .filter(|(at, _)| !named || *at > now)
+            .min_by_key(|(at, _)| *at)
     }
 
     /// Whether another round may begin, and the wait before it, checked
@@ -516,7 +533,8 @@ impl<S> Operation<S> {
         self.report.suppressed = Some(suppression);
         self.report.stop = FailoverStop::Exhausted;
         let now = Instant::now();
-        let named = self.soonest_ready(now, true);
+        let cause = self.soonest_cause(now, true);
+        let named = cause.map(|(at, _)| at);
         match self.last_answer.take() {
             Some(response) => {
                 let mut response = response.map(FailoverBody::kept);
@@ -542,9 +560,22 @@ impl<S> Operation<S> {
             None => {
                 let source = self.last_error.take();
                 let left = named.map(|at| at.saturating_duration_since(now));
-                let error =
-                    FailoverError::new(FailoverErrorKind::Exhausted, self.report.clone(), source);
-                Err(Box::new(error.with_retry_after(left)))
+                // With no answer to hand over, a stall says more than a
+                // refused connection: the target had taken the request.
+                let timed_out = self
+                    .report
+                    .attempts
+                    .iter()
+                    .any(|a| a.outcome == AttemptOutcome::FirstContentTimeout);
+                let kind = if timed_out {
+                    FailoverErrorKind::FirstContentTimeout
+                } else {
+                    FailoverErrorKind::Exhausted
+                };
+                let error = FailoverError::new(kind, self.report.clone(), source)
+                    .with_retry_after(left)
+                    .with_rate_limited(cause.is_some_and(|(_, rate_limited)| rate_limited));
+                Err(Box::new(error))
             }
         }
     }

@@ -1185,3 +1185,20 @@ async fn a_500_that_names_no_overload_is_handed_over_whole() {
     assert_eq!(read, body.as_bytes());
     assert_eq!(b.request_count(), 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_stall_with_no_answer_to_hand_over_ends_as_a_first_content_timeout() {
+    let slow = upstream(Route::always(
+        Reply::anthropic_ok("late").delay(Duration::from_secs(30)),
+    ))
+    .await;
+    let failover = Failover::builder(vec![
+        target("slow", &slow).first_content_timeout(Duration::from_secs(1))
+    ])
+    .build()
+    .unwrap();
+    let error = failover.oneshot(request()).await.unwrap_err();
+    let error = error.downcast_ref::<FailoverError>().unwrap();
+    assert_eq!(error.kind(), FailoverErrorKind::FirstContentTimeout);
+    assert!(!error.is_rate_limited());
+}
