@@ -226,6 +226,10 @@ fn failed(uri: &http::Uri, failure: &llm_retry::BoxError) -> Response {
             StatusCode::GATEWAY_TIMEOUT,
             "the upstream stalled: no target sent its first content within its first_content_timeout",
         ),
+        FailoverErrorKind::Exhausted if failure.is_rate_limited() => (
+            StatusCode::TOO_MANY_REQUESTS,
+            "every upstream is rate-limited: retry after the wait in retry-after",
+        ),
         FailoverErrorKind::Exhausted => (
             StatusCode::SERVICE_UNAVAILABLE,
             "every upstream turned the request away",

@@ -174,3 +174,22 @@ async fn a_stalled_target_is_reported_as_a_timeout_and_not_retried() {
         assert_eq!(a.request_count(), 1, "{name} {mode}: the SDK retried");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs LLM_RETRY_SDK_PYTHON; .ci/run runs it with --ignored"]
+async fn during_a_cooldown_a_rate_limit_caused_the_sdk_sees_a_rate_limit() {
+    let python = python();
+    for (name, mode) in CASES {
+        let a = support::target(Route::always(rate_limited("30"))).await;
+        let toml = one_target(&a.url(""), "", "max_retries = 0\ncooldown = true");
+        let gw = gateway(&toml, no_env).await;
+        for call_number in 1..=2 {
+            let result = call(&python, name, mode, gw.url("")).await;
+            assert_eq!(
+                result["error"], "RateLimitError",
+                "{name} {mode} call {call_number}: {result}"
+            );
+        }
+        assert_eq!(a.request_count(), 1, "{name} {mode}: the cooldown held");
+    }
+}

@@ -1202,3 +1202,23 @@ async fn a_stall_with_no_answer_to_hand_over_ends_as_a_first_content_timeout() {
     assert_eq!(error.kind(), FailoverErrorKind::FirstContentTimeout);
     assert!(!error.is_rate_limited());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_cooldown_remembers_whether_a_rate_limit_named_it() {
+    for (first, rate_limited) in [
+        (rate_limited("5"), true),
+        (Reply::overloaded().header("retry-after", "5"), false),
+    ] {
+        let a = upstream(Route::always(first)).await;
+        let failover = Failover::builder(vec![target("a", &a).cooldown()])
+            .build()
+            .unwrap();
+        let _ = failover.clone().oneshot(request()).await.unwrap();
+        let error = failover.oneshot(request()).await.unwrap_err();
+        let error = error.downcast_ref::<FailoverError>().unwrap();
+        assert_eq!(error.kind(), FailoverErrorKind::Exhausted);
+        assert_eq!(error.is_rate_limited(), rate_limited);
+        assert_eq!(error.retry_after(), Some(Duration::from_secs(5)));
+        assert_eq!(a.request_count(), 1);
+    }
+}
