@@ -31,6 +31,7 @@
 //! None.
 #![forbid(unsafe_code)]
 
+mod answer;
 mod config;
 mod counts;
 pub mod demo;

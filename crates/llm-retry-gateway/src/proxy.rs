@@ -2,6 +2,7 @@
 //! over, answer; and the gateway's own answers when no upstream answer can
 //! be handed over.
 
+use crate::answer::{final_error as error, retry_soon};
 use crate::counts::RequestCounts;
 use crate::gateway::Shared;
 use crate::idle::Idle;
@@ -10,9 +11,8 @@ use crate::route::StateBound;
 use crate::upstream::strip_unforwarded;
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::response::{IntoResponse, Response};
-use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::Response;
+use http::{HeaderMap, StatusCode};
 use http_body_util::Full;
 use llm_retry::downstream::mark_give_up;
 use llm_retry::failover::{FailoverError, FailoverErrorKind, FailoverReport, FailoverStop};
@@ -21,7 +21,6 @@ use serde::Deserialize;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
 use tower::ServiceExt;
 
 /// What the gateway reads of a request body: the model, and whether the
@@ -47,10 +46,11 @@ const STATE_PATHS: [&str; 6] = [
 pub(crate) async fn forward(State(shared): State<Arc<Shared>>, request: Request) -> Response {
     let guard = shared.in_flight.start();
     if shared.is_draining() {
-        return counted(&shared.unrouted, draining());
+        return counted(&shared.unrouted, retry_soon(request.uri(), "draining"));
     }
     if shared.in_flight.count() > shared.max_in_flight {
-        return counted(&shared.unrouted, busy());
+        let answer = retry_soon(request.uri(), "too many requests in flight");
+        return counted(&shared.unrouted, answer);
     }
     let (mut parts, body) = request.into_parts();
     if let Some(key) = &shared.client_key {
@@ -244,50 +244,10 @@ fn failed(uri: &http::Uri, failure: &llm_retry::BoxError) -> Response {
     answer
 }
 
-/// Answers while the gateway drains: try again (at another instance) in a
-/// second, so not marked final.
-fn draining() -> Response {
-    retry_soon("draining")
-}
-
-/// Answers when `max_in_flight` requests are already in flight.
-fn busy() -> Response {
-    retry_soon("too many requests in flight")
-}
-
-/// A 503 the client may retry in a second, on a new connection.
-fn retry_soon(message: &'static str) -> Response {
-    let mut response = (StatusCode::SERVICE_UNAVAILABLE, message).into_response();
-    llm_retry::downstream::set_wait_headers(response.headers_mut(), Duration::from_secs(1));
-    response
-        .headers_mut()
-        .insert("connection", HeaderValue::from_static("close"));
-    response
-}
-
-/// An error in the shape of the API the path belongs to.
-/// Always final: the gateway already did what retrying could do.
-fn error(uri: &http::Uri, status: StatusCode, message: &str) -> Response {
-    let body = if uri.path().starts_with("/v1/messages") {
-        serde_json::json!({"type": "error", "error": {"type": "api_error", "message": message}})
-    } else {
-        serde_json::json!({"error": {"message": message, "type": "api_error", "code": null}})
-    };
-    let mut response = (
-        status,
-        [("content-type", "application/json")],
-        Bytes::from(body.to_string()),
-    )
-        .into_response();
-    response
-        .headers_mut()
-        .insert("x-should-retry", HeaderValue::from_static("false"));
-    response
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::HeaderValue;
 
     #[test]
     fn only_plain_paths_are_forwarded() {
