@@ -104,6 +104,7 @@ fn client_layer(route: &RouteConfig, target: &TargetConfig) -> Result<ClientLaye
     let budget = RetryBudget::default().named(format!("{}/{}", route.name, target.name));
     let mut policy = RetryPolicy::builder()
         .max_retries(target.max_retries)
+        .max_server_wait(target.max_server_wait)
         .max_elapsed(route.deadline)
         .budget(budget);
     if let Some(timeout) = target.attempt_timeout {

@@ -193,3 +193,49 @@ async fn during_a_cooldown_a_rate_limit_caused_the_sdk_sees_a_rate_limit() {
         assert_eq!(a.request_count(), 1, "{name} {mode}: the cooldown held");
     }
 }
+
+/// A route over `a` then `b`, every target setting at its default.
+fn with_defaults(a: &llm_retry_mock::MockServer, b: &llm_retry_mock::MockServer) -> String {
+    format!(
+        "[[route]]\nname = \"r\"\n[[route.target]]\nname = \"a\"\nbase_url = \"{}\"\n[[route.target]]\nname = \"b\"\nbase_url = \"{}\"\n",
+        a.url(""),
+        b.url("")
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs LLM_RETRY_SDK_PYTHON; .ci/run runs it with --ignored"]
+async fn when_every_target_names_a_long_wait_the_sdk_gets_a_rate_limit_at_once() {
+    let python = python();
+    for (name, mode) in CASES {
+        let a = support::target(Route::always(rate_limited("30"))).await;
+        let b = support::target(Route::always(rate_limited("30"))).await;
+        let gw = gateway(&with_defaults(&a, &b), no_env).await;
+        let result = call(&python, name, mode, gw.url("")).await;
+        assert_eq!(result["error"], "RateLimitError", "{name} {mode}: {result}");
+        // No target waited the 30 s out and sent again.
+        assert_eq!(
+            (a.request_count(), b.request_count()),
+            (1, 1),
+            "{name} {mode}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs LLM_RETRY_SDK_PYTHON; .ci/run runs it with --ignored"]
+async fn every_target_overloaded_costs_no_more_sends_than_the_sdk_alone() {
+    let python = python();
+    for (name, mode) in CASES {
+        let a = support::target(Route::always(Reply::overloaded())).await;
+        let b = support::target(Route::always(Reply::overloaded())).await;
+        let gw = gateway(&with_defaults(&a, &b), no_env).await;
+        let result = call(&python, name, mode, gw.url("")).await;
+        assert_eq!(result["error_status"], 529, "{name} {mode}: {result}");
+        let sends = a.request_count() + b.request_count();
+        assert!(
+            sends <= 3,
+            "{name} {mode}: {sends} sends; the SDK alone makes 3"
+        );
+    }
+}

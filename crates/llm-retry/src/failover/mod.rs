@@ -57,7 +57,8 @@
 //! or an overload certified as a rejection, one more round may begin —
 //! again from the first target, skipping those still inside the wait
 //! their provider named, with fresh requests built from the original —
-//! after the soonest such wait (500 ms when none was named) plus jitter.
+//! after the soonest such wait (when none was named: 500 ms from the end
+//! of the round, doubling each round) plus jitter.
 //! It begins only if the request is not state-bound, no attempt of the
 //! round was ambiguous, the shutdown has not started, sends are left, the
 //! wait fits in `max_wait`, the deadline can hold the wait and one more

@@ -478,9 +478,20 @@ impl<S> Operation<S> {
             return Err(Suppression::SendBudget);
         }
         let now = Instant::now();
-        let asked = self
-            .soonest_ready(now, false)
-            .map_or(UNNAMED_ROUND_WAIT, |at| at.saturating_duration_since(now));
+        let asked = match self.soonest_ready(now, true) {
+            // A wait a provider named is a floor of its own.
+            Some(at) => at.saturating_duration_since(now),
+            // None named: a backoff from now, doubling each round (a wait
+            // counted from a rejection early in the round would be mostly
+            // over already), and no sooner than a target down for its
+            // failures is back.
+            None => {
+                let doublings = self.report.rounds.saturating_sub(1).min(6);
+                let backoff = UNNAMED_ROUND_WAIT.saturating_mul(1 << doublings);
+                self.soonest_ready(now, false)
+                    .map_or(backoff, |at| at.saturating_duration_since(now).max(backoff))
+            }
+        };
         if asked > retry.max_wait {
             return Err(Suppression::WaitTooLong {
                 asked,

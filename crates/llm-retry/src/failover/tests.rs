@@ -1222,3 +1222,30 @@ async fn a_cooldown_remembers_whether_a_rate_limit_named_it() {
         assert_eq!(a.request_count(), 1);
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn rounds_without_a_named_wait_back_off_from_the_end_of_the_round_and_double() {
+    // a is overloaded at once, b only after 450 ms: a wait counted from
+    // a's rejection would be nearly over when the round ends.
+    let a = upstream(Route::always(Reply::overloaded())).await;
+    let b = upstream(Route::always(
+        Reply::overloaded().delay(Duration::from_millis(450)),
+    ))
+    .await;
+    let failover = Failover::builder(vec![target("a", &a), target("b", &b)])
+        .exhaustion_retry(ExhaustionRetry::new(2, Duration::from_secs(5)))
+        .build()
+        .unwrap();
+    let response = failover.oneshot(request()).await.unwrap();
+    assert_eq!(response.status(), 529);
+    let report = report(&response);
+    assert_eq!(report.rounds, 3);
+    assert_eq!(report.upstream_sends, 6);
+    // 500 ms, then 1 s, each with up to a fifth of jitter on top.
+    assert!(
+        report.waited >= Duration::from_millis(1500)
+            && report.waited <= Duration::from_millis(1800),
+        "{:?}",
+        report.waited
+    );
+}
