@@ -36,6 +36,7 @@ mod config;
 mod counts;
 pub mod demo;
 mod duration;
+mod ending;
 mod gateway;
 mod idle;
 mod inflight;

@@ -67,3 +67,45 @@ async fn a_retry_log_line_names_each_field_once() {
         assert_eq!(names.len(), all, "a field repeated: {line}");
     }
 }
+
+#[tokio::test]
+async fn an_answer_cut_after_content_is_logged_once_with_route_and_target_and_no_secret() {
+    use http_body_util::BodyExt;
+    let (logs, _guard) = Logs::capture();
+    let whole = llm_retry_mock::Reply::anthropic_stream(&["Hello", " there"]);
+    let length = whole.expected_body().unwrap().len();
+    let upstream = support::target(llm_retry_mock::Route::always(
+        whole.reset_after_bytes(length - 40),
+    ))
+    .await;
+    let toml = one_target(
+        &upstream.url(""),
+        "",
+        "max_retries = 0\napi_key_env = \"K\"\nauth = \"x-api-key\"",
+    );
+    let gw = gateway(&toml, |var| {
+        (var == "K").then(|| "sk-target-SECRET".to_owned())
+    })
+    .await;
+    let mut request = post(&gw.url("/v1/messages"), PROMPT);
+    request
+        .headers_mut()
+        .insert("x-api-key", "sk-client-SECRET".parse().unwrap());
+    let response = support::client().request(request).await.unwrap();
+    assert!(response.into_body().collect().await.is_err());
+    let text = logs.text();
+    assert!(!text.contains("SECRET"), "{text}");
+    let problems: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+        .collect();
+    assert_eq!(problems.len(), 1, "{text}");
+    let line = problems[0];
+    assert!(
+        line.contains("route=\"r\"")
+            && line.contains("target=\"a\"")
+            && line.contains("ending=\"upstream_cut\"")
+            && line.contains("status=200"),
+        "{line}"
+    );
+}
