@@ -32,12 +32,12 @@ const KEPT_BODY_TIME: Duration = Duration::from_secs(1);
 
 /// When a target takes requests again, as this request learned it.
 #[derive(Debug, Clone, Copy)]
-struct Ready {
-    at: Instant,
+pub(super) struct Ready {
+    pub(super) at: Instant,
     /// Its provider named the wait (else it is the default pause).
-    named: bool,
+    pub(super) named: bool,
     /// A rate limit named it (else an overload or a refusal).
-    rate_limited: bool,
+    pub(super) rate_limited: bool,
 }
 
 /// The state of one request, monotonic across rounds: sends, attempts,
@@ -246,6 +246,7 @@ impl<S> Operation<S> {
                                 self.record(&target, AttemptOutcome::MovedOn(kept.status()));
                                 failed(&target);
                                 ambiguous = true;
+                                self.ready[index] = overload::named_ready(kept.headers());
                                 self.last_answer = Some(kept);
                                 continue;
                             }

@@ -7,8 +7,12 @@
 //! begin. Sending the request to another target is no less safe than the
 //! resend the target's own retry stack already makes for the same answer.
 
+use super::operation::Ready;
 use crate::classify::ProviderError;
-use http::StatusCode;
+use crate::hint::{named_wait, Signals};
+use http::{HeaderMap, StatusCode};
+use std::time::SystemTime;
+use tokio::time::Instant;
 
 /// What an answer's status says about moving on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,6 +41,19 @@ pub(super) fn shape(status: StatusCode) -> Shape {
 pub(super) fn body_names_overload(body: &[u8]) -> bool {
     ProviderError::parse(body)
         .is_some_and(|error| error.is_overloaded() || error.is("server_error"))
+}
+
+/// When a target that answered an overload takes requests again, when
+/// its answer named a wait (`retry-after-ms`, `Retry-After`): the
+/// exhausted request's give-up then tells it.
+pub(super) fn named_ready(headers: &HeaderMap) -> Option<Ready> {
+    let wait = named_wait(headers, None, SystemTime::now(), Signals::RetryAfter)?;
+    let at = Instant::now().checked_add(wait.duration)?;
+    (!wait.duration.is_zero()).then_some(Ready {
+        at,
+        named: true,
+        rate_limited: false,
+    })
 }
 
 #[cfg(test)]

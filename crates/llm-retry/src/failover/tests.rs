@@ -1249,3 +1249,13 @@ async fn rounds_without_a_named_wait_back_off_from_the_end_of_the_round_and_doub
         report.waited
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_overload_handed_over_at_the_end_keeps_the_wait_it_named() {
+    let a = upstream(Route::always(Reply::status(503).header("retry-after", "7"))).await;
+    let failover = Failover::builder(vec![target("a", &a)]).build().unwrap();
+    let response = failover.oneshot(request()).await.unwrap();
+    assert_eq!(response.status(), 503);
+    assert_eq!(response.headers()["x-should-retry"], "false");
+    assert_eq!(response.headers()["retry-after"], "7");
+}
