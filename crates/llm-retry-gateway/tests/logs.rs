@@ -72,12 +72,23 @@ async fn a_retry_log_line_names_each_field_once() {
 async fn an_answer_cut_after_content_is_logged_once_with_route_and_target_and_no_secret() {
     use http_body_util::BodyExt;
     let (logs, _guard) = Logs::capture();
-    let whole = llm_retry_mock::Reply::anthropic_stream(&["Hello", " there"]);
-    let length = whole.expected_body().unwrap().len();
-    let upstream = support::target(llm_retry_mock::Route::always(
-        whole.reset_after_bytes(length - 40),
-    ))
-    .await;
+    use llm_retry_mock::{Reply, SseEvent};
+    let delta = |text: &str| {
+        SseEvent::new(
+            Some("content_block_delta"),
+            &format!(
+                r#"{{"type":"content_block_delta","index":0,"delta":{{"type":"text_delta","text":"{text}"}}}}"#
+            ),
+        )
+    };
+    // The cut comes 200 ms after the first content, in the second event.
+    let first = Reply::sse([delta("Hello")]).expected_body().unwrap().len();
+    let cut = Reply::sse([
+        delta("Hello"),
+        delta(" there").after(std::time::Duration::from_millis(200)),
+    ])
+    .reset_after_bytes(first + 10);
+    let upstream = support::target(llm_retry_mock::Route::always(cut)).await;
     let toml = one_target(
         &upstream.url(""),
         "",
