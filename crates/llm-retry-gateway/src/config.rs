@@ -69,8 +69,16 @@ pub struct TargetConfig {
     pub credential: Option<(HeaderName, HeaderValue)>,
     /// The model the request's `model` is rewritten to.
     pub model: Option<String>,
-    /// Retries per attempt of this target (its own retry stack).
+    /// Retries per attempt of this target (its own retry stack). Default 2
+    /// on a route with one target, 0 on a route with several: there the
+    /// next target is the retry, and further rounds (opt-in) the delayed
+    /// one.
     pub max_retries: u32,
+    /// The longest wait a provider names that this target's stack waits
+    /// out before it resends (default 2 s, and never the route's deadline
+    /// or more): a longer one ends the target's attempt at once, so the
+    /// failover moves on and its give-up names the provider's wait.
+    pub max_server_wait: Duration,
     /// Time to the answer's head (a stream's first content) per send.
     pub attempt_timeout: Option<Duration>,
     /// Abandon the target when nothing arrived in this time.
@@ -95,6 +103,7 @@ impl fmt::Debug for TargetConfig {
             )
             .field("model", &self.model)
             .field("max_retries", &self.max_retries)
+            .field("max_server_wait", &self.max_server_wait)
             .finish_non_exhaustive()
     }
 }
@@ -197,6 +206,7 @@ struct TargetFile {
     auth: Option<Spanned<String>>,
     model: Option<Spanned<String>>,
     max_retries: Option<Spanned<u32>>,
+    max_server_wait: Option<Spanned<String>>,
     attempt_timeout: Option<Spanned<String>>,
     first_content_timeout: Option<Spanned<String>>,
     requests_per_minute: Option<Spanned<u32>>,
@@ -223,6 +233,7 @@ impl TargetFile {
             "auth" => span(&self.auth),
             "model" => span(&self.model),
             "attempt_timeout" => span(&self.attempt_timeout),
+            "max_server_wait" => span(&self.max_server_wait),
             "first_content_timeout" => span(&self.first_content_timeout),
             "max_retries" => self.max_retries.as_ref().map(Spanned::span),
             "requests_per_minute" => self.requests_per_minute.as_ref().map(Spanned::span),
@@ -231,6 +242,9 @@ impl TargetFile {
         }
     }
 }
+
+/// The longest provider-named wait a target's stack waits out by default.
+const DEFAULT_MAX_SERVER_WAIT: Duration = Duration::from_secs(2);
 
 /// Most retries a target's own stack may make per attempt.
 const MAX_TARGET_RETRIES: u32 = 10;
@@ -375,11 +389,27 @@ impl Config {
             let mut targets: Vec<TargetConfig> = Vec::with_capacity(route.targets.len());
             for spanned in &route.targets {
                 let file = spanned.get_ref();
-                let target = target(file, &env).map_err(|(field, problem)| ConfigError {
+                let mut target = target(file, &env).map_err(|(field, problem)| ConfigError {
                     line: line_of(file.span_of(field).unwrap_or(spanned.span())),
                     field: format!("route[{name}].target[{}].{field}", file.name.get_ref()),
                     problem,
                 })?;
+                if file.max_retries.is_none() && route.targets.len() > 1 {
+                    target.max_retries = 0;
+                }
+                match &file.max_server_wait {
+                    Some(written) if target.max_server_wait >= deadline => {
+                        return Err(ConfigError {
+                            line: line_of(written.span()),
+                            field: format!("route[{name}].target[{}].max_server_wait", target.name),
+                            problem: format!(
+                                "{:?} is not shorter than the route's deadline ({deadline:?})",
+                                target.max_server_wait
+                            ),
+                        });
+                    }
+                    _ => target.max_server_wait = target.max_server_wait.min(deadline),
+                }
                 if targets.iter().any(|t| t.name == target.name) {
                     return Err(ConfigError {
                         line: line_of(file.name.span()),
@@ -558,6 +588,10 @@ fn target(
             .map_err(|problem| (field, problem))
     };
     let attempt_timeout = timeout("attempt_timeout", &file.attempt_timeout)?;
+    let max_server_wait = match &file.max_server_wait {
+        Some(written) => duration::parse(written.get_ref()).map_err(|p| ("max_server_wait", p))?,
+        None => DEFAULT_MAX_SERVER_WAIT,
+    };
     let first_content_timeout = timeout("first_content_timeout", &file.first_content_timeout)?;
     let unhealthy_after = match file.unhealthy_after.as_ref().map(Spanned::get_ref) {
         None => None,
@@ -580,6 +614,7 @@ fn target(
         credential,
         model: text(&file.model),
         max_retries,
+        max_server_wait,
         attempt_timeout,
         first_content_timeout,
         requests_per_minute,

@@ -1,20 +1,23 @@
-//! The gateway's request counter by route and status class, its handles
-//! looked up once per route rather than once per request.
+//! The gateway's request counter by route, status class and ending, its
+//! handles looked up once per route rather than once per request.
 
+use crate::ending::Ending;
 use http::StatusCode;
 use metrics::Counter;
 use std::sync::OnceLock;
 
-/// The status classes counted (a fixed vocabulary).
-const CLASSES: [&str; 4] = ["2xx", "4xx", "5xx", "other"];
+/// The status classes counted (a fixed vocabulary); `none` when no answer
+/// began (the client went away first).
+const CLASSES: [&str; 5] = ["2xx", "4xx", "5xx", "other", "none"];
 
 /// `llm_retry_gateway_requests_total` for one route (`none` for answers
-/// given before a route was chosen). The handles are resolved at the first
-/// count, from the recorder installed then.
+/// given before a route was chosen), by status class and how the request
+/// ended. The handles are resolved at the first count, from the recorder
+/// installed then.
 #[derive(Debug)]
 pub(crate) struct RequestCounts {
     route: String,
-    by_class: OnceLock<[Counter; 4]>,
+    by_class: OnceLock<[[Counter; 5]; 5]>,
 }
 
 impl RequestCounts {
@@ -25,23 +28,34 @@ impl RequestCounts {
         }
     }
 
-    /// Counts an answer with `status`.
-    pub(crate) fn count(&self, status: StatusCode) {
+    /// The route's name.
+    pub(crate) fn route(&self) -> &str {
+        &self.route
+    }
+
+    /// Counts a request whose answer had `status` (none: no answer began)
+    /// and ended so.
+    pub(crate) fn count(&self, status: Option<StatusCode>, ending: Ending) {
         let counters = self.by_class.get_or_init(|| {
             CLASSES.map(|class| {
-                metrics::counter!(
-                    "llm_retry_gateway_requests_total",
-                    "route" => self.route.clone(),
-                    "status" => class
-                )
+                Ending::ALL.map(|ending| {
+                    metrics::counter!(
+                        "llm_retry_gateway_requests_total",
+                        "route" => self.route.clone(),
+                        "status" => class,
+                        "ending" => ending.label()
+                    )
+                })
             })
         });
-        let class = match status.as_u16() {
-            200..=299 => 0,
-            400..=499 => 1,
-            500..=599 => 2,
-            _ => 3,
+        let class = match status.map(|s| s.as_u16()) {
+            Some(200..=299) => 0,
+            Some(400..=499) => 1,
+            Some(500..=599) => 2,
+            Some(_) => 3,
+            None => 4,
         };
-        counters[class].increment(1);
+        let ending = Ending::ALL.iter().position(|e| *e == ending).unwrap_or(0);
+        counters[class][ending].increment(1);
     }
 }

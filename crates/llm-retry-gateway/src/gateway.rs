@@ -48,7 +48,7 @@ pub(crate) struct Shared {
     shutdown: Shutdown,
     metrics: std::sync::OnceLock<PrometheusHandle>,
     /// Answers given before a route was chosen (route `none`).
-    pub(crate) unrouted: crate::counts::RequestCounts,
+    pub(crate) unrouted: Arc<crate::counts::RequestCounts>,
 }
 
 impl Shared {
@@ -93,7 +93,7 @@ impl Gateway {
                 draining: AtomicBool::new(false),
                 shutdown,
                 metrics: std::sync::OnceLock::new(),
-                unrouted: crate::counts::RequestCounts::new("none"),
+                unrouted: Arc::new(crate::counts::RequestCounts::new("none")),
             }),
             shutdown_grace: config.shutdown_grace,
             header_read_timeout: config.header_read_timeout,

@@ -4,10 +4,11 @@
 //! Clients (the official Anthropic and OpenAI SDKs, or anything that speaks
 //! their APIs) send their requests to the gateway; each [route](Config)
 //! sends them to its ordered targets (providers, deployments, API keys),
-//! each behind the library's retry stack, and moves to the next target only
-//! when the one-decision engine certifies the request was not executed (a
-//! 429, a 529 or `overloaded_error` before any content, a connection never
-//! made). When it gives up the answer carries `x-should-retry: false` and
+//! each behind the library's retry stack, and moves to the next target when
+//! the one-decision engine certifies the request was not executed (a 429,
+//! a 529 or `overloaded_error` before any content, a connection never
+//! made), or after an overload answered before content (a 502, 503 or
+//! 504, or a 500 naming `server_error`). When it gives up the answer carries `x-should-retry: false` and
 //! the wait left as `retry-after`, so the client's SDK does not multiply
 //! the gateway's retries. Streams pass through unchanged once their first
 //! content arrived.
@@ -31,10 +32,12 @@
 //! None.
 #![forbid(unsafe_code)]
 
+mod answer;
 mod config;
 mod counts;
 pub mod demo;
 mod duration;
+mod ending;
 mod gateway;
 mod idle;
 mod inflight;

@@ -2,26 +2,31 @@
 //! over, answer; and the gateway's own answers when no upstream answer can
 //! be handed over.
 
+use crate::answer::{final_error as error, retry_soon};
 use crate::counts::RequestCounts;
+use crate::ending::{Ended, Ending, EndingBody};
 use crate::gateway::Shared;
 use crate::idle::Idle;
 use crate::inflight::Counted;
 use crate::route::StateBound;
 use crate::upstream::strip_unforwarded;
+use crate::upstream::UpstreamTime;
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::response::{IntoResponse, Response};
-use bytes::Bytes;
+use axum::response::Response;
 use http::{HeaderMap, HeaderValue, StatusCode};
+use http_body_util::BodyExt;
 use http_body_util::Full;
 use llm_retry::downstream::mark_give_up;
-use llm_retry::failover::{FailoverError, FailoverErrorKind, FailoverReport, FailoverStop};
+use llm_retry::failover::{
+    AttemptOutcome, FailoverError, FailoverErrorKind, FailoverReport, FailoverStop,
+};
 use llm_retry::RetryReport;
 use serde::Deserialize;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::Instant;
 use tower::ServiceExt;
 
 /// What the gateway reads of a request body: the model, and whether the
@@ -44,35 +49,91 @@ const STATE_PATHS: [&str; 6] = [
     "/v1/vector_stores",
 ];
 
+/// The header that tells the client the gateway's own time for the
+/// request: everything to the answer's head but the targets' calls.
+const OVERHEAD_HEADER: &str = "x-llm-retry-gateway-overhead-ms";
+
 pub(crate) async fn forward(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+    let started = Instant::now();
+    let spent = UpstreamTime::default();
+    let mut pending = Pending(Some(Arc::clone(&shared.unrouted)));
+    let (counts, mut answer, target) = respond(&shared, request, &spent, &mut pending).await;
+    pending.0 = None;
+    let overhead = started.elapsed().saturating_sub(spent.total());
+    let millis = format!("{:.3}", overhead.as_secs_f64() * 1000.0);
+    if let Ok(value) = HeaderValue::from_str(&millis) {
+        answer.headers_mut().insert(OVERHEAD_HEADER, value);
+    }
+    let is_stream = answer
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    let ended = Ended {
+        counts,
+        status: Some(answer.status()),
+        target,
+    };
+    answer.map(|body| {
+        let body = body.map_err(axum::Error::into_inner);
+        Body::new(EndingBody::new(body, ended, is_stream))
+    })
+}
+
+/// A request whose answer has not begun: counted as abandoned by the
+/// client (`client_gone`, status `none`) if its handler is dropped first.
+struct Pending(Option<Arc<RequestCounts>>);
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if let Some(counts) = self.0.take() {
+            let ended = Ended {
+                counts,
+                status: None,
+                target: Arc::from("none"),
+            };
+            ended.tell(Ending::ClientGone);
+        }
+    }
+}
+
+/// The answer to a request, the counter of the route it took (`none`
+/// before one was chosen) and the target that answered (`none` when the
+/// gateway answered itself).
+async fn respond(
+    shared: &Arc<Shared>,
+    request: Request,
+    spent: &UpstreamTime,
+    pending: &mut Pending,
+) -> (Arc<RequestCounts>, Response, Arc<str>) {
+    let unrouted = |answer: Response| (Arc::clone(&shared.unrouted), answer, Arc::from("none"));
     let guard = shared.in_flight.start();
     if shared.is_draining() {
-        return counted(&shared.unrouted, draining());
+        return unrouted(retry_soon(request.uri(), "draining"));
     }
     if shared.in_flight.count() > shared.max_in_flight {
-        return counted(&shared.unrouted, busy());
+        let answer = retry_soon(request.uri(), "too many requests in flight");
+        return unrouted(answer);
     }
     let (mut parts, body) = request.into_parts();
     if let Some(key) = &shared.client_key {
         if !presents(&parts.headers, &key.0) {
-            return counted(
-                &shared.unrouted,
-                error(
-                    &parts.uri,
-                    StatusCode::UNAUTHORIZED,
-                    "missing or wrong gateway key",
-                ),
-            );
+            return unrouted(error(
+                &parts.uri,
+                StatusCode::UNAUTHORIZED,
+                "missing or wrong gateway key",
+            ));
         }
         // The gateway's own key is for the gateway alone.
         parts.headers.remove(http::header::AUTHORIZATION);
         parts.headers.remove("x-api-key");
     }
     if !safe_path(parts.uri.path()) {
-        return counted(
-            &shared.unrouted,
-            error(&parts.uri, StatusCode::BAD_REQUEST, "path not accepted"),
-        );
+        return unrouted(error(
+            &parts.uri,
+            StatusCode::BAD_REQUEST,
+            "path not accepted",
+        ));
     }
     let body = match tokio::time::timeout(
         shared.body_timeout,
@@ -87,17 +148,14 @@ pub(crate) async fn forward(State(shared): State<Arc<Shared>>, request: Request)
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "request body too large or unreadable",
             );
-            return counted(&shared.unrouted, answer);
+            return unrouted(answer);
         }
         Err(_) => {
-            return counted(
-                &shared.unrouted,
-                error(
-                    &parts.uri,
-                    StatusCode::REQUEST_TIMEOUT,
-                    "request body too slow",
-                ),
-            )
+            return unrouted(error(
+                &parts.uri,
+                StatusCode::REQUEST_TIMEOUT,
+                "request body too slow",
+            ))
         }
     };
     let path = parts.uri.path().to_owned();
@@ -113,14 +171,11 @@ pub(crate) async fn forward(State(shared): State<Arc<Shared>>, request: Request)
         .iter()
         .find(|r| r.matches(&path, peek.model.as_deref()))
     else {
-        return counted(
-            &shared.unrouted,
-            error(
-                &parts.uri,
-                StatusCode::NOT_FOUND,
-                "no route for this path and model",
-            ),
-        );
+        return unrouted(error(
+            &parts.uri,
+            StatusCode::NOT_FOUND,
+            "no route for this path and model",
+        ));
     };
     let bound_by_header = route
         .config
@@ -133,14 +188,20 @@ pub(crate) async fn forward(State(shared): State<Arc<Shared>>, request: Request)
     if bound_by_header || bound_by_body || bound_by_path {
         parts.extensions.insert(StateBound);
     }
+    pending.0 = Some(Arc::clone(&route.counts));
+    parts.extensions.insert(spent.clone());
     let uri = parts.uri.clone();
     let request = http::Request::from_parts(parts, Full::new(body));
     // Boxed as a plain `Send` future: the handler's own future then holds
     // no service type whose `Send` the compiler cannot prove in general.
     let sent: Pin<Box<dyn Future<Output = Result<Response<_>, llm_retry::BoxError>> + Send>> =
         Box::pin(route.failover.clone().oneshot(request));
+    let mut target: Arc<str> = Arc::from("none");
     let answer = match sent.await {
         Ok(mut response) => {
+            if let Some(report) = response.extensions().get::<FailoverReport>() {
+                target = answered_by(report);
+            }
             // An exhausted failover marked its answer with the wait left;
             // a target that gave up on its own is marked here.
             let exhausted = response
@@ -159,13 +220,17 @@ pub(crate) async fn forward(State(shared): State<Arc<Shared>>, request: Request)
         }
         Err(failure) => failed(&uri, &failure),
     };
-    counted(&route.counts, answer)
+    (Arc::clone(&route.counts), answer, target)
 }
 
-/// Counts an answer by route and status class (fixed vocabularies).
-fn counted(counts: &RequestCounts, answer: Response) -> Response {
-    counts.count(answer.status());
-    answer
+/// The target whose answer the failover handed over: its last attempt.
+fn answered_by(report: &FailoverReport) -> Arc<str> {
+    report
+        .attempts
+        .iter()
+        .rev()
+        .find(|a| !matches!(a.outcome, AttemptOutcome::Skipped(_)))
+        .map_or_else(|| Arc::from("none"), |a| Arc::clone(&a.target))
 }
 
 /// Whether the request presents the gateway's key, compared in time that
@@ -222,6 +287,14 @@ fn failed(uri: &http::Uri, failure: &llm_retry::BoxError) -> Response {
         FailoverErrorKind::BodyFailed => {
             (StatusCode::BAD_REQUEST, "request body could not be read")
         }
+        FailoverErrorKind::FirstContentTimeout => (
+            StatusCode::GATEWAY_TIMEOUT,
+            "the upstream stalled: no target sent its first content within its first_content_timeout",
+        ),
+        FailoverErrorKind::Exhausted if failure.is_rate_limited() => (
+            StatusCode::TOO_MANY_REQUESTS,
+            "every upstream is rate-limited: retry after the wait in retry-after",
+        ),
         FailoverErrorKind::Exhausted => (
             StatusCode::SERVICE_UNAVAILABLE,
             "every upstream turned the request away",
@@ -234,47 +307,6 @@ fn failed(uri: &http::Uri, failure: &llm_retry::BoxError) -> Response {
         llm_retry::downstream::set_wait_headers(answer.headers_mut(), wait);
     }
     answer
-}
-
-/// Answers while the gateway drains: try again (at another instance) in a
-/// second, so not marked final.
-fn draining() -> Response {
-    retry_soon("draining")
-}
-
-/// Answers when `max_in_flight` requests are already in flight.
-fn busy() -> Response {
-    retry_soon("too many requests in flight")
-}
-
-/// A 503 the client may retry in a second, on a new connection.
-fn retry_soon(message: &'static str) -> Response {
-    let mut response = (StatusCode::SERVICE_UNAVAILABLE, message).into_response();
-    llm_retry::downstream::set_wait_headers(response.headers_mut(), Duration::from_secs(1));
-    response
-        .headers_mut()
-        .insert("connection", HeaderValue::from_static("close"));
-    response
-}
-
-/// An error in the shape of the API the path belongs to.
-/// Always final: the gateway already did what retrying could do.
-fn error(uri: &http::Uri, status: StatusCode, message: &str) -> Response {
-    let body = if uri.path().starts_with("/v1/messages") {
-        serde_json::json!({"type": "error", "error": {"type": "api_error", "message": message}})
-    } else {
-        serde_json::json!({"error": {"message": message, "type": "api_error", "code": null}})
-    };
-    let mut response = (
-        status,
-        [("content-type", "application/json")],
-        Bytes::from(body.to_string()),
-    )
-        .into_response();
-    response
-        .headers_mut()
-        .insert("x-should-retry", HeaderValue::from_static("false"));
-    response
 }
 
 #[cfg(test)]

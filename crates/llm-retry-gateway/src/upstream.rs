@@ -15,6 +15,7 @@ use llm_retry::budget::RetryBudget;
 use llm_retry::rate_limit::{Quotas, RateLimitLayer};
 use llm_retry::{BoxError, ClientLayer, ConfigError, RetryPolicy};
 use metrics::Histogram;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 use tower::util::BoxCloneSyncService;
@@ -104,6 +105,7 @@ fn client_layer(route: &RouteConfig, target: &TargetConfig) -> Result<ClientLaye
     let budget = RetryBudget::default().named(format!("{}/{}", route.name, target.name));
     let mut policy = RetryPolicy::builder()
         .max_retries(target.max_retries)
+        .max_server_wait(target.max_server_wait)
         .max_elapsed(route.deadline)
         .budget(budget);
     if let Some(timeout) = target.attempt_timeout {
@@ -134,17 +136,43 @@ pub(crate) fn service(
     });
     let stack = layer
         .layer(client)
-        .map_response(|response: Response<_>| response.map(axum::body::Body::new))
-        .map_future(move |future| {
+        .map_response(|response: Response<_>| response.map(axum::body::Body::new));
+    let stack: TargetService = BoxCloneSyncService::new(stack);
+    let timed = tower::service_fn(move |request: Request<Full<Bytes>>| {
+        let spent = request.extensions().get::<UpstreamTime>().cloned();
+        let seconds = Arc::clone(&seconds);
+        let call = stack.clone().oneshot(request);
+        async move {
             let started = Instant::now();
-            let seconds = Arc::clone(&seconds);
-            async move {
-                let result = future.await;
-                seconds.record(started.elapsed());
-                result
+            let result = call.await;
+            let took = started.elapsed();
+            seconds.record(took);
+            if let Some(spent) = spent {
+                spent.add(took);
             }
-        });
-    Ok(BoxCloneSyncService::new(stack))
+            result
+        }
+    });
+    Ok(BoxCloneSyncService::new(timed))
+}
+
+/// The time one request spent in its targets' calls (to each answer's
+/// head; for a stream under the stream guard, its first content), summed
+/// over its attempts: what the gateway's own time excludes. It travels in
+/// the request's extensions, which every attempt's copy keeps.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct UpstreamTime(Arc<AtomicU64>);
+
+impl UpstreamTime {
+    fn add(&self, took: std::time::Duration) {
+        let nanos = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+        self.0.fetch_add(nanos, Ordering::Relaxed);
+    }
+
+    /// The time summed so far.
+    pub(crate) fn total(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos(self.0.load(Ordering::Relaxed))
+    }
 }
 
 /// `llm_retry_gateway_target_seconds` for one target, its handle looked up

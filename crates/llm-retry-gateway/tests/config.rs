@@ -40,6 +40,13 @@ fn a_good_config_is_read_and_its_secrets_stay_out_of_debug() {
     let route = &config.routes[0];
     assert_eq!(route.targets.len(), 2);
     assert_eq!(route.targets[1].model.as_deref(), Some("claude-haiku-4-5"));
+    // On a route with several targets the next target is the retry.
+    assert_eq!(route.targets[0].max_retries, 0, "the default");
+    assert_eq!(route.targets[1].max_retries, 1, "as written");
+    assert_eq!(
+        route.targets[0].max_server_wait,
+        std::time::Duration::from_secs(2)
+    );
     let debug = format!("{config:?}");
     assert!(!debug.contains("secret-"), "{debug}");
 }
@@ -126,6 +133,22 @@ fn every_refusal_names_the_field_and_the_line_it_is_on() {
             Some(23),
         ),
         (
+            replace(
+                "max_retries = 1",
+                "max_retries = 1\nmax_server_wait = \"60s\"",
+            ),
+            "route[claude].target[backup].max_server_wait",
+            Some(24),
+        ),
+        (
+            replace(
+                "max_retries = 1",
+                "max_retries = 1\nmax_server_wait = \"soon\"",
+            ),
+            "route[claude].target[backup].max_server_wait",
+            Some(24),
+        ),
+        (
             replace("name = \"backup\"", "name = \"primary\""),
             "route[claude].target[primary].name",
             Some(18),
@@ -138,7 +161,7 @@ fn every_refusal_names_the_field_and_the_line_it_is_on() {
         (
             replace(
                 "deadline = \"60s\"",
-                "deadline = \"60s\"\nmax_upstream_sends = 1",
+                "deadline = \"60s\"\nmax_upstream_sends = 0",
             ),
             "route[claude].max_upstream_sends",
             Some(8),

@@ -30,8 +30,8 @@ async fn requests_record_their_route_status_target_time_and_budget() {
     assert_eq!(head.status, 404);
     let text = handle.render();
     for line in [
-        r#"llm_retry_gateway_requests_total{route="r",status="2xx"} 2"#,
-        r#"llm_retry_gateway_requests_total{route="none",status="4xx"} 1"#,
+        r#"llm_retry_gateway_requests_total{route="r",status="2xx",ending="complete"} 2"#,
+        r#"llm_retry_gateway_requests_total{route="none",status="4xx",ending="complete"} 1"#,
         r#"llm_retry_gateway_target_seconds_count{route="r",target="a"} 2"#,
         r#"llm_retry_budget_available{budget="r/a"}"#,
         r#"llm_retry_retries_total{class="status"} 1"#,

@@ -309,10 +309,17 @@ async fn a_give_up_with_no_answer_to_hand_over_still_says_when_to_come_back() {
     let started = std::time::Instant::now();
     let (head, _) = send(post(&gw.url("/v1/messages"), PROMPT)).await;
     assert_eq!(head.status, 429);
-    // The target cools down: the next request reaches no target at all.
+    // The target cools down: the next request reaches no target at all,
+    // and is told it is rate-limited, with the wait left.
     let (head, _) = send(post(&gw.url("/v1/messages"), PROMPT)).await;
-    assert_eq!(head.status, 503);
+    assert_eq!(head.status, 429);
     assert_eq!(head.headers["x-should-retry"], "false");
+    let millis: u64 = head.headers["retry-after-ms"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(millis <= 5000 && millis > 0, "{millis} ms");
     // What is left of the named 5 s, however long the first request took.
     let secs: u64 = head.headers["retry-after"]
         .to_str()

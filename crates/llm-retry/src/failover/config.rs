@@ -19,7 +19,8 @@ pub const MAX_ROUNDS: u32 = 3;
 const DEFAULT_MAX_BODY: usize = 16 << 20;
 /// Default bound on requests of one failover waiting for a further round.
 const DEFAULT_MAX_WAITING_ROUNDS: usize = 64;
-/// The wait between rounds when no provider named one.
+/// The wait before the second round when no provider named one, from the
+/// end of the first; it doubles for each round after.
 pub(super) const UNNAMED_ROUND_WAIT: Duration = Duration::from_millis(500);
 /// The longest a target is skipped by every request after its provider
 /// named a wait: a bogus or huge one must not sideline it for hours.

@@ -11,6 +11,7 @@ pub struct FailoverError {
     kind: FailoverErrorKind,
     report: FailoverReport,
     retry_after: Option<std::time::Duration>,
+    rate_limited: bool,
     source: Option<BoxError>,
 }
 
@@ -21,6 +22,11 @@ pub enum FailoverErrorKind {
     /// Every target turned the request away without an answer to hand
     /// over (connections refused, sends refused locally, all cooling down).
     Exhausted,
+    /// No target sent its answer (for a stream under the stream guard: its
+    /// first content) within its
+    /// [`first_content_timeout`](super::Target::first_content_timeout),
+    /// and no other answer came to hand over: the upstream stalled.
+    FirstContentTimeout,
     /// A target failed in a way that may have executed the request: no
     /// other target was tried.
     Failed,
@@ -47,6 +53,7 @@ impl FailoverError {
             kind,
             report,
             retry_after: None,
+            rate_limited: false,
             source,
         }
     }
@@ -55,6 +62,19 @@ impl FailoverError {
     pub(super) fn with_retry_after(mut self, wait: Option<std::time::Duration>) -> FailoverError {
         self.retry_after = wait;
         self
+    }
+
+    /// The same error, telling whether a rate limit named its wait.
+    pub(super) fn with_rate_limited(mut self, rate_limited: bool) -> FailoverError {
+        self.rate_limited = rate_limited;
+        self
+    }
+
+    /// Whether the wait in [`retry_after`](Self::retry_after) was named by
+    /// a rate limit (a 429, or a window with no request left), rather than
+    /// an overload: a gateway then answers its client with a rate limit.
+    pub fn is_rate_limited(&self) -> bool {
+        self.rate_limited && self.retry_after.is_some()
     }
 
     /// For an exhausted failover, the wait left until the soonest target
@@ -79,6 +99,11 @@ impl fmt::Display for FailoverError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.kind {
             FailoverErrorKind::Exhausted => write!(f, "failover exhausted: {}", self.report),
+            FailoverErrorKind::FirstContentTimeout => write!(
+                f,
+                "no first content within the first-content timeout: {}",
+                self.report
+            ),
             FailoverErrorKind::Failed => write!(f, "failover stopped: {}", self.report),
             FailoverErrorKind::Deadline => write!(f, "failover deadline passed: {}", self.report),
             FailoverErrorKind::BodyTooLarge { cap } => {

@@ -9,10 +9,14 @@
 //! by the same [`RetryPolicy::judge`](crate::RetryPolicy::judge) as every
 //! retry): a 429, a 529 or an `overloaded_error` (as a status, or as a
 //! stream's first event before any content), a connection never made, or
-//! a send refused locally. Anything else — a success, a timeout after
-//! sending, a reset after the request was written, a malformed answer, an
-//! auth or configuration error, partial output — ends the request with
-//! that outcome.
+//! a send refused locally. It also moves on after an overload answered
+//! with a status, so before any content — a 502, 503, 504 or 529, or a 500
+//! whose body names `server_error` or `overloaded_error` — though such an
+//! answer is no certified rejection and lets no further round begin.
+//! Anything else — a success, another 5xx, a timeout after sending, a
+//! reset after the request was written, a malformed answer, an auth or
+//! configuration error, partial output — ends the request with that
+//! outcome.
 //!
 //! ```no_run
 //! use llm_retry::failover::{ExhaustionRetry, Failover, Target};
@@ -53,7 +57,8 @@
 //! or an overload certified as a rejection, one more round may begin —
 //! again from the first target, skipping those still inside the wait
 //! their provider named, with fresh requests built from the original —
-//! after the soonest such wait (500 ms when none was named) plus jitter.
+//! after the soonest such wait (when none was named: 500 ms from the end
+//! of the round, doubling each round) plus jitter.
 //! It begins only if the request is not state-bound, no attempt of the
 //! round was ambiguous, the shutdown has not started, sends are left, the
 //! wait fits in `max_wait`, the deadline can hold the wait and one more
@@ -77,6 +82,7 @@ mod body;
 mod config;
 mod error;
 mod operation;
+mod overload;
 mod report;
 mod service;
 mod shutdown;

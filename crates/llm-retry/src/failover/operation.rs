@@ -4,6 +4,7 @@
 use super::body::FailoverBody;
 use super::config::{Config, MAX_COOLDOWN, UNNAMED_ROUND_WAIT};
 use super::error::{FailoverError, FailoverErrorKind};
+use super::overload::{self, Shape};
 use super::report::{
     AttemptOutcome, FailoverReport, FailoverStop, SkipReason, Suppression, TargetAttempt,
 };
@@ -31,10 +32,12 @@ const KEPT_BODY_TIME: Duration = Duration::from_secs(1);
 
 /// When a target takes requests again, as this request learned it.
 #[derive(Debug, Clone, Copy)]
-struct Ready {
-    at: Instant,
+pub(super) struct Ready {
+    pub(super) at: Instant,
     /// Its provider named the wait (else it is the default pause).
-    named: bool,
+    pub(super) named: bool,
+    /// A rate limit named it (else an overload or a refusal).
+    pub(super) rate_limited: bool,
 }
 
 /// The state of one request, monotonic across rounds: sends, attempts,
@@ -236,6 +239,19 @@ impl<S> Operation<S> {
                         self.last_answer = Some(keep(response).await);
                     }
                     Verdict::Final => {
+                        let response = match moves_on(response).await {
+                            Ok(kept) => {
+                                // Before content, but maybe executed: on
+                                // to the next target, no further round.
+                                self.record(&target, AttemptOutcome::MovedOn(kept.status()));
+                                failed(&target);
+                                ambiguous = true;
+                                self.ready[index] = overload::named_ready(kept.headers());
+                                self.last_answer = Some(kept);
+                                continue;
+                            }
+                            Err(response) => response,
+                        };
                         self.record(&target, AttemptOutcome::Answered(response.status()));
                         if response.status().is_server_error() {
                             failed(&target);
@@ -244,7 +260,7 @@ impl<S> Operation<S> {
                             observe::failover_round_served();
                         }
                         self.report.stop = FailoverStop::Answered;
-                        let mut response = response.map(FailoverBody::upstream);
+                        let mut response = response;
                         response.extensions_mut().insert(self.report.clone());
                         return RoundEnd::Final(Ok(response));
                     }
@@ -306,7 +322,8 @@ impl<S> Operation<S> {
                     (window.remaining == 0).then_some((cooldown, window.reset_in?))
                 });
                 if let Some((cooldown, reset_in)) = spent {
-                    cooldown.extend(Instant::now() + reset_in.min(MAX_COOLDOWN));
+                    // No request left in the window: a rate limit.
+                    cooldown.extend(Instant::now() + reset_in.min(MAX_COOLDOWN), true);
                 }
                 Verdict::Final
             }
@@ -356,15 +373,21 @@ impl<S> Operation<S> {
         self.record(target, AttemptOutcome::Rejected(rejection));
         failed(target);
         let now = Instant::now();
+        let rate_limited = rejection.kind == RejectionKind::RateLimited;
         self.ready[index] = match rejection.wait {
-            Some(wait) => now.checked_add(wait).map(|at| Ready { at, named: true }),
+            Some(wait) => now.checked_add(wait).map(|at| Ready {
+                at,
+                named: true,
+                rate_limited,
+            }),
             None => Some(Ready {
                 at: now + UNNAMED_ROUND_WAIT,
                 named: false,
+                rate_limited,
             }),
         };
         if let (Some(wait), Some(cooldown)) = (rejection.wait, &target.cooldown) {
-            cooldown.extend(now + wait.min(MAX_COOLDOWN));
+            cooldown.extend(now + wait.min(MAX_COOLDOWN), rate_limited);
         }
     }
 
@@ -395,24 +418,32 @@ impl<S> Operation<S> {
     /// cooling down) takes requests again; `named` keeps only the waits a
     /// provider named.
     fn soonest_ready(&self, now: Instant, named: bool) -> Option<Instant> {
+        self.soonest_cause(now, named).map(|(at, _)| at)
+    }
+
+    /// As [`soonest_ready`](Self::soonest_ready), with whether a rate limit
+    /// named that wait.
+    fn soonest_cause(&self, now: Instant, named: bool) -> Option<(Instant, bool)> {
         let own = self
             .ready
             .iter()
             .flatten()
             .filter(|r| !named || r.named)
-            .map(|r| r.at);
+            .map(|r| (r.at, r.rate_limited));
         let shared = self
             .targets
             .iter()
-            .filter_map(|t| t.cooldown.as_ref()?.until(now));
+            .filter_map(|t| t.cooldown.as_ref()?.state(now));
         // A target down for its failures comes back unnamed by any provider.
         let down = self
             .targets
             .iter()
             .filter(|_| !named)
-            .filter_map(|t| t.health.as_ref()?.down_until(now));
+            .filter_map(|t| Some((t.health.as_ref()?.down_until(now)?, false)));
         let shared = shared.chain(down);
-        own.chain(shared).filter(|at| !named || *at > now).min()
+        own.chain(shared)
+            .filter(|(at, _)| !named || *at > now)
+            .min_by_key(|(at, _)| *at)
     }
 
     /// Whether another round may begin, and the wait before it, checked
@@ -448,9 +479,20 @@ impl<S> Operation<S> {
             return Err(Suppression::SendBudget);
         }
         let now = Instant::now();
-        let asked = self
-            .soonest_ready(now, false)
-            .map_or(UNNAMED_ROUND_WAIT, |at| at.saturating_duration_since(now));
+        let asked = match self.soonest_ready(now, true) {
+            // A wait a provider named is a floor of its own.
+            Some(at) => at.saturating_duration_since(now),
+            // None named: a backoff from now, doubling each round (a wait
+            // counted from a rejection early in the round would be mostly
+            // over already), and no sooner than a target down for its
+            // failures is back.
+            None => {
+                let doublings = self.report.rounds.saturating_sub(1).min(6);
+                let backoff = UNNAMED_ROUND_WAIT.saturating_mul(1 << doublings);
+                self.soonest_ready(now, false)
+                    .map_or(backoff, |at| at.saturating_duration_since(now).max(backoff))
+            }
+        };
         if asked > retry.max_wait {
             return Err(Suppression::WaitTooLong {
                 asked,
@@ -503,7 +545,8 @@ impl<S> Operation<S> {
         self.report.suppressed = Some(suppression);
         self.report.stop = FailoverStop::Exhausted;
         let now = Instant::now();
-        let named = self.soonest_ready(now, true);
+        let cause = self.soonest_cause(now, true);
+        let named = cause.map(|(at, _)| at);
         match self.last_answer.take() {
             Some(response) => {
                 let mut response = response.map(FailoverBody::kept);
@@ -529,9 +572,22 @@ impl<S> Operation<S> {
             None => {
                 let source = self.last_error.take();
                 let left = named.map(|at| at.saturating_duration_since(now));
-                let error =
-                    FailoverError::new(FailoverErrorKind::Exhausted, self.report.clone(), source);
-                Err(Box::new(error.with_retry_after(left)))
+                // With no answer to hand over, a stall says more than a
+                // refused connection: the target had taken the request.
+                let timed_out = self
+                    .report
+                    .attempts
+                    .iter()
+                    .any(|a| a.outcome == AttemptOutcome::FirstContentTimeout);
+                let kind = if timed_out {
+                    FailoverErrorKind::FirstContentTimeout
+                } else {
+                    FailoverErrorKind::Exhausted
+                };
+                let error = FailoverError::new(kind, self.report.clone(), source)
+                    .with_retry_after(left)
+                    .with_rate_limited(cause.is_some_and(|(_, rate_limited)| rate_limited));
+                Err(Box::new(error))
             }
         }
     }
@@ -568,6 +624,28 @@ fn throttled(rejection: Rejection) -> bool {
         rejection.kind,
         RejectionKind::RateLimited | RejectionKind::Overloaded
     )
+}
+
+/// An answer that is not a certified rejection, read as far as needed:
+/// `Ok` with its body read when it is an overload answered before content
+/// (the request moves on), else `Err` with the answer to hand over.
+async fn moves_on<B>(response: Response<B>) -> Result<Response<Bytes>, Response<FailoverBody<B>>>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    match overload::shape(response.status()) {
+        Shape::Answer => Err(response.map(FailoverBody::upstream)),
+        Shape::Overload => Ok(keep(response).await),
+        Shape::ReadTheBody => {
+            let kept = keep(response).await;
+            if overload::body_names_overload(kept.body()) {
+                Ok(kept)
+            } else {
+                Err(kept.map(FailoverBody::kept))
+            }
+        }
+    }
 }
 
 /// A rejection's answer with (the start of) its body read, so its

@@ -70,6 +70,11 @@ pub enum AttemptOutcome {
     Answered(StatusCode),
     /// The target turned the request away before executing it.
     Rejected(Rejection),
+    /// An overload or a 5xx answered before any content, with this status
+    /// (502, 503, 504, 529, or a 500 whose body names `server_error` or
+    /// `overloaded_error`), that is not certified as a rejection: the
+    /// request moved on to the next target, and no further round begins.
+    MovedOn(StatusCode),
     /// No answer (or first content) within the target's first-content time.
     FirstContentTimeout,
     /// The target failed in a way that may have executed the request.
@@ -122,7 +127,9 @@ pub enum Suppression {
     /// The request is bound to provider state.
     StateBound,
     /// An attempt of the round may have been executed (a first-content
-    /// timeout): only certified rejections allow a further round.
+    /// timeout, or an overload answered before content that is not
+    /// certified as a rejection): only certified rejections allow a
+    /// further round.
     Ambiguous,
     /// An attempt was turned away for another reason than a rate limit or
     /// an overload (a connection never made, a send refused locally).

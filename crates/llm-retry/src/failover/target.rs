@@ -175,22 +175,30 @@ impl Health {
     }
 }
 
-/// Until when a target is skipped, shared by every request.
+/// Until when a target is skipped, shared by every request, and whether a
+/// rate limit (rather than an overload) named that wait.
 #[derive(Debug, Default)]
-pub(super) struct Cooldown(Mutex<Option<Instant>>);
+pub(super) struct Cooldown(Mutex<Option<(Instant, bool)>>);
 
 impl Cooldown {
     /// When the cooldown ends, if it has not yet.
     pub(super) fn until(&self, now: Instant) -> Option<Instant> {
-        let until = *self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        until.filter(|until| *until > now)
+        self.state(now).map(|(until, _)| until)
     }
 
-    /// Extends the cooldown to at least `until`.
-    pub(super) fn extend(&self, until: Instant) {
+    /// When the cooldown ends, if it has not yet, and whether a rate limit
+    /// named it.
+    pub(super) fn state(&self, now: Instant) -> Option<(Instant, bool)> {
+        let state = *self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        state.filter(|(until, _)| *until > now)
+    }
+
+    /// Extends the cooldown to at least `until`; `rate_limited` says what
+    /// named the wait, and is kept when it sets the end.
+    pub(super) fn extend(&self, until: Instant, rate_limited: bool) {
         let mut current = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if current.is_none_or(|current| current < until) {
-            *current = Some(until);
+        if current.is_none_or(|(current, _)| current < until) {
+            *current = Some((until, rate_limited));
         }
     }
 }

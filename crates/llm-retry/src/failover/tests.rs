@@ -63,6 +63,7 @@ fn outcomes(report: &FailoverReport) -> Vec<(&str, u32, String)> {
             let outcome = match &a.outcome {
                 AttemptOutcome::Answered(status) => format!("answered {}", status.as_u16()),
                 AttemptOutcome::Rejected(r) => format!("rejected {}", r.kind.label()),
+                AttemptOutcome::MovedOn(status) => format!("moved on {}", status.as_u16()),
                 AttemptOutcome::Skipped(reason) => format!("skipped {}", reason.label()),
                 AttemptOutcome::FirstContentTimeout => "first content timeout".to_owned(),
                 AttemptOutcome::Failed => "failed".to_owned(),
@@ -107,16 +108,27 @@ async fn the_first_target_serves_when_it_can() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_certified_rejection_moves_the_request_on_and_nothing_else_does() {
-    let cases: [(Reply, bool); 7] = [
+async fn a_rejection_or_an_overload_before_content_moves_the_request_on_and_nothing_else_does() {
+    let cases: [(Reply, bool); 12] = [
         (rate_limited("1"), true),
         (Reply::overloaded(), true),
         (
             Reply::anthropic_stream_error("overloaded_error", "Overloaded"),
             false,
         ),
-        (Reply::status(503), false),
+        (Reply::status(503), true),
+        (Reply::status(502).body("<html>Bad Gateway</html>"), true),
+        (Reply::status(504), true),
+        (
+            Reply::openai_error(500, "server_error", None, "The server had an error"),
+            true,
+        ),
+        (
+            Reply::anthropic_error(500, "overloaded_error", "Overloaded"),
+            true,
+        ),
         (Reply::status(500), false),
+        (Reply::anthropic_error(500, "api_error", "Internal"), false),
         (
             Reply::anthropic_error(401, "authentication_error", "bad key"),
             false,
@@ -614,14 +626,14 @@ async fn a_target_failing_too_often_is_skipped_for_its_window_then_tried_again()
 
 #[tokio::test(start_paused = true)]
 async fn a_failure_a_whole_window_old_no_longer_counts() {
-    let (a, b, failover) = unhealthy_a_then_b(Reply::status(503)).await;
+    let (a, b, failover) = unhealthy_a_then_b(Reply::status(500)).await;
     let status = || async { failover.clone().oneshot(request()).await.unwrap().status() };
-    // A 503 without a wait is handed over, and counts as a failure.
-    assert_eq!(status().await, 503);
+    // A plain 500 is handed over, and counts as a failure.
+    assert_eq!(status().await, 500);
     tokio::time::sleep(Duration::from_secs(10)).await;
-    assert_eq!(status().await, 503);
+    assert_eq!(status().await, 500);
     // The first failure is 10 s old, out of the window: one counts.
-    assert_eq!(status().await, 503);
+    assert_eq!(status().await, 500);
     assert_eq!(a.request_count(), 3);
     // Two inside the window: a is down.
     assert_eq!(status().await, 200);
@@ -1126,4 +1138,124 @@ fn set_model_keeps_every_other_byte_and_leaves_bodies_without_a_model_alone() {
         let mut body = Bytes::copy_from_slice(broken);
         assert!(rewrite(&mut parts, &mut body).is_err(), "{broken:?}");
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_overload_that_is_no_certified_rejection_moves_on_but_begins_no_round() {
+    let a = upstream(Route::always(Reply::openai_error(
+        503,
+        "server_error",
+        None,
+        "The server is overloaded",
+    )))
+    .await;
+    let b = upstream(Route::always(Reply::status(502))).await;
+    let failover = with_round(vec![target("a", &a), target("b", &b)])
+        .build()
+        .unwrap();
+    let response = failover.oneshot(request()).await.unwrap();
+    assert_eq!(response.status(), 502, "the last answer is handed over");
+    assert_eq!(response.headers()["x-should-retry"], "false");
+    let report = report(&response);
+    assert_eq!(
+        outcomes(&report),
+        [
+            ("a", 1, "moved on 503".to_owned()),
+            ("b", 1, "moved on 502".to_owned())
+        ]
+    );
+    assert_eq!(report.suppressed, Some(Suppression::Ambiguous));
+    assert_eq!((a.request_count(), b.request_count()), (1, 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_500_that_names_no_overload_is_handed_over_whole() {
+    let body = format!(
+        r#"{{"type":"error","error":{{"type":"api_error","message":"{}"}}}}"#,
+        "x".repeat(100)
+    );
+    let a = upstream(Route::always(Reply::status(500).body(body.clone()))).await;
+    let b = upstream(Route::always(Reply::anthropic_ok("b"))).await;
+    let failover = Failover::builder(vec![target("a", &a), target("b", &b)])
+        .build()
+        .unwrap();
+    let response = failover.oneshot(request()).await.unwrap();
+    assert_eq!(response.status(), 500);
+    let read = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(read, body.as_bytes());
+    assert_eq!(b.request_count(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stall_with_no_answer_to_hand_over_ends_as_a_first_content_timeout() {
+    let slow = upstream(Route::always(
+        Reply::anthropic_ok("late").delay(Duration::from_secs(30)),
+    ))
+    .await;
+    let failover = Failover::builder(vec![
+        target("slow", &slow).first_content_timeout(Duration::from_secs(1))
+    ])
+    .build()
+    .unwrap();
+    let error = failover.oneshot(request()).await.unwrap_err();
+    let error = error.downcast_ref::<FailoverError>().unwrap();
+    assert_eq!(error.kind(), FailoverErrorKind::FirstContentTimeout);
+    assert!(!error.is_rate_limited());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cooldown_remembers_whether_a_rate_limit_named_it() {
+    for (first, rate_limited) in [
+        (rate_limited("5"), true),
+        (Reply::overloaded().header("retry-after", "5"), false),
+    ] {
+        let a = upstream(Route::always(first)).await;
+        let failover = Failover::builder(vec![target("a", &a).cooldown()])
+            .build()
+            .unwrap();
+        let _ = failover.clone().oneshot(request()).await.unwrap();
+        let error = failover.oneshot(request()).await.unwrap_err();
+        let error = error.downcast_ref::<FailoverError>().unwrap();
+        assert_eq!(error.kind(), FailoverErrorKind::Exhausted);
+        assert_eq!(error.is_rate_limited(), rate_limited);
+        assert_eq!(error.retry_after(), Some(Duration::from_secs(5)));
+        assert_eq!(a.request_count(), 1);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn rounds_without_a_named_wait_back_off_from_the_end_of_the_round_and_double() {
+    // a is overloaded at once, b only after 450 ms: a wait counted from
+    // a's rejection would be nearly over when the round ends.
+    let a = upstream(Route::always(Reply::overloaded())).await;
+    let b = upstream(Route::always(
+        Reply::overloaded().delay(Duration::from_millis(450)),
+    ))
+    .await;
+    let failover = Failover::builder(vec![target("a", &a), target("b", &b)])
+        .exhaustion_retry(ExhaustionRetry::new(2, Duration::from_secs(5)))
+        .build()
+        .unwrap();
+    let response = failover.oneshot(request()).await.unwrap();
+    assert_eq!(response.status(), 529);
+    let report = report(&response);
+    assert_eq!(report.rounds, 3);
+    assert_eq!(report.upstream_sends, 6);
+    // 500 ms, then 1 s, each with up to a fifth of jitter on top.
+    assert!(
+        report.waited >= Duration::from_millis(1500)
+            && report.waited <= Duration::from_millis(1800),
+        "{:?}",
+        report.waited
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_overload_handed_over_at_the_end_keeps_the_wait_it_named() {
+    let a = upstream(Route::always(Reply::status(503).header("retry-after", "7"))).await;
+    let failover = Failover::builder(vec![target("a", &a)]).build().unwrap();
+    let response = failover.oneshot(request()).await.unwrap();
+    assert_eq!(response.status(), 503);
+    assert_eq!(response.headers()["x-should-retry"], "false");
+    assert_eq!(response.headers()["retry-after"], "7");
 }

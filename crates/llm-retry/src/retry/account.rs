@@ -361,6 +361,14 @@ impl Account {
     /// As [`finish`](Self::finish), `elapsed` after the start.
     fn finish_after(&self, stop: StopReason, elapsed: Duration) -> RetryReport {
         let report = self.state.report_after(stop, elapsed);
+        // Recorded once, at the end: a text log repeats a span field at
+        // every record, and each retry line names its resend already.
+        if report.retried() {
+            self.span.record(
+                "http.request.resend_count",
+                report.attempts.saturating_sub(1),
+            );
+        }
         if report.stop == StopReason::Succeeded {
             if report.retried() {
                 tracing::info!(attempts = report.attempts, "llm-retry: recovered");
@@ -386,10 +394,6 @@ impl Account {
     /// Counts a resend about to go.
     pub(crate) fn record_resend(&mut self) {
         self.state.record_send();
-        self.span.record(
-            "http.request.resend_count",
-            self.state.attempts().saturating_sub(1),
-        );
     }
 
     /// Gives up because the inner service failed instead of becoming ready,
