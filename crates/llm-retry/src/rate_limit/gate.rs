@@ -208,6 +208,43 @@ impl KeyState {
         (left > limit).then_some(GateError::HeldTooLong { asked: left, limit })
     }
 
+    /// The key served its `order`-th send: evidence against a hold put for
+    /// an earlier send's refusal, which ends once most later sends were
+    /// served.
+    fn contest_hold(&mut self, order: u64, now: Instant) {
+        let Some(contest) = &mut self.contest else {
+            return;
+        };
+        if order <= contest.order {
+            return;
+        }
+        if contest.until <= now {
+            self.contest = None;
+            return;
+        }
+        contest.served = contest.served.saturating_add(1);
+        if !contest.lost() {
+            return;
+        }
+        self.contest = None;
+        self.doubted_at = Some(now);
+        let Some(held) = self.held_until.filter(|held| *held > now) else {
+            return;
+        };
+        tracing::debug!("llm-retry: the key serves sends after a 429: its hold ends");
+        crate::observe::gate_stood_down("hold");
+        self.held_until = None;
+        self.asked = None;
+        // The waiting sends' quota slots move back by what the hold had left.
+        self.shift = self
+            .shift
+            .saturating_sub(held.saturating_duration_since(now));
+        if let Some(l) = &mut self.learned {
+            l.schedule.rebase(l.rate.interval(), now);
+        }
+        self.woken.notify_waiters();
+    }
+
     /// Why a send with `bounds` cannot wait out the key's hold, if it
     /// cannot: it honours less of the named wait than is left, or the hold
     /// ends past its deadline.
@@ -223,9 +260,9 @@ impl KeyState {
     }
 
     /// Whether a hold of this key was lost to its answers lately.
-    fn doubts_holds(&self) -> bool {
+    fn doubts_holds(&self, now: Instant) -> bool {
         self.doubted_at
-            .is_some_and(|at| Instant::now().saturating_duration_since(at) < DOUBT_FOR)
+            .is_some_and(|at| now.saturating_duration_since(at) < DOUBT_FOR)
     }
 
     /// Whether the key's hold was corroborated: later sends were refused
@@ -817,9 +854,7 @@ impl Gate {
             }),
         };
         let corroborated = contest.won();
-        // The room a stated quota had is spent.
-        state.stated_room = 0;
-        if state.doubts_holds() && !corroborated {
+        if state.doubts_holds(now) && !corroborated {
             // Not yet: this request waits its own wait.
             return false;
         }
@@ -866,11 +901,13 @@ impl Gate {
         named_wait: Option<Duration>,
         final_answer: bool,
     ) {
-        if let Some(state) = self.lock().get_mut(&key) {
-            // The room a stated quota had is spent.
-            state.stated_room = 0;
-        }
-        self.learn(key, now, |rate, bounds| {
+        let mut keys = self.lock();
+        let Some(state) = keys.get_mut(&key) else {
+            return;
+        };
+        // The room a stated quota had is spent.
+        state.stated_room = 0;
+        self.learn_in(state, now, |rate, bounds| {
             let did = rate.on_throttle(bounds, sent, now, named_wait);
             if final_answer {
                 rate.cap_at_refusal();
@@ -960,11 +997,16 @@ impl Gate {
         tokens: Option<crate::hint::TokenWindow>,
         limit: Duration,
     ) {
+        // A gate told its quotas, with no news to take, trusts the holds its
+        // keys meet: a success takes no lock there.
+        if self.adaptive.is_none() && window.is_none() && tokens.is_none() {
+            return;
+        }
         let mut keys = self.lock();
         let Some(state) = keys.get_mut(&key) else {
             return;
         };
-        self.contest_hold(state, order, now);
+        state.contest_hold(order, now);
         self.learn_in(state, now, |rate, bounds| {
             rate.on_success(bounds, sent, now)
         });
@@ -976,60 +1018,14 @@ impl Gate {
         }
     }
 
-    /// The key served its `order`-th send: evidence against a hold put for
-    /// an earlier send's refusal, which ends once most later sends were
-    /// served.
-    fn contest_hold(&self, state: &mut KeyState, order: u64, now: Instant) {
-        let Some(contest) = &mut state.contest else {
-            return;
-        };
-        if order <= contest.order {
-            return;
-        }
-        if contest.until <= now {
-            state.contest = None;
-            return;
-        }
-        contest.served = contest.served.saturating_add(1);
-        if !contest.lost() {
-            return;
-        }
-        state.contest = None;
-        state.doubted_at = Some(now);
-        let Some(held) = state.held_until.filter(|held| *held > now) else {
-            return;
-        };
-        tracing::debug!("llm-retry: the key serves sends after a 429: its hold ends");
-        crate::observe::gate_stood_down("hold");
-        state.held_until = None;
-        state.asked = None;
-        // The waiting sends' quota slots move back by what the hold had left.
-        state.shift = state
-            .shift
-            .saturating_sub(held.saturating_duration_since(now));
-        if let Some(l) = &mut state.learned {
-            l.schedule.rebase(l.rate.interval(), now);
-        }
-        state.woken.notify_waiters();
-    }
-
     /// A send succeeded, its answer stating nothing.
     #[cfg(test)]
     pub(super) fn succeeded(&self, key: u64, now: Instant) {
         self.served(key, (0, now), now, None, None, Duration::ZERO);
     }
 
-    /// Lets `update` change `key`'s learned rate; a change re-bases the
+    /// Lets `update` change the key's learned rate; a change re-bases the
     /// schedule, and a rise worth it wakes the waiting sends.
-    fn learn(&self, key: u64, now: Instant, update: impl FnOnce(&mut Learned, &AdaptiveRate)) {
-        if self.adaptive.is_none() {
-            return;
-        }
-        if let Some(state) = self.lock().get_mut(&key) {
-            self.learn_in(state, now, update);
-        }
-    }
-
     fn learn_in(
         &self,
         state: &mut KeyState,
