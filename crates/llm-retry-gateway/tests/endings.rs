@@ -64,11 +64,12 @@ async fn requests_are_counted_by_how_they_ended() {
     .await;
 
     // A stream cut by the upstream after its content began.
-    // The cut comes 200 ms after the first content, in the second event.
+    // The cut comes a second after the first content, in the second event:
+    // time enough, on a loaded machine, for the head to reach the client.
     let first = Reply::sse([delta("Hello")]).expected_body().unwrap().len();
     let cut = Reply::sse([
         delta("Hello"),
-        delta(" there").after(Duration::from_millis(200)),
+        delta(" there").after(Duration::from_secs(1)),
     ])
     .reset_after_bytes(first + 10);
     let (gw, _up) = route("cut", cut, "").await;
