@@ -48,19 +48,31 @@ pub(crate) fn some_gate() -> bool {
     SOME_GATE.load(Ordering::Relaxed)
 }
 
-/// Per-key pacing state shared by every clone of one [`RateLimitLayer`](super::RateLimitLayer).
+/// Per-key pacing state shared by every clone of one [`RateLimitLayer`](super::RateLimitLayer):
+/// one pointer, so a send's future carries its gate for one word.
 #[derive(Clone)]
-pub(super) struct Gate {
+pub(super) struct Gate(Arc<Shared>);
+
+/// What the clones of a [`Gate`] share.
+pub(super) struct Shared {
     requests: Option<Pace>,
     tokens: Option<Pace>,
     adaptive: Option<AdaptiveRate>,
-    keys: Arc<Mutex<Keys<KeyState>>>,
+    keys: Mutex<Keys<KeyState>>,
     /// Set once any key's provider stated a token quota.
-    tokens_stated: Arc<AtomicBool>,
+    tokens_stated: AtomicBool,
     /// Keys the hash of a request's authority and credentials with a
     /// secret of this gate's: callers who choose their own API keys (a
     /// gateway's) cannot aim one at another caller's quota.
     key_hasher: std::hash::RandomState,
+}
+
+impl std::ops::Deref for Gate {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
 }
 
 #[derive(Debug)]
@@ -463,14 +475,14 @@ impl Gate {
         if tokens.is_some() {
             SOME_GATE_COUNTS_TOKENS.store(true, Ordering::Relaxed);
         }
-        Gate {
+        Gate(Arc::new(Shared {
             requests,
             tokens,
             adaptive,
-            keys: Arc::default(),
-            tokens_stated: Arc::default(),
+            keys: Mutex::default(),
+            tokens_stated: AtomicBool::new(false),
             key_hasher: std::hash::RandomState::new(),
-        }
+        }))
     }
 
     /// What [`default_key`](super::key::default_key) hashes with.

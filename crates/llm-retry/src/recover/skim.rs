@@ -30,9 +30,10 @@ pub(crate) fn skimmed_max_tokens(body: &[u8]) -> Option<u64> {
 }
 
 /// The raw JSON value of the body's top-level `model` member (its quotes
-/// included), found by skimming. `None` when the body is not a JSON
-/// object, names no model, or has a member name with an escape in it (a
-/// request keyed without its model is keyed as before models counted).
+/// included), found by skimming up to it. `None` when the body is not a
+/// JSON object as far as that, names no model, or has a member name with
+/// an escape in it before it (a request keyed without its model is keyed
+/// as before models counted).
 pub(crate) fn skimmed_model(body: &[u8]) -> Option<&[u8]> {
     match skim(body, &["model"]) {
         Skimmed::Found([model]) => model,
@@ -77,6 +78,11 @@ fn skim<'a, const N: usize>(body: &'a [u8], names: &[&str; N]) -> Skimmed<'a, N>
         };
         if let Some(i) = names.iter().position(|name| name.as_bytes() == key) {
             found[i].get_or_insert(&body[start..end]);
+            // Every name found: the rest of the body cannot change them
+            // (the first member of a name counts).
+            if found.iter().all(Option::is_some) {
+                return Skimmed::Found(found);
+            }
         }
         at = skip_space(body, end);
         match body.get(at) {
@@ -195,6 +201,11 @@ mod tests {
         assert_eq!(model(r#"{"mo\u0064el":"z"}"#), None);
         assert_eq!(model("not json"), None);
         assert_eq!(model(r#"{"model":"#), None);
+        // Found: what follows is not read (the provider judges the rest).
+        assert_eq!(
+            model(r#"{"model":"claude-x","messages":[oops"#),
+            Some(br#""claude-x""#.to_vec())
+        );
     }
 
     #[test]
