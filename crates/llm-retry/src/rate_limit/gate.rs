@@ -10,12 +10,14 @@
 use super::adaptive::{AdaptiveRate, Learned, Throttle};
 use super::concurrency::Flight;
 use super::error::GateError;
-use super::gcra::{Pace, Tat};
+use super::gcra::Pace;
+#[cfg(test)]
+pub(super) use super::hold::UNCONTESTED;
+use super::hold::{Hold, Placed};
 use super::keys::{Keys, Sweepable};
-use super::refund::Refunds;
+use super::quota_book::{Paces, QuotaBook};
 use super::schedule::Schedule;
-use super::stated_tokens::StatedTokens;
-use super::window::{Place, Window};
+use super::window::{Ledger, Place};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -55,8 +57,7 @@ pub(super) struct Gate(Arc<Shared>);
 
 /// What the clones of a [`Gate`] share.
 pub(super) struct Shared {
-    requests: Option<Pace>,
-    tokens: Option<Pace>,
+    paces: Paces,
     adaptive: Option<AdaptiveRate>,
     keys: Mutex<Keys<KeyState>>,
     /// Set once any key's provider stated a token quota.
@@ -80,90 +81,21 @@ struct KeyState {
     /// Tells this key's state from a later one under the same key, after
     /// an eviction: a booking holds the id it was made under.
     id: u64,
-    requests: Tat,
-    tokens: Tat,
-    /// No send before this instant: the provider named a wait.
-    held_until: Option<Instant>,
-    /// When the hold was put, and the wait the provider named then, which
-    /// may be longer than the hold: a request that honours less fails fast.
-    asked: Option<(Instant, Duration)>,
-    /// The answers to the sends that left after the one whose refusal put
-    /// the hold: when most of them are served, the key was not out.
-    contest: Option<Contest>,
-    /// When a hold of this key was last lost to the key's own answers: for
-    /// [`DOUBT_FOR`] after, a named wait holds the key only once later
-    /// sends were refused too.
-    doubted_at: Option<Instant>,
-    /// How far holds have pushed the quota schedule so far: a waiting
-    /// send's quota slot moves by what was added since it was booked, so
-    /// the queue keeps its order and spacing behind a hold.
-    shift: Duration,
+    /// Its bookings under the configured and the stated quotas.
+    quotas: QuotaBook,
+    /// A wait the provider named for the key, and the evidence about it.
+    hold: Hold,
     /// The learned rate and its schedule, in adaptive mode.
     learned: Option<LearnedKey>,
-    /// Quota bookings that may still be given back.
-    refunds: Refunds,
     /// When a send last used the key (the sweep drops the oldest first).
     last_used: Instant,
-    /// Sends let through so far: a send's place among them.
-    gone: u64,
-    /// Queued sends holding a share of a window: the provider has not
-    /// counted them yet.
-    queued_shares: u64,
-    /// The provider's request window, as its last answer stated it.
-    window: Option<Window>,
-    /// Windows stated so far: the next one's epoch.
-    windows: u64,
-    /// Sends waiting for news of an exhausted window whose reset is
-    /// unknown: booked, but neither sent nor counted by the provider yet.
-    probing: u64,
+    /// The key's sends as its provider counts them, and its window.
+    ledger: Ledger,
     /// Wakes the waiting sends: the learned rate rose enough, or news of
     /// the window came.
     woken: Arc<Notify>,
     /// Sends in flight, and their ceiling once the key was overloaded.
     flight: Arc<Flight>,
-    /// The token quota the provider's answers state, once one did.
-    stated_tokens: Option<StatedTokens>,
-    /// Sends its stated request quota has room for, beyond those let
-    /// through since: they go at once, unpaced.
-    stated_room: u64,
-}
-
-/// The evidence against a hold: answers to the sends let through after
-/// the refused one (its `order`).
-#[derive(Debug, Clone, Copy)]
-struct Contest {
-    order: u64,
-    /// Until when the refusal's wait lasts: the contest with it.
-    until: Instant,
-    served: u32,
-    refused: u32,
-}
-
-/// The order of a hold put by no send's refusal: nothing contests it.
-pub(super) const UNCONTESTED: u64 = u64::MAX;
-
-/// How long a key doubts its holds after one was lost: evidence decays.
-const DOUBT_FOR: Duration = Duration::from_secs(60);
-
-/// Answers to later sends a contest needs before it can go against a hold.
-const CONTEST_ANSWERS: u32 = 4;
-
-impl Contest {
-    /// Whether the later sends were mostly served: of at least
-    /// [`CONTEST_ANSWERS`] answers, three served for each refused. A key
-    /// out of capacity serves few (a bucket's trickle of tokens), one that
-    /// refused a request for a reason of its own serves most.
-    fn lost(&self) -> bool {
-        self.served.saturating_add(self.refused) >= CONTEST_ANSWERS
-            && self.served >= self.refused.saturating_mul(3)
-    }
-
-    /// Whether later sends were refused too, three for each served: the
-    /// key is out. A hold that no send's refusal put ([`UNCONTESTED`]) is.
-    fn won(&self) -> bool {
-        self.order == UNCONTESTED
-            || (self.refused >= 2 && self.refused >= self.served.saturating_mul(3))
-    }
 }
 
 #[derive(Debug)]
@@ -179,24 +111,12 @@ impl KeyState {
         static NEXT_ID: AtomicU64 = AtomicU64::new(0);
         KeyState {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            requests: Tat(None),
-            tokens: Tat(None),
-            held_until: None,
-            asked: None,
-            contest: None,
-            doubted_at: None,
-            shift: Duration::ZERO,
-            refunds: Refunds::default(),
+            quotas: QuotaBook::default(),
+            hold: Hold::default(),
             last_used: now,
-            gone: 0,
-            queued_shares: 0,
-            window: None,
-            windows: 0,
-            probing: 0,
+            ledger: Ledger::default(),
             woken: Arc::new(Notify::new()),
             flight: Arc::default(),
-            stated_tokens: None,
-            stated_room: 0,
             learned: adaptive.map(|bounds| {
                 let rate = bounds.start();
                 LearnedKey {
@@ -208,182 +128,27 @@ impl KeyState {
         }
     }
 
-    /// What is left of the wait the provider named, when the key is held
-    /// and that is more than `limit`.
-    fn held_too_long(&self, now: Instant, limit: Option<Duration>) -> Option<GateError> {
-        let limit = limit?;
-        if self.held_until.is_none_or(|held| held <= now) {
-            return None;
-        }
-        let (at, asked) = self.asked?;
-        let left = asked.saturating_sub(now.saturating_duration_since(at));
-        (left > limit).then_some(GateError::HeldTooLong { asked: left, limit })
-    }
-
-    /// The key served its `order`-th send: evidence against a hold put for
-    /// an earlier send's refusal, which ends once most later sends were
-    /// served.
-    fn contest_hold(&mut self, order: u64, now: Instant) {
-        let Some(contest) = &mut self.contest else {
-            return;
-        };
-        if order <= contest.order {
-            return;
-        }
-        if contest.until <= now {
-            self.contest = None;
-            return;
-        }
-        contest.served = contest.served.saturating_add(1);
-        if !contest.lost() {
-            return;
-        }
-        self.contest = None;
-        self.doubted_at = Some(now);
-        let Some(held) = self.held_until.filter(|held| *held > now) else {
-            return;
-        };
-        tracing::debug!("llm-retry: the key serves sends after a 429: its hold ends");
-        crate::observe::gate_stood_down("hold");
-        self.held_until = None;
-        self.asked = None;
-        // The waiting sends' quota slots move back by what the hold had left.
-        self.shift = self
-            .shift
-            .saturating_sub(held.saturating_duration_since(now));
-        if let Some(l) = &mut self.learned {
-            l.schedule.rebase(l.rate.interval(), now);
-        }
-        self.woken.notify_waiters();
-    }
-
-    /// Why a send with `bounds` cannot wait out the key's hold, if it
-    /// cannot: it honours less of the named wait than is left, or the hold
-    /// ends past its deadline.
-    fn hold_past(&self, now: Instant, bounds: Bounds) -> Option<GateError> {
-        if let Some(refused) = self.held_too_long(now, bounds.max_server_wait) {
-            return Some(refused);
-        }
-        let held = self.held_until.filter(|held| *held > now)?;
-        bounds.deadline.filter(|deadline| held > *deadline)?;
-        Some(GateError::PastDeadline {
-            wait: held.saturating_duration_since(now),
-        })
-    }
-
-    /// Whether a hold of this key was lost to its answers lately.
-    fn doubts_holds(&self, now: Instant) -> bool {
-        self.doubted_at
-            .is_some_and(|at| now.saturating_duration_since(at) < DOUBT_FOR)
-    }
-
-    /// Whether the key's hold was corroborated: later sends were refused
-    /// too, far more than were served.
-    fn hold_corroborated(&self) -> bool {
-        self.contest.is_some_and(|c| c.won())
-    }
-
-    /// The earliest any send may go: now, or the end of a hold.
-    fn floor(&self, now: Instant) -> Instant {
-        self.held_until.map_or(now, |held| held.max(now))
-    }
-
-    /// The earliest slot the quotas give a send of `cost` tokens at `now`.
-    fn quota_slot(&self, gate: &Gate, cost: u64, now: Instant) -> Instant {
-        let mut slot = now;
-        if let Some(pace) = &gate.requests {
-            slot = slot.max(self.requests.slot(pace, now, 1));
-        }
-        if let Some(pace) = &gate.tokens {
-            slot = slot.max(self.tokens.slot(pace, now, cost));
-        }
-        slot
-    }
-
-    /// Where the provider's window puts a send arriving at `now`.
-    fn window_place(&self, now: Instant) -> Place {
-        self.window.map_or(Place::Free, |w| w.place(now))
-    }
-
-    /// A send not yet gone enters the provider's window at `place` (from
-    /// [`KeyState::window_place`], under the same lock): it takes a share,
-    /// or a probe's turn (none past its `deadline`, which it will not see),
-    /// or waits for the reset. Counted until it leaves.
-    fn enter_window(&mut self, place: Place, deadline: Option<Instant>) {
-        let turn_in_time = match place {
-            Place::Probe { at, .. } => deadline.is_none_or(|d| at <= d),
-            _ => true,
-        };
-        if let (Some(w), true) = (&mut self.window, turn_in_time) {
-            w.commit(place);
-        }
-        match place {
-            Place::Probe { .. } => self.probing += 1,
-            Place::Took(_) => self.queued_shares += 1,
-            _ => {}
-        }
-    }
-
-    /// A send placed at `place` leaves the window's queue: it goes, or
-    /// (`gives_back`) never will, and its share returns to the window.
-    fn leave_window(&mut self, place: Place, gives_back: bool) {
-        match place {
-            Place::Probe { .. } => self.probing = self.probing.saturating_sub(1),
-            Place::Took(epoch) => {
-                self.queued_shares = self.queued_shares.saturating_sub(1);
-                if let (Some(w), true) = (&mut self.window, gives_back) {
-                    w.give_back(epoch);
-                }
-            }
-            _ => {}
-        }
-    }
-
     /// A send is let through: its place among the key's sends.
     fn let_go(&mut self, booking: &mut Booking) {
-        self.leave_window(booking.place, false);
-        booking.order = self.gone;
-        self.gone = self.gone.wrapping_add(1);
+        booking.order = self.ledger.let_go(booking.place);
         booking.released = true;
     }
 
-    /// States a new window (`None`: none in force); the sends waiting on
-    /// the last one look again.
+    /// States a new window (`None`: none in force); the sends waiting to
+    /// probe the last one look again.
     fn restate_window(&mut self, window: Option<(Option<Instant>, u64)>, now: Instant) {
-        // Spent, and still no reset: no news (the answer is to a send that
-        // went before the probe); the probes keep their turns.
-        if window == Some((None, 0)) && self.window.is_some_and(|w| w.spent_unknown()) {
-            return;
-        }
-        self.windows = self.windows.wrapping_add(1);
-        self.window = window
-            .map(|(resets_at, remaining)| Window::new(resets_at, remaining, self.windows, now));
-        if self.probing > 0 {
+        if self.ledger.restate(window, now) {
             self.woken.notify_waiters();
-        }
-    }
-
-    fn book_quotas(&mut self, gate: &Gate, cost: u64, slot: Instant) {
-        if let Some(pace) = &gate.requests {
-            self.requests.book(pace, slot, 1);
-        }
-        if let Some(pace) = &gate.tokens {
-            self.tokens.book(pace, slot, cost);
         }
     }
 }
 
 impl Sweepable for KeyState {
     fn idle(&self, now: Instant) -> bool {
-        self.requests.idle(now)
-            && self.tokens.idle(now)
-            && self.held_until.is_none_or(|t| t <= now)
-            && self.probing == 0
-            && self
-                .window
-                .is_none_or(|w| !w.stands(now) || w.reset_unknown())
+        self.quotas.idle(now)
+            && !self.hold.holds(now)
+            && self.ledger.idle(now)
             && self.flight.in_flight() == 0
-            && self.stated_tokens.is_none_or(|t| t.settled(now))
             && self
                 .learned
                 .as_ref()
@@ -476,8 +241,7 @@ impl Gate {
             SOME_GATE_COUNTS_TOKENS.store(true, Ordering::Relaxed);
         }
         Gate(Arc::new(Shared {
-            requests,
-            tokens,
+            paces: Paces { requests, tokens },
             adaptive,
             keys: Mutex::default(),
             tokens_stated: AtomicBool::new(false),
@@ -524,7 +288,7 @@ impl Gate {
         bounds: Bounds,
     ) -> Result<Reserved, GateError> {
         let deadline = bounds.deadline;
-        if let Some(pace) = &self.tokens {
+        if let Some(pace) = &self.paces.tokens {
             let capacity = pace.capacity();
             if cost > capacity {
                 return Err(GateError::NeverFits { cost, capacity });
@@ -541,35 +305,36 @@ impl Gate {
         // A hold longer than the send honours or than its deadline allows:
         // refused at once when later sends corroborated it, else it goes
         // past the hold, as without a gate (its answer is news of the hold).
-        let past_hold = match state.hold_past(now, bounds) {
-            Some(refused) if state.hold_corroborated() => return Err(refused),
+        let past_hold = match state.hold.past(now, deadline, bounds.max_server_wait) {
+            Some(refused) if state.hold.corroborated() => return Err(refused),
             Some(_) => true,
             None => false,
         };
         // The provider said how many more its window admits: past that, a
         // send waits for the window's reset, or for a probe to learn it.
-        let place = state.window_place(now);
+        let place = state.ledger.place(now);
         let window_floor = match place {
             Place::AfterReset(at) => at,
             _ => now,
         };
         // Quotas are booked from the end of a hold or an exhausted window:
         // sends queued during one leave paced, not together.
-        let floor = if past_hold { now } else { state.floor(now) };
+        let floor = if past_hold {
+            now
+        } else {
+            state.hold.floor(now)
+        };
         let base = floor.max(window_floor);
         // Without quotas the booked slot is the arrival: a hold or window
         // that ends early (a lost contest, news) holds it back no longer.
-        let quota_slot = if self.requests.is_none() && self.tokens.is_none() {
-            now
+        let quota_slot = if self.paces.any() {
+            base.max(state.quotas.slot(&self.paces, cost, base))
         } else {
-            base.max(state.quota_slot(self, cost, base))
+            now
         };
         let mut slot = quota_slot.max(base);
         // Room the provider stated lets the send past the learned schedule.
-        let in_room = state.stated_room > 0 && base <= now;
-        if in_room {
-            state.stated_room -= 1;
-        }
+        let in_room = base <= now && state.quotas.take_room();
         let ticket = state
             .learned
             .as_mut()
@@ -580,12 +345,10 @@ impl Gate {
                 slot = slot.max(l.schedule.time_of(ticket, interval));
                 ticket
             });
-        let stated = match &mut state.stated_tokens {
-            Some(tokens) => {
-                (cost > 0 && tokens.fits(cost)).then(|| (cost, tokens.slot(cost, now, base)))
-            }
-            None => None,
-        };
+        let stated = state
+            .quotas
+            .stated_slot(cost, now, base)
+            .map(|at| (cost, at));
         if let Some((_, at)) = stated {
             slot = slot.max(at);
         }
@@ -607,13 +370,11 @@ impl Gate {
         if let Some(deadline) = deadline {
             slot = slot.min(deadline);
         }
-        if let (Some(tokens), Some((cost, _))) = (&mut state.stated_tokens, stated) {
-            tokens.book(cost);
+        if let Some((cost, _)) = stated {
+            state.quotas.book_stated(cost);
         }
-        let before = [state.requests, state.tokens];
-        state.book_quotas(self, cost, quota_slot);
-        let seq = state.refunds.book(before, released);
-        state.enter_window(place, deadline);
+        let seq = state.quotas.book(&self.paces, cost, quota_slot, released);
+        state.ledger.enter(place, deadline);
         if let Some(l) = &mut state.learned {
             l.rate.on_send(now);
             if let (Some(ticket), true) = (ticket, released) {
@@ -623,7 +384,7 @@ impl Gate {
         let mut booking = Booking {
             slot,
             quota_slot,
-            shift: state.shift,
+            shift: state.hold.shift(),
             ticket,
             seq,
             order: 0,
@@ -665,26 +426,34 @@ impl Gate {
         };
         // News of the window it waited to probe: placed anew.
         if let Place::Probe { epoch, .. } = booking.place {
-            if state.window.is_none_or(|w| w.epoch() != epoch) {
-                state.leave_window(booking.place, false);
-                booking.place = state.window_place(now);
-                state.enter_window(booking.place, booking.bounds.deadline);
+            if state.ledger.moved_on(epoch) {
+                state.ledger.leave(booking.place, false);
+                booking.place = state.ledger.place(now);
+                state.ledger.enter(booking.place, booking.bounds.deadline);
             }
         }
         // A hold longer than the send honours or than its deadline allows:
         // refused at once when later sends corroborated it, else the send
         // goes past the hold (and only the hold), as without a gate.
-        let past_hold = match state.hold_past(now, booking.bounds) {
-            Some(refused) if state.hold_corroborated() => return Err(refused),
+        let bounds = booking.bounds;
+        let past_hold = match state
+            .hold
+            .past(now, bounds.deadline, bounds.max_server_wait)
+        {
+            Some(refused) if state.hold.corroborated() => return Err(refused),
             Some(_) => true,
             None => false,
         };
-        let pushed = state.shift.saturating_sub(booking.shift);
+        let pushed = state.hold.shift().saturating_sub(booking.shift);
         let quota_slot = booking
             .quota_slot
             .checked_add(pushed)
             .unwrap_or(booking.quota_slot);
-        let floor = if past_hold { now } else { state.floor(now) };
+        let floor = if past_hold {
+            now
+        } else {
+            state.hold.floor(now)
+        };
         let mut slot = floor.max(quota_slot);
         if let Place::AfterReset(at) = booking.place {
             slot = slot.max(at);
@@ -718,7 +487,7 @@ impl Gate {
         if let (Some(l), Some(ticket)) = (&mut state.learned, booking.ticket) {
             l.schedule.release(ticket, now);
         }
-        state.refunds.sent(booking.seq);
+        state.quotas.sent(booking.seq);
         // It goes (as the window's next probe, if it waited for one).
         state.let_go(booking);
         Ok(Check::Go)
@@ -741,22 +510,17 @@ impl Gate {
         else {
             return;
         };
-        if let (Some(tokens), Some((cost, _))) = (&mut state.stated_tokens, booking.stated) {
-            tokens.refund(cost);
+        if let Some((cost, _)) = booking.stated {
+            state.quotas.refund_stated(cost);
         }
         if booking.released {
             // Let through and counted, never sent: its share goes back.
-            if let (Some(w), Place::Took(epoch)) = (&mut state.window, booking.place) {
-                w.give_back(epoch);
-            }
+            state.ledger.give_back(booking.place);
             return;
         }
-        if let Some([requests, tokens]) = state.refunds.give_up(booking.seq) {
-            state.requests = requests;
-            state.tokens = tokens;
-        }
+        state.quotas.give_up(booking.seq);
         // The window's share it took goes back, if the window still stands.
-        state.leave_window(booking.place, true);
+        state.ledger.leave(booking.place, true);
         if let (Some(l), Some(ticket)) = (&mut state.learned, booking.ticket) {
             l.schedule.abandon(ticket, now, l.rate.interval());
         }
@@ -766,7 +530,7 @@ impl Gate {
     /// key's provider stated one): only then is a send's cost worth
     /// estimating.
     pub(super) fn counts_tokens(&self) -> bool {
-        self.tokens.is_some() || self.tokens_stated.load(Ordering::Relaxed)
+        self.paces.tokens.is_some() || self.tokens_stated.load(Ordering::Relaxed)
     }
 
     /// An answer stated `key`'s token quota: its costed sends book tokens
@@ -778,14 +542,12 @@ impl Gate {
     }
 
     fn tokens_in(&self, state: &mut KeyState, window: crate::hint::TokenWindow, now: Instant) {
-        match &mut state.stated_tokens {
-            Some(tokens) => tokens.observed(window.per_minute, window.remaining, now),
-            None => {
-                state.stated_tokens =
-                    Some(StatedTokens::new(window.per_minute, window.remaining, now));
-                self.tokens_stated.store(true, Ordering::Relaxed);
-                SOME_GATE_COUNTS_TOKENS.store(true, Ordering::Relaxed);
-            }
+        if state
+            .quotas
+            .observe_tokens(window.per_minute, window.remaining, now)
+        {
+            self.tokens_stated.store(true, Ordering::Relaxed);
+            SOME_GATE_COUNTS_TOKENS.store(true, Ordering::Relaxed);
         }
     }
 
@@ -850,50 +612,20 @@ impl Gate {
         let state = keys
             .entry(key)
             .or_insert_with(|| KeyState::new(self.adaptive.as_ref(), now));
-        let contest = match &mut state.contest {
-            Some(contest) if contest.until > now => {
-                if order > contest.order {
-                    contest.refused = contest.refused.saturating_add(1);
-                }
-                contest.until = contest.until.max(until);
-                contest
-            }
-            other => other.insert(Contest {
-                order,
-                until,
-                served: 0,
-                refused: 0,
-            }),
-        };
-        let corroborated = contest.won();
-        if state.doubts_holds(now) && !corroborated {
-            // Not yet: this request waits its own wait.
-            return false;
-        }
-        if state.held_until.is_some_and(|held| held >= until) {
-            return full;
-        }
-        state.asked = Some((now, wait));
         // The queue behind the quotas starts at the hold's end now, in the
-        // same order and spacing: push it by the hold's extension. The 429
-        // also said the upstream's bucket is empty, so the quotas admit
-        // nothing more before `until` than one period's worth.
-        let pushed = until.saturating_duration_since(state.floor(now));
-        state.held_until = Some(until);
+        // same order and spacing: it moves back by the hold's extension.
+        let pushed = match state.hold.refused(order, now, wait, until) {
+            // Not yet: this request waits its own wait.
+            Placed::Doubted => return false,
+            Placed::Covered => return full,
+            Placed::Extended { pushed } => pushed,
+        };
         // The wait to the end of a window whose reset the answers did not
         // state: the hold is that reset, and past it the window is new.
-        if state.window.is_some_and(|w| w.reset_unknown()) {
+        if state.ledger.reset_unknown() {
             state.restate_window(None, now);
         }
-        state.shift = state.shift.saturating_add(pushed);
-        if let Some(pace) = &self.requests {
-            state.requests.push_back(pace, now, pushed, until);
-        }
-        if let Some(pace) = &self.tokens {
-            state.tokens.push_back(pace, now, pushed, until);
-        }
-        let paces = [self.requests.as_ref(), self.tokens.as_ref()];
-        state.refunds.push_back(paces, now, pushed, until);
+        state.quotas.push_back(&self.paces, now, pushed, until);
         if let Some(l) = &mut state.learned {
             l.schedule.rebase(l.rate.interval(), until);
         }
@@ -918,7 +650,7 @@ impl Gate {
             return;
         };
         // The room a stated quota had is spent.
-        state.stated_room = 0;
+        state.quotas.set_room(0);
         self.learn_in(state, now, |rate, bounds| {
             let did = rate.on_throttle(bounds, sent, now, named_wait);
             if final_answer {
@@ -967,18 +699,13 @@ impl Gate {
         window: crate::hint::RequestWindow,
         limit: Duration,
     ) {
-        // What the provider had not counted: the sends let through after
-        // that one, and those queued with a share of the window.
-        let since = state
-            .gone
-            .wrapping_sub(order)
-            .saturating_sub(1)
-            .saturating_add(state.queued_shares);
-        let remaining = window.remaining.saturating_sub(since);
+        let remaining = window
+            .remaining
+            .saturating_sub(state.ledger.uncounted_after(order));
         if let (Some(per_minute), Some(_)) = (window.per_minute, &self.adaptive) {
             // A quota with room left: that many go at once, and only the
             // sends beyond them are paced at the quota.
-            state.stated_room = remaining;
+            state.quotas.set_room(remaining);
             let per_sec = per_minute as f64 / 60.0;
             self.learn_in(state, now, |rate, _| {
                 rate.on_stated(per_sec, now);
@@ -1018,7 +745,15 @@ impl Gate {
         let Some(state) = keys.get_mut(&key) else {
             return;
         };
-        state.contest_hold(order, now);
+        if state.hold.served(order, now) {
+            tracing::debug!("llm-retry: the key serves sends after a 429: its hold ends");
+            crate::observe::gate_stood_down("hold");
+            // The waiting sends look again: their slots moved forward.
+            if let Some(l) = &mut state.learned {
+                l.schedule.rebase(l.rate.interval(), now);
+            }
+            state.woken.notify_waiters();
+        }
         self.learn_in(state, now, |rate, bounds| {
             rate.on_success(bounds, sent, now)
         });
@@ -1045,7 +780,7 @@ impl Gate {
         update: impl FnOnce(&mut Learned, &AdaptiveRate),
     ) {
         let Some(bounds) = &self.adaptive else { return };
-        let floor = state.floor(now);
+        let floor = state.hold.floor(now);
         let Some(l) = &mut state.learned else { return };
         let before = l.rate.per_sec();
         update(&mut l.rate, bounds);
@@ -1072,15 +807,15 @@ impl Gate {
 
     /// Whether sends are paced: a quota or a learned rate.
     pub(super) fn paces(&self) -> bool {
-        self.requests.is_some() || self.tokens.is_some() || self.adaptive.is_some()
+        self.paces.any() || self.adaptive.is_some()
     }
 }
 
 impl fmt::Debug for Gate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Gate")
-            .field("requests", &self.requests)
-            .field("tokens", &self.tokens)
+            .field("requests", &self.paces.requests)
+            .field("tokens", &self.paces.tokens)
             .field("adaptive", &self.adaptive)
             .finish_non_exhaustive()
     }

@@ -52,7 +52,7 @@ fn later(at: Instant, by: Duration) -> Instant {
 }
 
 /// The theoretical arrival time of one quota of one key.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Tat(pub(super) Option<Instant>);
 
 impl Tat {

@@ -112,6 +112,126 @@ impl Window {
     }
 }
 
+/// A key's sends as its provider counts them: those let through so far,
+/// those queued with a share of the window or waiting to probe it, and
+/// the window the last answer stated.
+#[derive(Debug, Default)]
+pub(super) struct Ledger {
+    window: Option<Window>,
+    /// Windows stated so far: the next one's epoch.
+    windows: u64,
+    /// Sends let through so far: a send's place among them.
+    gone: u64,
+    /// Queued sends holding a share of the window: the provider has not
+    /// counted them yet.
+    queued_shares: u64,
+    /// Sends waiting for news of an exhausted window whose reset is
+    /// unknown: booked, but neither sent nor counted by the provider yet.
+    probing: u64,
+}
+
+impl Ledger {
+    /// Where the window puts a send arriving at `now`.
+    pub(super) fn place(&self, now: Instant) -> Place {
+        self.window.map_or(Place::Free, |w| w.place(now))
+    }
+
+    /// A send not yet gone enters the window at `place` (from
+    /// [`Ledger::place`], under the same lock): it takes a share, or a
+    /// probe's turn (none past its `deadline`, which it will not see), or
+    /// waits for the reset. Counted until it leaves.
+    pub(super) fn enter(&mut self, place: Place, deadline: Option<Instant>) {
+        let turn_in_time = match place {
+            Place::Probe { at, .. } => deadline.is_none_or(|d| at <= d),
+            _ => true,
+        };
+        if let (Some(w), true) = (&mut self.window, turn_in_time) {
+            w.commit(place);
+        }
+        match place {
+            Place::Probe { .. } => self.probing += 1,
+            Place::Took(_) => self.queued_shares += 1,
+            _ => {}
+        }
+    }
+
+    /// A send placed at `place` leaves the queue: it goes, or
+    /// (`gives_back`) never will, and its share returns to the window.
+    pub(super) fn leave(&mut self, place: Place, gives_back: bool) {
+        match place {
+            Place::Probe { .. } => self.probing = self.probing.saturating_sub(1),
+            Place::Took(_) => {
+                self.queued_shares = self.queued_shares.saturating_sub(1);
+                if gives_back {
+                    self.give_back(place);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A send let through and counted never went: its share goes back, if
+    /// its window still stands.
+    pub(super) fn give_back(&mut self, place: Place) {
+        if let (Some(w), Place::Took(epoch)) = (&mut self.window, place) {
+            w.give_back(epoch);
+        }
+    }
+
+    /// A send placed at `place` is let through: its place among the key's
+    /// sends.
+    pub(super) fn let_go(&mut self, place: Place) -> u64 {
+        self.leave(place, false);
+        let order = self.gone;
+        self.gone = self.gone.wrapping_add(1);
+        order
+    }
+
+    /// Whether a probe placed in the window of `epoch` must be placed
+    /// anew: news of the window came since.
+    pub(super) fn moved_on(&self, epoch: u64) -> bool {
+        self.window.is_none_or(|w| w.epoch() != epoch)
+    }
+
+    /// What the provider had not counted when it answered the key's
+    /// `order`-th send: the sends let through after it, and those queued
+    /// with a share of the window.
+    pub(super) fn uncounted_after(&self, order: u64) -> u64 {
+        self.gone
+            .wrapping_sub(order)
+            .saturating_sub(1)
+            .saturating_add(self.queued_shares)
+    }
+
+    /// Whether a window stands whose reset the answers did not state.
+    pub(super) fn reset_unknown(&self) -> bool {
+        self.window.is_some_and(|w| w.reset_unknown())
+    }
+
+    /// States a new window (`None`: none in force). True when sends wait
+    /// to probe the last one: they must look again.
+    pub(super) fn restate(&mut self, window: Option<(Option<Instant>, u64)>, now: Instant) -> bool {
+        // Spent, and still no reset: no news (the answer is to a send that
+        // went before the probe); the probes keep their turns.
+        if window == Some((None, 0)) && self.window.is_some_and(|w| w.spent_unknown()) {
+            return false;
+        }
+        self.windows = self.windows.wrapping_add(1);
+        self.window = window
+            .map(|(resets_at, remaining)| Window::new(resets_at, remaining, self.windows, now));
+        self.probing > 0
+    }
+
+    /// Nothing of it reaches past `now`: no probe waits, and no window
+    /// with a known reset stands.
+    pub(super) fn idle(&self, now: Instant) -> bool {
+        self.probing == 0
+            && self
+                .window
+                .is_none_or(|w| !w.stands(now) || w.reset_unknown())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -153,5 +273,77 @@ mod tests {
         );
         window.give_back(1);
         assert_eq!(window.place(now), Place::Took(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_ledger_counts_probes_and_queued_shares_until_they_leave() {
+        let now = Instant::now();
+        let mut ledger = Ledger::default();
+        assert!(!ledger.restate(Some((None, 0)), now), "no probe waited");
+        let probe = ledger.place(now);
+        assert!(matches!(probe, Place::Probe { .. }));
+        ledger.enter(probe, None);
+        ledger.enter(probe, None);
+        assert!(!ledger.idle(now), "two probes wait");
+        ledger.leave(probe, false);
+        assert!(!ledger.idle(now), "one probe waits");
+
+        let reset = now + Duration::from_secs(60);
+        assert!(
+            ledger.restate(Some((Some(reset), 2)), now),
+            "the probe looks again"
+        );
+        ledger.leave(probe, false);
+        let share = ledger.place(now);
+        assert_eq!(share, Place::Took(2));
+        ledger.enter(share, None);
+        ledger.enter(share, None);
+        assert_eq!(ledger.place(now), Place::AfterReset(reset));
+        assert_eq!(ledger.uncounted_after(0), 2, "two queued, uncounted");
+        ledger.leave(share, true);
+        assert_eq!(ledger.place(now), Place::Took(2), "the share came back");
+        assert_eq!(ledger.let_go(share), 0, "the key's first send");
+        assert_eq!(
+            ledger.uncounted_after(0),
+            0,
+            "it is counted: nothing after it"
+        );
+        assert_eq!(ledger.let_go(Place::Free), 1);
+        assert_eq!(
+            ledger.uncounted_after(0),
+            1,
+            "one let through after the first"
+        );
+        assert!(!ledger.idle(now) && ledger.idle(reset));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_of_a_spent_window_with_no_reset_is_news_unless_it_was_so_already() {
+        let now = Instant::now();
+        let later = now + Duration::from_secs(10);
+        // What a send finds after the window was `before` and an answer
+        // then said none is left, and no reset.
+        let after_spent_news = |before: (Option<Instant>, u64)| {
+            let mut ledger = Ledger::default();
+            ledger.restate(Some(before), now);
+            assert!(
+                !ledger.moved_on(1),
+                "the first window stated is the first epoch"
+            );
+            ledger.restate(Some((None, 0)), now);
+            (ledger.place(now), !ledger.moved_on(1))
+        };
+        let probe = |place| matches!(place, Place::Probe { .. });
+        // A window with shares left, or with a known reset: now spent with
+        // none known, so a send probes, in a new window.
+        let (place, kept) = after_spent_news((Some(later), 5));
+        assert!(probe(place) && !kept, "{place:?}");
+        let (place, kept) = after_spent_news((None, 5));
+        assert!(probe(place) && !kept, "{place:?}");
+        let (place, kept) = after_spent_news((Some(later), 0));
+        assert!(probe(place) && !kept, "{place:?}");
+        // Already spent with no reset: no news, the probes keep their turns.
+        let (place, kept) = after_spent_news((None, 0));
+        assert!(probe(place) && kept, "{place:?}");
     }
 }

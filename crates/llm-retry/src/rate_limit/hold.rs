@@ -1,0 +1,317 @@
+//! A key's hold: a provider named a wait for the key, and the key's own
+//! answers since either corroborate it or contest it.
+//!
+//! Data and pure transitions on the caller's instant: the gate applies
+//! what they return to its queue (the schedule, the quota slots, the
+//! waiting sends), so a second store can hold the same state.
+
+use super::error::GateError;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// How long a key doubts its holds after one was lost: evidence decays.
+const DOUBT_FOR: Duration = Duration::from_secs(60);
+
+/// Answers to later sends a contest needs before it can go against a hold.
+const CONTEST_ANSWERS: u32 = 4;
+
+/// The order of a hold put by no send's refusal: nothing contests it.
+pub(super) const UNCONTESTED: u64 = u64::MAX;
+
+/// What may hold a key's sends back because its provider named a wait.
+#[derive(Debug, Default)]
+pub(super) struct Hold {
+    /// No send before this instant.
+    until: Option<Instant>,
+    /// When the hold was put, and the wait the provider named then, which
+    /// may be longer than the hold: a request that honours less fails fast.
+    asked: Option<(Instant, Duration)>,
+    /// The answers to the sends that left after the one whose refusal put
+    /// the hold: when most of them are served, the key was not out.
+    contest: Option<Contest>,
+    /// When a hold was last lost to the key's own answers: for
+    /// [`DOUBT_FOR`] after, a named wait holds the key only once later
+    /// sends were refused too.
+    doubted_at: Option<Instant>,
+    /// How far holds have pushed the key's queue so far: a waiting send's
+    /// quota slot moves by what was added since it was booked, so the
+    /// queue keeps its order and spacing behind a hold.
+    shift: Duration,
+}
+
+/// The evidence against a hold: answers to the sends let through after
+/// the refused one (its `order`).
+#[derive(Debug, Clone, Copy)]
+struct Contest {
+    order: u64,
+    /// Until when the refusal's wait lasts: the contest with it.
+    until: Instant,
+    served: u32,
+    refused: u32,
+}
+
+impl Contest {
+    /// Whether the later sends were mostly served: of at least
+    /// [`CONTEST_ANSWERS`] answers, three served for each refused. A key
+    /// out of capacity serves few (a bucket's trickle of tokens), one that
+    /// refused a request for a reason of its own serves most.
+    fn lost(&self) -> bool {
+        self.served.saturating_add(self.refused) >= CONTEST_ANSWERS
+            && self.served >= self.refused.saturating_mul(3)
+    }
+
+    /// Whether later sends were refused too, three for each served: the
+    /// key is out. A hold that no send's refusal put ([`UNCONTESTED`]) is.
+    fn won(&self) -> bool {
+        self.order == UNCONTESTED
+            || (self.refused >= 2 && self.refused >= self.served.saturating_mul(3))
+    }
+}
+
+/// What a named wait did to the key ([`Hold::refused`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Placed {
+    /// Not held: the key lost a hold lately and nothing corroborates this
+    /// one yet. The request that was told waits its own wait.
+    Doubted,
+    /// Already held at least as long.
+    Covered,
+    /// Held until later than before: the queue moves back by `pushed`.
+    Extended { pushed: Duration },
+}
+
+impl Hold {
+    /// The earliest any send may go: now, or the end of the hold.
+    pub(super) fn floor(&self, now: Instant) -> Instant {
+        self.until.map_or(now, |until| until.max(now))
+    }
+
+    /// Whether the key is held past `now`.
+    pub(super) fn holds(&self, now: Instant) -> bool {
+        self.until.is_some_and(|until| until > now)
+    }
+
+    /// How far holds have pushed the queue so far.
+    pub(super) fn shift(&self) -> Duration {
+        self.shift
+    }
+
+    /// Why a send with this `deadline` and longest honoured wait cannot
+    /// wait out the hold, if it cannot: it honours less of the named wait
+    /// than is left, or the hold ends past its deadline.
+    pub(super) fn past(
+        &self,
+        now: Instant,
+        deadline: Option<Instant>,
+        max_server_wait: Option<Duration>,
+    ) -> Option<GateError> {
+        let until = self.until.filter(|until| *until > now)?;
+        if let (Some(limit), Some((at, asked))) = (max_server_wait, self.asked) {
+            let left = asked.saturating_sub(now.saturating_duration_since(at));
+            if left > limit {
+                return Some(GateError::HeldTooLong { asked: left, limit });
+            }
+        }
+        deadline.filter(|deadline| until > *deadline)?;
+        Some(GateError::PastDeadline {
+            wait: until.saturating_duration_since(now),
+        })
+    }
+
+    /// Whether later sends corroborated the hold: refused too, far more
+    /// than were served.
+    pub(super) fn corroborated(&self) -> bool {
+        self.contest.is_some_and(|c| c.won())
+    }
+
+    /// Whether a hold of this key was lost to its answers lately.
+    fn doubted(&self, now: Instant) -> bool {
+        self.doubted_at
+            .is_some_and(|at| now.saturating_duration_since(at) < DOUBT_FOR)
+    }
+
+    /// The refusal of the key's `order`-th send named `wait` at `now`,
+    /// which holds the key until `until` (the wait, capped): the contest
+    /// counts it, and the key is held unless it doubts its holds and
+    /// nothing corroborates this one.
+    pub(super) fn refused(
+        &mut self,
+        order: u64,
+        now: Instant,
+        wait: Duration,
+        until: Instant,
+    ) -> Placed {
+        let contest = match &mut self.contest {
+            Some(contest) if contest.until > now => {
+                if order > contest.order {
+                    contest.refused = contest.refused.saturating_add(1);
+                }
+                contest.until = contest.until.max(until);
+                contest
+            }
+            other => other.insert(Contest {
+                order,
+                until,
+                served: 0,
+                refused: 0,
+            }),
+        };
+        if !contest.won() && self.doubted(now) {
+            return Placed::Doubted;
+        }
+        if self.until.is_some_and(|held| held >= until) {
+            return Placed::Covered;
+        }
+        self.asked = Some((now, wait));
+        let pushed = until.saturating_duration_since(self.floor(now));
+        self.until = Some(until);
+        self.shift = self.shift.saturating_add(pushed);
+        Placed::Extended { pushed }
+    }
+
+    /// The key served its `order`-th send at `now`: evidence against a
+    /// hold put for an earlier send's refusal. Once most later sends were
+    /// served the hold ends (true): the queue moves forward by what it had
+    /// left.
+    pub(super) fn served(&mut self, order: u64, now: Instant) -> bool {
+        let Some(contest) = self.contest.as_mut() else {
+            return false;
+        };
+        if order <= contest.order {
+            return false;
+        }
+        if contest.until <= now {
+            self.contest = None;
+            return false;
+        }
+        contest.served = contest.served.saturating_add(1);
+        if !contest.lost() {
+            return false;
+        }
+        self.contest = None;
+        self.doubted_at = Some(now);
+        let Some(until) = self.until.filter(|until| *until > now) else {
+            return false;
+        };
+        self.until = None;
+        self.asked = None;
+        self.shift = self
+            .shift
+            .saturating_sub(until.saturating_duration_since(now));
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: fn(u64) -> Duration = Duration::from_secs;
+
+    #[test]
+    fn a_named_wait_holds_the_key_and_a_longer_one_extends_it() {
+        let now = Instant::now();
+        let mut hold = Hold::default();
+        assert_eq!(hold.floor(now), now);
+        assert_eq!(
+            hold.refused(0, now, S(10), now + S(10)),
+            Placed::Extended { pushed: S(10) }
+        );
+        assert!(hold.holds(now) && !hold.holds(now + S(10)));
+        assert_eq!(hold.floor(now), now + S(10));
+        assert_eq!(hold.refused(1, now, S(5), now + S(5)), Placed::Covered);
+        assert_eq!(
+            hold.refused(2, now, S(12), now + S(12)),
+            Placed::Extended { pushed: S(2) }
+        );
+        assert_eq!(hold.shift(), S(12));
+    }
+
+    #[test]
+    fn a_send_that_honours_less_or_ends_sooner_cannot_wait_it_out() {
+        let now = Instant::now();
+        let mut hold = Hold::default();
+        assert_eq!(hold.past(now, Some(now), Some(S(1))), None, "not held");
+        // The wait named 60 s; the hold is capped at 30 s.
+        hold.refused(0, now, S(60), now + S(30));
+        assert_eq!(
+            hold.past(now + S(10), None, Some(S(45))),
+            Some(GateError::HeldTooLong {
+                asked: S(50),
+                limit: S(45)
+            })
+        );
+        assert_eq!(hold.past(now + S(10), None, Some(S(50))), None);
+        assert_eq!(
+            hold.past(now + S(10), Some(now + S(29)), Some(S(50))),
+            Some(GateError::PastDeadline { wait: S(20) })
+        );
+        assert_eq!(hold.past(now + S(10), Some(now + S(30)), None), None);
+        // Exactly the longest wait it honours: honoured.
+        assert_eq!(hold.past(now + S(15), None, Some(S(45))), None);
+        assert!(matches!(
+            hold.past(now + S(15), None, Some(S(45) - Duration::from_millis(1))),
+            Some(GateError::HeldTooLong { .. })
+        ));
+    }
+
+    #[test]
+    fn mostly_served_later_sends_end_the_hold_and_doubt_the_next() {
+        let now = Instant::now();
+        let mut hold = Hold::default();
+        hold.refused(5, now, S(30), now + S(30));
+        assert!(!hold.served(5, now), "the refused send itself");
+        assert!(!hold.served(4, now), "a send let through before it");
+        for order in 6..9 {
+            assert!(!hold.served(order, now + S(1)), "three answers");
+        }
+        assert!(!hold.corroborated());
+        assert!(hold.served(9, now + S(1)), "the fourth ends it");
+        assert!(!hold.holds(now + S(1)));
+        assert_eq!(hold.shift(), S(1), "the queue moved forward by 29 s");
+        // Doubted for a minute: a named wait does not hold, until corroborated.
+        let later = now + S(2);
+        assert_eq!(
+            hold.refused(20, later, S(30), later + S(30)),
+            Placed::Doubted
+        );
+        assert_eq!(
+            hold.refused(21, later, S(30), later + S(30)),
+            Placed::Doubted
+        );
+        assert!(matches!(
+            hold.refused(22, later, S(30), later + S(30)),
+            Placed::Extended { .. }
+        ));
+        assert!(hold.corroborated());
+        // A minute after the loss, holds are trusted again.
+        let trusted = now + S(1) + S(61);
+        let mut fresh = Hold::default();
+        fresh.refused(0, now, S(1), now + S(1));
+        for order in 1..5 {
+            fresh.served(order, now);
+        }
+        assert!(matches!(
+            fresh.refused(9, trusted, S(5), trusted + S(5)),
+            Placed::Extended { .. }
+        ));
+    }
+
+    #[test]
+    fn refusals_of_later_sends_corroborate_and_a_spent_wait_ends_the_contest() {
+        let now = Instant::now();
+        let mut hold = Hold::default();
+        hold.refused(0, now, S(5), now + S(5));
+        hold.served(1, now);
+        hold.refused(2, now, S(5), now + S(5));
+        assert!(!hold.corroborated(), "one refusal against one success");
+        hold.refused(3, now, S(5), now + S(5));
+        hold.refused(4, now, S(5), now + S(5));
+        assert!(hold.corroborated(), "three refused for one served");
+        assert!(!hold.served(5, now + S(5)), "the wait is over");
+        assert!(!hold.corroborated());
+        let mut untold = Hold::default();
+        untold.refused(UNCONTESTED, now, S(5), now + S(5));
+        assert!(untold.corroborated(), "a hold no send put is not contested");
+    }
+}
