@@ -13,7 +13,10 @@
 //! are at least half of its recent answers ([`ENGAGE_SHARE`]); a provider
 //! overloaded whatever we hold (a platform-wide 529 to some share of all
 //! requests) never sets one, and each overloaded request backs off on its
-//! own, as without a gate.
+//! own, as without a gate. A ceiling is judged after [`TRIAL`] answers:
+//! unless its cuts halved the overload share it was set at, it stands down
+//! (every waiting send goes, and the key gets no ceiling for
+//! [`STAND_DOWN_FOR`]).
 //!
 //! A key has no ceiling until then: the ceiling then starts
 //! a little under what was in flight, is never above the others in flight
@@ -55,6 +58,14 @@ const ALL: u32 = 1 << 16;
 /// recent answers.
 const ENGAGE_SHARE: f64 = 0.5;
 
+/// Answers under a new ceiling before it is judged: about two of the
+/// share's averaging spans.
+const TRIAL: u32 = 32;
+
+/// How long a key whose ceiling stood down gets no other: its overloads
+/// did not follow what it held.
+const STAND_DOWN_FOR: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// One key's sends in flight, and its ceiling once it has one.
 #[derive(Debug, Default)]
 pub(super) struct Flight {
@@ -63,7 +74,7 @@ pub(super) struct Flight {
     /// creation (it was counted then, or it sees the ceiling), without a
     /// lock until the key has a ceiling.
     state: AtomicU64,
-    ceiling: Mutex<Option<Ceiling>>,
+    ceiling: Mutex<Limit>,
     /// The ceiling's slots, readable without its lock once made (before
     /// [`LIMITED`] is set, so a send that sees the bit finds them).
     slots: OnceLock<Arc<Semaphore>>,
@@ -81,6 +92,13 @@ fn updated(share: u32, overloaded: bool) -> u32 {
     }
 }
 
+/// The key's ceiling, if it has one, and when its last one stood down.
+#[derive(Debug, Default)]
+struct Limit {
+    ceiling: Option<Ceiling>,
+    stood_down_at: Option<Instant>,
+}
+
 #[derive(Debug)]
 struct Ceiling {
     /// The slots: one permit per send that may still go.
@@ -91,6 +109,9 @@ struct Ceiling {
     debt: usize,
     /// Overloads of sends that went before this belong to the last decrease.
     quiet_until: Instant,
+    /// The overload share when the ceiling was set, and the answers since,
+    /// until its trial is over (`None`: the cuts lowered the share).
+    trial: Option<(u32, u32)>,
 }
 
 impl Ceiling {
@@ -113,7 +134,7 @@ impl Ceiling {
     }
 }
 
-fn lock(ceiling: &Mutex<Option<Ceiling>>) -> MutexGuard<'_, Option<Ceiling>> {
+fn lock(ceiling: &Mutex<Limit>) -> MutexGuard<'_, Limit> {
     // Every update is a few integer stores; a panic elsewhere cannot leave
     // the state torn.
     ceiling.lock().unwrap_or_else(PoisonError::into_inner)
@@ -144,15 +165,26 @@ impl Flight {
     pub(super) fn overloaded(&self, sent: Instant, now: Instant) -> bool {
         let share = self.count(true);
         let others = self.in_flight().saturating_sub(1) as f64;
-        let mut ceiling = lock(&self.ceiling);
+        let mut guard = lock(&self.ceiling);
+        let limit = &mut *guard;
+        let doubted = limit
+            .stood_down_at
+            .is_some_and(|at| now.saturating_duration_since(at) < STAND_DOWN_FOR);
+        if self.judged(limit, share, now) {
+            return false;
+        }
+        let ceiling = &mut limit.ceiling;
         match ceiling.as_mut() {
-            // Too few overloads to say the key holds too many of ours.
-            None if f64::from(share) < ENGAGE_SHARE * f64::from(ALL) => false,
+            // Too few overloads to say the key holds too many of ours, or
+            // its last ceiling did not lower them.
+            None if doubted || f64::from(share) < ENGAGE_SHARE * f64::from(ALL) => false,
             None => {
                 // Every send that started before this is counted here, and
                 // gives its slot back when it ends; every later one sees
                 // the ceiling (and waits for its first permits, added now).
                 let semaphore = Arc::clone(self.slots.get_or_init(|| Arc::new(Semaphore::new(0))));
+                // A ceiling that stood down left its slots open.
+                semaphore.forget_permits(semaphore.available_permits());
                 let in_flight = count(self.state.fetch_or(LIMITED, Ordering::AcqRel));
                 let limit = (others * FIRST).max(1.0);
                 let slots = limit as usize;
@@ -162,6 +194,7 @@ impl Flight {
                     limit,
                     debt: in_flight.saturating_sub(slots),
                     quiet_until: now,
+                    trial: Some((share, 0)),
                 });
                 tracing::debug!(limit, "llm-retry: key overloaded, in-flight ceiling set");
                 limit >= METERS_FROM
@@ -193,7 +226,12 @@ impl Flight {
         if state & LIMITED == 0 {
             return;
         }
-        if let Some(c) = lock(&self.ceiling).as_mut() {
+        let share = self.overloads.load(Ordering::Relaxed);
+        let mut limit = lock(&self.ceiling);
+        if self.judged(&mut limit, share, Instant::now()) {
+            return;
+        }
+        if let Some(c) = limit.ceiling.as_mut() {
             // A slot given back goes to the first waiting send at once, so
             // none free means sends wait, or the ceiling is just full. That
             // includes a ceiling still owed slots after a cut: it holds sends
@@ -209,6 +247,41 @@ impl Flight {
 }
 
 impl Flight {
+    /// One more answer under the ceiling's trial, the overload share then
+    /// `share`. At its end the ceiling stands down (true) unless its cuts
+    /// at least halved the share it was set at: the provider is overloaded
+    /// whatever the key holds, and a ceiling only queues its sends. The
+    /// key then sends as without a gate, and gets no ceiling for
+    /// [`STAND_DOWN_FOR`].
+    fn judged(&self, limit: &mut Limit, share: u32, now: Instant) -> bool {
+        let Some(c) = limit.ceiling.as_mut() else {
+            return false;
+        };
+        let Some((at_start, answers)) = c.trial.as_mut() else {
+            return false;
+        };
+        *answers += 1;
+        if *answers < TRIAL {
+            return false;
+        }
+        if share < *at_start / 2 {
+            c.trial = None;
+            return false;
+        }
+        // Every waiting send goes; sends in flight end uncounted.
+        self.state.fetch_and(!LIMITED, Ordering::AcqRel);
+        c.slots
+            .add_permits((Semaphore::MAX_PERMITS / 2).saturating_sub(c.slots.available_permits()));
+        limit.ceiling = None;
+        limit.stood_down_at = Some(now);
+        tracing::debug!(
+            "llm-retry: the key's overloads do not follow what it holds in flight; \
+             it is no longer held to a ceiling"
+        );
+        crate::observe::gate_stood_down("ceiling");
+        true
+    }
+
     /// As if the key's recent answers were all overloads: its next one
     /// sets a ceiling.
     #[cfg(test)]
@@ -258,7 +331,7 @@ impl InFlight {
             Some(permit) => permit.forget(),
             // Not counted when the ceiling was made: over it.
             None if before & LIMITED != 0 => {
-                if let Some(c) = lock(&flight.ceiling).as_mut() {
+                if let Some(c) = lock(&flight.ceiling).ceiling.as_mut() {
                     c.debt += 1;
                 }
             }
@@ -292,7 +365,7 @@ impl Drop for InFlight {
         if before & LIMITED == 0 {
             return;
         }
-        if let Some(c) = lock(&flight.ceiling).as_mut() {
+        if let Some(c) = lock(&flight.ceiling).ceiling.as_mut() {
             if c.debt > 0 {
                 c.debt -= 1;
             } else {
@@ -320,7 +393,7 @@ mod tests {
     }
 
     fn limit(flight: &Flight) -> f64 {
-        lock(&flight.ceiling).as_ref().unwrap().limit
+        lock(&flight.ceiling).ceiling.as_ref().unwrap().limit
     }
 
     fn start(flight: &Arc<Flight>, n: usize) -> Vec<InFlight> {
@@ -348,6 +421,51 @@ mod tests {
             flight.overloaded(sent, Instant::now());
         }
         assert!(flight.slots().is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_ceiling_stands_down_unless_its_cuts_halve_the_overloads() {
+        let sent = Instant::now();
+        // Overloads that follow what is held: under the ceiling they stop.
+        let helped = Arc::new(overloaded_often());
+        let _sends = start(&helped, 10);
+        helped.overloaded(sent, sent);
+        for _ in 0..TRIAL {
+            helped.served();
+        }
+        assert!(helped.slots().is_some(), "the ceiling proved itself");
+        for _ in 0..TRIAL {
+            helped.overloaded(sent, sent);
+        }
+        assert!(helped.slots().is_some(), "and is judged once");
+
+        // Overloads whatever is held: three of every four answers.
+        let platform = Arc::new(overloaded_often());
+        let _sends = start(&platform, 10);
+        platform.overloaded(sent, sent);
+        let slots = platform.slots().unwrap();
+        let waiting = tokio::spawn(Arc::clone(&slots).acquire_owned());
+        for i in 1..TRIAL {
+            if i % 4 == 0 {
+                platform.served();
+            } else {
+                platform.overloaded(sent, sent);
+            }
+        }
+        assert!(platform.slots().is_some(), "still on trial");
+        platform.served();
+        assert!(platform.slots().is_none(), "stood down at its trial's end");
+        assert!(waiting.await.unwrap().is_ok(), "a waiting send goes");
+        // For a while the key gets no other ceiling, and meters nothing.
+        let now = sent + STAND_DOWN_FOR - std::time::Duration::from_secs(1);
+        for _ in 0..20 {
+            assert!(!platform.overloaded(now, now));
+        }
+        assert!(platform.slots().is_none());
+        let later = sent + STAND_DOWN_FOR;
+        platform.overloaded(later, later);
+        let slots = platform.slots().expect("a ceiling again");
+        assert!(take(&slots).is_none(), "its slots were closed again");
     }
 
     #[tokio::test(start_paused = true)]

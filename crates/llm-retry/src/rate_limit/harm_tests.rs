@@ -32,6 +32,7 @@ type Answer = fn(nth: u64, path: &str, since: Duration) -> Response<Full<Bytes>>
 struct Tally {
     completion: Duration,
     p50: Duration,
+    mean: Duration,
     sends: u64,
     served: usize,
     requests: usize,
@@ -165,9 +166,11 @@ where
         }
     }
     latencies.sort();
+    let total: Duration = latencies.iter().sum();
     Tally {
         completion,
         p50: latencies[latencies.len() / 2],
+        mean: total / u32::try_from(latencies.len()).unwrap(),
         sends: 0,
         served,
         requests: clients * each,
@@ -258,6 +261,38 @@ async fn random_529s_cost_no_more_than_no_gate() {
         p50 <= 1.2,
         "p50 {p50:.2}×\ngated {gated:?}\nalone {alone:?}"
     );
+}
+
+/// A platform overloaded whatever we hold: most answers are 529s, so a
+/// ceiling is set, and its cuts do not lower them. It stands down.
+#[tokio::test(start_paused = true)]
+async fn a_ceiling_whose_cuts_do_not_lower_overloads_stands_down() {
+    fn answer(nth: u64, _: &str, _: Duration) -> Response<Full<Bytes>> {
+        if picked(nth, 60) {
+            status(529, &[])
+        } else {
+            ok()
+        }
+    }
+    let (gated, alone) = gated_and_alone(answer, Duration::from_millis(100), 60, 10).await;
+    // Completion is the one request that meets the longest run of
+    // overloads, and its backoffs: which request that is differs from run
+    // to run. The typical and the average request tell the gate's cost.
+    assert!(gated.served * 100 >= gated.requests * 99, "{gated:?}");
+    assert!(
+        gated.sends as f64 <= alone.sends as f64 * 1.1,
+        "{gated:?}\n{alone:?}"
+    );
+    for (what, gated_time, alone_time) in [
+        ("p50", gated.p50, alone.p50),
+        ("mean", gated.mean, alone.mean),
+    ] {
+        let ratio = gated_time.as_secs_f64() / alone_time.as_secs_f64();
+        assert!(
+            ratio <= 1.2,
+            "{what} {ratio:.2}×\ngated {gated:?}\nalone {alone:?}"
+        );
+    }
 }
 
 #[tokio::test(start_paused = true)]
