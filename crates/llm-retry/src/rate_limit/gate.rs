@@ -371,7 +371,7 @@ impl Gate {
             slot = slot.min(deadline);
         }
         if let Some((cost, _)) = stated {
-            state.quotas.book_stated(cost);
+            state.quotas.book_stated(cost, now);
         }
         let seq = state.quotas.book(&self.paces, cost, quota_slot, released);
         state.ledger.enter(place, deadline);
@@ -511,7 +511,7 @@ impl Gate {
             return;
         };
         if let Some((cost, _)) = booking.stated {
-            state.quotas.refund_stated(cost);
+            state.quotas.refund_stated(cost, now);
         }
         if booking.released {
             // Let through and counted, never sent: its share goes back.

@@ -87,6 +87,44 @@ impl Tat {
         self.0 = Some(booked.map_or(empty, |tat| tat.max(empty)));
     }
 
+    /// The bucket's owner stated that it holds `remaining` units now: it
+    /// holds no more than that (what the statement counted is spent, and
+    /// what this side booked since stays booked).
+    pub(super) fn resync(&mut self, pace: &Pace, remaining: u64, now: Instant) {
+        let spent = pace.capacity().saturating_sub(remaining);
+        let floor = later(now, pace.cost(spent));
+        self.0 = Some(self.0.map_or(floor, |tat| tat.max(floor)));
+    }
+
+    /// The bucket is `to`'s now, not `from`'s: what is booked ahead keeps
+    /// its units.
+    pub(super) fn repace(&mut self, from: &Pace, to: &Pace, now: Instant) {
+        let Some(tat) = self.0.filter(|tat| *tat > now) else {
+            return;
+        };
+        let units = tat.duration_since(now).as_secs_f64() / from.per_unit.as_secs_f64();
+        self.0 = Some(later(
+            now,
+            to.per_unit.mul_f64(units.min(f64::from(u32::MAX))),
+        ));
+    }
+
+    /// A booking of `cost` units never went: they come back, up to a full
+    /// bucket.
+    pub(super) fn refund(&mut self, pace: &Pace, cost: u64, now: Instant) {
+        if let Some(tat) = self.0 {
+            let back = tat.checked_sub(pace.cost(cost)).unwrap_or(now);
+            self.0 = Some(back.max(now));
+        }
+    }
+
+    /// Whether no booking is owed past what a full bucket holds: nothing
+    /// booked waits on the refill.
+    pub(super) fn settled(&self, pace: &Pace, now: Instant) -> bool {
+        let full = later(now, pace.cost(pace.capacity()));
+        self.0.is_none_or(|tat| tat <= full)
+    }
+
     /// Whether the key has no booking reaching past `now`.
     pub(super) fn idle(&self, now: Instant) -> bool {
         self.0.is_none_or(|tat| tat <= now)

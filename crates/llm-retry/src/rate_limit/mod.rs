@@ -83,7 +83,6 @@ mod quota_book;
 mod refund;
 mod schedule;
 mod service;
-mod stated_tokens;
 mod window;
 
 pub use error::GateError;

@@ -4,7 +4,6 @@
 
 use super::gcra::{Pace, Tat};
 use super::refund::Refunds;
-use super::stated_tokens::StatedTokens;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -29,8 +28,9 @@ pub(super) struct QuotaBook {
     tokens: Tat,
     /// Configured-quota bookings that may still be given back.
     refunds: Refunds,
-    /// The token quota the provider's answers state, once one did.
-    stated_tokens: Option<StatedTokens>,
+    /// The token quota the provider's answers state, once one did: the
+    /// same bucket as a configured quota's, resynced to each statement.
+    stated_tokens: Option<(Pace, Tat)>,
     /// Sends its stated request quota has room for, beyond those let
     /// through since: they go at once, unpaced.
     stated_room: u64,
@@ -115,48 +115,163 @@ impl QuotaBook {
     /// When the stated token quota has `cost` tokens, no sooner than
     /// `floor`: `None` when no quota was stated, the send costs nothing,
     /// or it costs more than the quota ever holds.
-    pub(super) fn stated_slot(
-        &mut self,
-        cost: u64,
-        now: Instant,
-        floor: Instant,
-    ) -> Option<Instant> {
-        let tokens = self.stated_tokens.as_mut()?;
-        (cost > 0 && tokens.fits(cost)).then(|| tokens.slot(cost, now, floor))
+    pub(super) fn stated_slot(&self, cost: u64, now: Instant, floor: Instant) -> Option<Instant> {
+        let (pace, tat) = self.stated_tokens.as_ref()?;
+        (cost > 0 && cost <= pace.capacity()).then(|| floor.max(tat.slot(pace, now, cost)))
     }
 
-    /// A send booked `cost` stated tokens.
-    pub(super) fn book_stated(&mut self, cost: u64) {
-        if let Some(tokens) = &mut self.stated_tokens {
-            tokens.book(cost);
+    /// A send booked `cost` stated tokens at `now`.
+    pub(super) fn book_stated(&mut self, cost: u64, now: Instant) {
+        if let Some((pace, tat)) = &mut self.stated_tokens {
+            tat.book(pace, now, cost);
         }
     }
 
     /// A send that booked `cost` stated tokens never went.
-    pub(super) fn refund_stated(&mut self, cost: u64) {
-        if let Some(tokens) = &mut self.stated_tokens {
-            tokens.refund(cost);
+    pub(super) fn refund_stated(&mut self, cost: u64, now: Instant) {
+        if let Some((pace, tat)) = &mut self.stated_tokens {
+            tat.refund(pace, cost, now);
         }
     }
 
-    /// An answer stated the token quota; true when it is the first.
+    /// An answer stated the token quota: `per_minute`, with `remaining`
+    /// left. True when it is the first.
     pub(super) fn observe_tokens(&mut self, per_minute: u64, remaining: u64, now: Instant) -> bool {
-        match &mut self.stated_tokens {
-            Some(tokens) => {
-                tokens.observed(per_minute, remaining, now);
-                false
-            }
-            None => {
-                self.stated_tokens = Some(StatedTokens::new(per_minute, remaining, now));
-                true
-            }
+        let per_minute = u32::try_from(per_minute).unwrap_or(u32::MAX);
+        let Some(stated) = Pace::per_minute(per_minute, per_minute) else {
+            return false;
+        };
+        let first = self.stated_tokens.is_none();
+        let (pace, tat) = self.stated_tokens.get_or_insert((stated, Tat::default()));
+        if *pace != stated {
+            tat.repace(pace, &stated, now);
+            *pace = stated;
         }
+        tat.resync(pace, remaining, now);
+        first
     }
 
     /// Nothing booked reaches past `now`.
     pub(super) fn idle(&self, now: Instant) -> bool {
         self.requests.idle(now)
             && self.tokens.idle(now)
-            && self.stated_tokens.is_none_or(|t| t.settled(now))
+            && self
+                .stated_tokens
+                .is_none_or(|(pace, tat)| tat.settled(&pace, now))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    const MS: fn(u64) -> Duration = Duration::from_millis;
+
+    /// A key whose provider stated 60 000 tokens a minute (one a
+    /// millisecond), `remaining` of them left at `now`.
+    fn stated(remaining: u64, now: Instant) -> QuotaBook {
+        let mut book = QuotaBook::default();
+        assert!(
+            book.observe_tokens(60_000, remaining, now),
+            "the first statement"
+        );
+        book
+    }
+
+    fn wait(book: &QuotaBook, cost: u64, now: Instant) -> Duration {
+        book.stated_slot(cost, now, now).unwrap() - now
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn costed_sends_queue_for_their_stated_tokens_in_order() {
+        let t0 = Instant::now();
+        let mut book = stated(500, t0);
+        assert_eq!(wait(&book, 300, t0), MS(0), "a small one fits now");
+        book.book_stated(300, t0);
+        assert_eq!(
+            wait(&book, 1_200, t0),
+            MS(1_000),
+            "a large one waits for 1 000 more"
+        );
+        book.book_stated(1_200, t0);
+        assert_eq!(
+            wait(&book, 100, t0),
+            MS(1_100),
+            "and the next goes after it"
+        );
+        book.refund_stated(1_200, t0);
+        assert_eq!(wait(&book, 100, t0), MS(0));
+        assert_eq!(
+            book.stated_slot(0, t0, t0),
+            None,
+            "a send that costs nothing"
+        );
+        assert_eq!(
+            book.stated_slot(60_001, t0, t0),
+            None,
+            "one that never fits"
+        );
+        assert_eq!(
+            book.stated_slot(60_000, t0, t0 + MS(5)),
+            Some(t0 + MS(59_800))
+        );
+        assert_eq!(
+            book.stated_slot(1, t0, t0 + MS(5)),
+            Some(t0 + MS(5)),
+            "the floor"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_stated_bucket_refills_at_the_quota_up_to_its_capacity() {
+        let t0 = Instant::now();
+        let mut book = stated(0, t0);
+        assert_eq!(wait(&book, 1_000, t0), MS(1_000));
+        let t1 = t0 + MS(500);
+        assert_eq!(wait(&book, 1_000, t1), MS(500), "500 came back");
+        book.book_stated(500, t1);
+        let t2 = t0 + MS(2_000);
+        assert_eq!(
+            wait(&book, 1_000, t2),
+            MS(0),
+            "1 500 more since, not counted twice"
+        );
+        assert_eq!(wait(&book, 1_501, t2), MS(1));
+        let t3 = t2 + Duration::from_secs(120);
+        assert_eq!(wait(&book, 60_000, t3), MS(0));
+        book.book_stated(60_000, t3);
+        assert_eq!(wait(&book, 1, t3), MS(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_stated_quota_is_settled_once_the_refill_covers_every_booking() {
+        let t0 = Instant::now();
+        let mut book = stated(0, t0);
+        assert!(book.idle(t0), "nothing booked");
+        book.book_stated(1_000, t0);
+        assert!(!book.idle(t0));
+        assert!(!book.idle(t0 + MS(999)));
+        assert!(book.idle(t0 + MS(1_000)), "1 000 came back");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_can_only_lower_what_is_left_and_a_new_quota_keeps_the_queue() {
+        let t0 = Instant::now();
+        let mut book = stated(5_000, t0);
+        assert!(!book.observe_tokens(60_000, 1_000, t0));
+        assert_eq!(wait(&book, 2_000, t0), MS(1_000));
+        book.observe_tokens(60_000, 50_000, t0);
+        assert_eq!(
+            wait(&book, 2_000, t0),
+            MS(1_000),
+            "others' spending is counted, our queue is kept"
+        );
+        // Twice the quota, all of it left by the provider's count: what is
+        // booked ahead (59 000 tokens) stays booked, so 61 000 are left,
+        // and the rest come at two a millisecond.
+        book.observe_tokens(120_000, 120_000, t0);
+        assert_eq!(wait(&book, 62_000, t0), MS(500));
+        assert!(!book.observe_tokens(0, 0, t0), "no quota stated");
     }
 }
