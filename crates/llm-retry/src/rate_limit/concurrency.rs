@@ -13,10 +13,10 @@
 //! are at least half of its recent answers ([`ENGAGE_SHARE`]); a provider
 //! overloaded whatever we hold (a platform-wide 529 to some share of all
 //! requests) never sets one, and each overloaded request backs off on its
-//! own, as without a gate. A ceiling is judged after [`TRIAL`] answers:
-//! unless its cuts halved the overload share it was set at, it stands down
-//! (every waiting send goes, and the key gets no ceiling for
-//! [`STAND_DOWN_FOR`]).
+//! own, as without a gate. A ceiling is judged by the first [`TRIAL`]
+//! answers to sends that went under it: unless their overload share is
+//! under half the share it was set at, it stands down (every waiting send
+//! goes, and the key gets no ceiling for [`STAND_DOWN_FOR`]).
 //!
 //! A key has no ceiling until then: the ceiling then starts
 //! a little under what was in flight, is never above the others in flight
@@ -109,9 +109,17 @@ struct Ceiling {
     debt: usize,
     /// Overloads of sends that went before this belong to the last decrease.
     quiet_until: Instant,
-    /// The overload share when the ceiling was set, and the answers since,
-    /// until its trial is over (`None`: the cuts lowered the share).
-    trial: Option<(u32, u32)>,
+    /// Its trial, until it is over (`None`: its cuts lowered the share).
+    trial: Option<Trial>,
+}
+
+/// The answers to the sends that went under a new ceiling (with a slot).
+#[derive(Debug, Clone, Copy)]
+struct Trial {
+    /// The overload share when the ceiling was set.
+    at_start: u32,
+    answers: u32,
+    overloads: u32,
 }
 
 impl Ceiling {
@@ -165,14 +173,10 @@ impl Flight {
     pub(super) fn overloaded(&self, sent: Instant, now: Instant) -> bool {
         let share = self.count(true);
         let others = self.in_flight().saturating_sub(1) as f64;
-        let mut guard = lock(&self.ceiling);
-        let limit = &mut *guard;
+        let mut limit = lock(&self.ceiling);
         let doubted = limit
             .stood_down_at
             .is_some_and(|at| now.saturating_duration_since(at) < STAND_DOWN_FOR);
-        if self.judged(limit, share, now) {
-            return false;
-        }
         let ceiling = &mut limit.ceiling;
         match ceiling.as_mut() {
             // Too few overloads to say the key holds too many of ours, or
@@ -194,7 +198,11 @@ impl Flight {
                     limit,
                     debt: in_flight.saturating_sub(slots),
                     quiet_until: now,
-                    trial: Some((share, 0)),
+                    trial: Some(Trial {
+                        at_start: share,
+                        answers: 0,
+                        overloads: 0,
+                    }),
                 });
                 tracing::debug!(limit, "llm-retry: key overloaded, in-flight ceiling set");
                 limit >= METERS_FROM
@@ -226,12 +234,7 @@ impl Flight {
         if state & LIMITED == 0 {
             return;
         }
-        let share = self.overloads.load(Ordering::Relaxed);
-        let mut limit = lock(&self.ceiling);
-        if self.judged(&mut limit, share, Instant::now()) {
-            return;
-        }
-        if let Some(c) = limit.ceiling.as_mut() {
+        if let Some(c) = lock(&self.ceiling).ceiling.as_mut() {
             // A slot given back goes to the first waiting send at once, so
             // none free means sends wait, or the ceiling is just full. That
             // includes a ceiling still owed slots after a cut: it holds sends
@@ -247,24 +250,26 @@ impl Flight {
 }
 
 impl Flight {
-    /// One more answer under the ceiling's trial, the overload share then
-    /// `share`. At its end the ceiling stands down (true) unless its cuts
-    /// at least halved the share it was set at: the provider is overloaded
-    /// whatever the key holds, and a ceiling only queues its sends. The
-    /// key then sends as without a gate, and gets no ceiling for
-    /// [`STAND_DOWN_FOR`].
-    fn judged(&self, limit: &mut Limit, share: u32, now: Instant) -> bool {
+    /// One more answer to a send that went under the ceiling (with a
+    /// slot), `overloaded` or not. After [`TRIAL`] of them the ceiling
+    /// stands down (true) unless their overload share is under half the
+    /// share it was set at: the provider is overloaded whatever the key
+    /// holds, and a ceiling only queues its sends. The key then sends as
+    /// without a gate, and gets no ceiling for [`STAND_DOWN_FOR`].
+    fn tried(&self, overloaded: bool, now: Instant) -> bool {
+        let mut limit = lock(&self.ceiling);
         let Some(c) = limit.ceiling.as_mut() else {
             return false;
         };
-        let Some((at_start, answers)) = c.trial.as_mut() else {
+        let Some(trial) = c.trial.as_mut() else {
             return false;
         };
-        *answers += 1;
-        if *answers < TRIAL {
+        trial.answers += 1;
+        trial.overloads += u32::from(overloaded);
+        if trial.answers < TRIAL {
             return false;
         }
-        if share < *at_start / 2 {
+        if trial.overloads * (ALL / TRIAL) < trial.at_start / 2 {
             c.trial = None;
             return false;
         }
@@ -347,12 +352,18 @@ impl InFlight {
 
     /// The send was served.
     pub(super) fn served(&self) {
+        if self.slotted {
+            self.flight.tried(false, Instant::now());
+        }
         self.flight.served();
     }
 
     /// The send, which went at `sent`, was answered with an overload at
     /// `now`; whether the key's ceiling meters the resend.
     pub(super) fn overloaded(&self, sent: Instant, now: Instant) -> bool {
+        if self.slotted && self.flight.tried(true, now) {
+            return false;
+        }
         self.flight.overloaded(sent, now)
     }
 }
@@ -423,37 +434,54 @@ mod tests {
         assert!(flight.slots().is_some());
     }
 
+    /// A send that goes under the key's ceiling, with a slot.
+    fn slotted(flight: &Arc<Flight>) -> InFlight {
+        let slots = flight.slots().unwrap();
+        slots.add_permits(1);
+        InFlight::start(Arc::clone(flight), take(&slots))
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_ceiling_stands_down_unless_its_cuts_halve_the_overloads() {
         let sent = Instant::now();
         // Overloads that follow what is held: under the ceiling they stop.
         let helped = Arc::new(overloaded_often());
-        let _sends = start(&helped, 10);
+        let before = start(&helped, 10);
         helped.overloaded(sent, sent);
-        for _ in 0..TRIAL {
-            helped.served();
+        for send in &before {
+            // The answers to sends from before the ceiling are no trial.
+            assert!(!send.overloaded(sent, sent) || helped.slots().is_some());
+        }
+        for i in 0..TRIAL {
+            let send = slotted(&helped);
+            if i % 8 == 0 {
+                send.overloaded(sent, sent);
+            } else {
+                send.served();
+            }
         }
         assert!(helped.slots().is_some(), "the ceiling proved itself");
         for _ in 0..TRIAL {
-            helped.overloaded(sent, sent);
+            slotted(&helped).overloaded(sent, sent);
         }
         assert!(helped.slots().is_some(), "and is judged once");
 
         // Overloads whatever is held: three of every four answers.
         let platform = Arc::new(overloaded_often());
-        let _sends = start(&platform, 10);
+        let _before = start(&platform, 10);
         platform.overloaded(sent, sent);
         let slots = platform.slots().unwrap();
         let waiting = tokio::spawn(Arc::clone(&slots).acquire_owned());
         for i in 1..TRIAL {
+            let send = slotted(&platform);
             if i % 4 == 0 {
-                platform.served();
+                send.served();
             } else {
-                platform.overloaded(sent, sent);
+                send.overloaded(sent, sent);
             }
         }
         assert!(platform.slots().is_some(), "still on trial");
-        platform.served();
+        slotted(&platform).served();
         assert!(platform.slots().is_none(), "stood down at its trial's end");
         assert!(waiting.await.unwrap().is_ok(), "a waiting send goes");
         // For a while the key gets no other ceiling, and meters nothing.
