@@ -391,17 +391,18 @@ impl Learned {
     }
 
     /// The refusal just judged ended its request: from now on the rate
-    /// rises no higher than what drew it (its regain target after a cut,
-    /// or the first rate measured), and no slow start lifts it.
-    pub(super) fn cap_at_refusal(&mut self) {
+    /// stays under what drew it (the regain target of the rate that drew
+    /// it, a first rate measured included: sending at exactly a bucket's
+    /// rate loses a request to every token that comes late), and no slow
+    /// start lifts it.
+    pub(super) fn cap_at_refusal(&mut self, bounds: &AdaptiveRate) {
         if self.unmeasured() {
             return;
         }
-        let drew = self
-            .last_throttled
-            .map_or(self.per_sec, |rate| rate * REGAIN_TARGET)
-            .max(self.per_sec);
-        self.refused_at = Some(self.refused_at.map_or(drew, |cap| cap.min(drew)));
+        let drew = self.last_throttled.unwrap_or(self.per_sec) * REGAIN_TARGET;
+        let cap = self.refused_at.map_or(drew, |cap| cap.min(drew));
+        self.refused_at = Some(cap);
+        self.per_sec = self.per_sec.min(cap).max(bounds.min_per_sec);
         self.slow_start = None;
     }
 

@@ -495,7 +495,7 @@ fn a_refusal_that_ended_its_request_caps_the_rate_that_drew_it() {
         learned.per_sec = 50.0;
         refused_burst(&mut learned, &BOUNDS, t0, t0, None);
         if final_answer {
-            learned.cap_at_refusal();
+            learned.cap_at_refusal(&BOUNDS);
         }
         let mut at = t0;
         for _ in 0..2_000 {
@@ -515,6 +515,45 @@ fn a_refusal_that_ended_its_request_caps_the_rate_that_drew_it() {
         run(false)
     );
 }
+
+#[test]
+fn a_first_rate_measured_from_final_refusals_keeps_a_margin_under_them() {
+    // A burst refused with the exact wait to the next token (10 ms: 100 a
+    // second) and no retry allowed: sending at exactly that rate loses a
+    // request to every token that comes a little late.
+    let ms = Duration::from_millis;
+    let mut learned = UNBOUNDED_START.start();
+    let t0 = Instant::now();
+    learned.on_send(t0);
+    refused_burst(&mut learned, &UNBOUNDED_START, t0, t0, Some(ms(10)));
+    assert!(
+        (learned.per_sec() - 100.0).abs() < 1e-9,
+        "{}",
+        learned.per_sec()
+    );
+    learned.cap_at_refusal(&UNBOUNDED_START);
+    let capped = 100.0 * REGAIN_TARGET;
+    assert!(
+        (learned.per_sec() - capped).abs() < 1e-9,
+        "{}",
+        learned.per_sec()
+    );
+    let mut at = t0;
+    for _ in 0..2_000 {
+        at += ms(10);
+        learned.on_success(&UNBOUNDED_START, at, at);
+    }
+    assert!(
+        (learned.per_sec() - capped).abs() < 1e-9,
+        "{}",
+        learned.per_sec()
+    );
+}
+
+const UNBOUNDED_START: AdaptiveRate = AdaptiveRate {
+    min_per_sec: 1.0,
+    max_per_sec: f64::INFINITY,
+};
 
 mod stand_down {
     use super::*;

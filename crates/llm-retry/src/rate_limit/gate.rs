@@ -654,7 +654,7 @@ impl Gate {
         self.learn_in(state, now, |rate, bounds| {
             let did = rate.on_throttle(bounds, sent, now, named_wait);
             if final_answer {
-                rate.cap_at_refusal();
+                rate.cap_at_refusal(bounds);
             }
             if did == Throttle::StoodDown {
                 tracing::debug!(
