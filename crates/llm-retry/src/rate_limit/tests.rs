@@ -561,48 +561,6 @@ async fn a_rise_wakes_the_waiting_sends_and_a_hold_moves_them_back() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_hold_moves_the_quota_queue_back_in_order_and_spacing() {
-    // 60 a minute, one at a time: sends a second apart.
-    let gate = gate::Gate::new(gcra::Pace::per_minute(60, 1), None, None);
-    let start = Instant::now();
-    let mut queued = queue(&gate, 3);
-    let at = |b: &gate::Booking| b.slot - start;
-    assert_eq!(
-        queued.iter().map(at).collect::<Vec<_>>(),
-        [
-            Duration::ZERO,
-            Duration::from_secs(1),
-            Duration::from_secs(2)
-        ]
-    );
-    // Half a second in, a 429 names 5 s: the waiting two move back behind
-    // the hold, still a second apart, and a send arriving later queues
-    // behind them rather than ahead.
-    tokio::time::advance(Duration::from_millis(500)).await;
-    gate.hold(
-        1,
-        NO_SEND,
-        Instant::now(),
-        Duration::from_secs(5),
-        Duration::from_secs(120),
-        false,
-    );
-    tokio::time::advance(Duration::from_millis(500)).await;
-    let late = queue(&gate, 1);
-    let now = Instant::now();
-    let mut slots = Vec::new();
-    for booking in &mut queued[1..] {
-        match gate.check(1, booking, now).unwrap() {
-            gate::Check::WaitUntil(slot) => slots.push(slot - start),
-            gate::Check::Go => panic!("went during the hold"),
-        }
-    }
-    slots.push(at(&late[0]));
-    let ms = Duration::from_millis;
-    assert_eq!(slots, [ms(6_000), ms(7_000), ms(8_000)]);
-}
-
-#[tokio::test(start_paused = true)]
 async fn a_send_dropped_while_it_waits_gives_its_place_up() {
     let sends = Sends::default();
     let gate = RateLimitLayer::learned().layer(upstream::<Replayed>(sends.clone()));
@@ -697,35 +655,6 @@ async fn an_attempt_timeout_counts_from_the_send_not_from_the_queue() {
         )),
         "{err}"
     );
-}
-
-#[test]
-fn every_quota_is_validated_and_none_is_dropped() {
-    let refused = |quotas: Quotas| RateLimitLayer::new(quotas).unwrap_err();
-    let e = refused(Quotas::none().requests_per_minute(0));
-    assert_eq!(e.setting(), "requests_per_minute");
-    assert_eq!(
-        e.to_string(),
-        "invalid rate-limit gate: requests_per_minute: must be positive, got 0"
-    );
-    assert_eq!(
-        refused(Quotas::none().tokens_per_minute_with_burst(100, 0)).setting(),
-        "tokens_per_minute"
-    );
-    assert_eq!(
-        refused(Quotas::none().adaptive(5.0, 1.0)).setting(),
-        "adaptive"
-    );
-    assert!(refused(Quotas::none().adaptive(f64::NAN, 1.0))
-        .to_string()
-        .starts_with("invalid rate-limit gate: adaptive:"));
-    // An adaptive quota beside a fixed one is kept, not silently dropped.
-    let gate = RateLimitLayer::new(Quotas::none().requests_per_minute(60).adaptive(1.0, 5.0))
-        .unwrap()
-        .gate;
-    gate.reserve(1, 0, Instant::now(), gate::Bounds::default())
-        .unwrap();
-    assert!(gate.learns(), "the key learns a rate");
 }
 
 /// A layer between the retry layer and the gate. It calls the gate only
@@ -1283,34 +1212,6 @@ async fn a_send_let_through_is_dated_by_its_turn_not_by_its_service_s_readiness(
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_send_whose_turn_is_its_deadline_waits_for_it() {
-    let gate = RateLimitLayer::new(Quotas::none().requests_per_minute_with_burst(60, 1))
-        .unwrap()
-        .gate;
-    let now = Instant::now();
-    let second = Duration::from_secs(1);
-    let bounds = |deadline| gate::Bounds {
-        deadline: Some(now + deadline),
-        max_server_wait: None,
-        not_before: None,
-    };
-    assert!(gate
-        .reserve(1, 0, now, bounds(second))
-        .unwrap()
-        .is_released());
-    let mut next = gate.reserve(1, 0, now, bounds(second)).unwrap();
-    assert_eq!(next.slot, now + second);
-    assert_eq!(
-        gate.check(1, &mut next, now).unwrap(),
-        gate::Check::WaitUntil(now + second)
-    );
-    assert_eq!(
-        gate.check(1, &mut next, now + second).unwrap(),
-        gate::Check::Go
-    );
-}
-
-#[tokio::test(start_paused = true)]
 async fn a_send_refused_for_its_deadline_leaves_no_gap_in_a_learned_schedule() {
     let gate = RateLimitLayer::learned().gate;
     let t0 = Instant::now();
@@ -1398,22 +1299,6 @@ async fn a_learned_rate_wakes_the_waiting_sends_only_when_it_rose_a_tenth() {
         gate.succeeded(1, t);
     }
     assert!(large.now_or_never().is_some(), "a second of successes");
-}
-
-#[test]
-fn a_gate_paces_with_a_quota_or_a_learned_rate_and_says_how() {
-    let none = RateLimitLayer::new(Quotas::none()).unwrap().gate;
-    assert!(!none.paces());
-    assert!(RateLimitLayer::learned().gate.paces());
-    let quota = RateLimitLayer::new(Quotas::none().requests_per_minute_with_burst(60, 1))
-        .unwrap()
-        .gate;
-    assert!(quota.paces());
-    let debug = format!("{quota:?}");
-    assert!(
-        debug.starts_with("Gate") && debug.contains("requests"),
-        "{debug}"
-    );
 }
 
 #[test]
@@ -1560,29 +1445,6 @@ async fn a_send_let_through_but_never_sent_gives_its_window_share_back() {
         .reserve(1, 0, now, gate::Bounds::default())
         .unwrap()
         .is_released());
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_probe_turn_past_a_deadline_that_has_come_is_not_a_release() {
-    let gate = RateLimitLayer::new(Quotas::none()).unwrap().gate;
-    let now = Instant::now();
-    let limit = Duration::from_secs(120);
-    let first = gate.reserve(1, 0, now, gate::Bounds::default()).unwrap();
-    gate.observed_window(1, first.order, now, no_reset(0), limit);
-    let _probe = gate.reserve(1, 0, now, gate::Bounds::default()).unwrap();
-    // Its turn is a second away and its deadline is now: it waits (to be
-    // refused at once), it does not go ahead of its turn.
-    let bounds = gate::Bounds {
-        deadline: Some(now),
-        max_server_wait: Some(limit),
-        not_before: None,
-    };
-    let mut late = gate.reserve(1, 0, now, bounds).unwrap();
-    assert!(!late.is_released());
-    assert!(matches!(
-        gate.check(1, &mut late, now),
-        Err(GateError::PastDeadline { .. })
-    ));
 }
 
 #[tokio::test(start_paused = true)]
