@@ -18,7 +18,8 @@ use tower::Layer;
 pub(crate) type Body = ReplayBody<Full<Bytes>>;
 
 /// The upstream as a service.
-pub(crate) type UpstreamService = BoxCloneSyncService<Request<Body>, Response<Full<Bytes>>, BoxError>;
+pub(crate) type UpstreamService =
+    BoxCloneSyncService<Request<Body>, Response<Full<Bytes>>, BoxError>;
 
 /// The whole stack a user builds: the retry layer over the gate.
 pub(crate) type Stack = Retry<RateLimit<UpstreamService>>;
@@ -34,20 +35,21 @@ pub(crate) struct Seen {
     pub(crate) at: Duration,
 }
 
-type Script = dyn Fn(&Seen) -> Response<Full<Bytes>> + Send + Sync;
+type Script = dyn Fn(&Seen) -> (Duration, Response<Full<Bytes>>) + Send + Sync;
 
-/// An upstream that answers after `latency`, as its script says.
+/// An upstream that answers each send when and as its script says.
 #[derive(Clone)]
 pub(crate) struct Upstream {
     start: Instant,
-    latency: Duration,
     script: Arc<Script>,
     log: Arc<Mutex<Vec<Seen>>>,
 }
 
 impl Upstream {
     /// Answers at once.
-    pub(crate) fn new(script: impl Fn(&Seen) -> Response<Full<Bytes>> + Send + Sync + 'static) -> Self {
+    pub(crate) fn new(
+        script: impl Fn(&Seen) -> Response<Full<Bytes>> + Send + Sync + 'static,
+    ) -> Self {
         Upstream::slow(Duration::ZERO, script)
     }
 
@@ -56,9 +58,15 @@ impl Upstream {
         latency: Duration,
         script: impl Fn(&Seen) -> Response<Full<Bytes>> + Send + Sync + 'static,
     ) -> Self {
+        Upstream::timed(move |seen| (latency, script(seen)))
+    }
+
+    /// Answers each send after the latency its script names with it.
+    pub(crate) fn timed(
+        script: impl Fn(&Seen) -> (Duration, Response<Full<Bytes>>) + Send + Sync + 'static,
+    ) -> Self {
         Upstream {
             start: Instant::now(),
-            latency,
             script: Arc::new(script),
             log: Arc::default(),
         }
@@ -81,8 +89,9 @@ impl Upstream {
                     seen
                 };
                 drop(req);
-                tokio::time::sleep(this.latency).await;
-                Ok::<_, BoxError>((this.script)(&seen))
+                let (latency, response) = (this.script)(&seen);
+                tokio::time::sleep(latency).await;
+                Ok::<_, BoxError>(response)
             }
         }))
     }
@@ -171,7 +180,11 @@ pub(crate) fn once() -> RetryPolicyBuilder {
 }
 
 /// The retry layer built from `policy` over `gate` over `upstream`.
-pub(crate) fn stack(policy: RetryPolicyBuilder, gate: &RateLimitLayer, upstream: &Upstream) -> Stack {
+pub(crate) fn stack(
+    policy: RetryPolicyBuilder,
+    gate: &RateLimitLayer,
+    upstream: &Upstream,
+) -> Stack {
     over(policy, gate.layer(upstream.service()))
 }
 
