@@ -49,27 +49,6 @@ fn one_a_second() -> RateLimitLayer {
     RateLimitLayer::new(Quotas::none().requests_per_minute_with_burst(60, 1)).unwrap()
 }
 
-/// Spawns a request to each of `paths` in turn, each reaching the gate
-/// before the next.
-async fn spawn_all(
-    svc: &Stack,
-    paths: &[&str],
-) -> Vec<
-    tokio::task::JoinHandle<
-        Result<
-            http::Response<llm_retry::RetryBody<http_body_util::Full<bytes::Bytes>>>,
-            llm_retry::BoxError,
-        >,
-    >,
-> {
-    let mut calls = Vec::new();
-    for path in paths {
-        calls.push(tokio::spawn(svc.clone().oneshot(post(path))));
-        settle().await;
-    }
-    calls
-}
-
 #[tokio::test(start_paused = true)]
 async fn sends_past_an_exhausted_window_leave_paced_by_the_quota() {
     // The first answer says nothing more until a reset 10 s away: the
@@ -385,7 +364,6 @@ async fn a_send_let_through_but_never_sent_gives_its_window_share_back() {
         settle().await;
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
-    eprintln!("DEBUG {:?}", upstream.sends());
     assert_eq!(
         upstream.sends(),
         [

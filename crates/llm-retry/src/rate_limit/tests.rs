@@ -454,109 +454,11 @@ async fn a_send_waiting_for_its_slot_holds_no_inner_readiness() {
     );
 }
 
-/// A learned rate's queue on the gate itself: `(ticket booking, slot)` of
-/// sends queued at `now` on key 1.
-fn queue(gate: &gate::Gate, n: usize) -> Vec<gate::Booking> {
-    (0..n)
-        .map(|_| {
-            gate.reserve(1, 0, Instant::now(), gate::Bounds::default())
-                .unwrap()
-        })
-        .collect()
-}
-
 /// Key 1's sends that went at `sent` are refused at `now`, enough of them
 /// to be evidence that the key is sent faster than it admits.
 fn refused_burst(gate: &gate::Gate, sent: Instant, now: Instant, wait: Option<Duration>) {
     for _ in 0..40 {
         gate.throttled(1, sent, now, wait, false);
-    }
-}
-
-fn after_start(booking: &gate::Booking, start: Instant) -> Duration {
-    booking.slot - start
-}
-
-/// A learning gate whose key 1 has learned one send a second: its first
-/// send went at the start, five successes came back over 5 s, then a 429.
-/// Returns the instant the key learned it (now).
-async fn one_per_second(gate: &gate::Gate) -> Instant {
-    let first = queue(gate, 1);
-    for _ in 0..5 {
-        gate.succeeded(1, first[0].slot);
-    }
-    tokio::time::advance(Duration::from_secs(5)).await;
-    let now = Instant::now();
-    refused_burst(gate, now, now, None);
-    now
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_rising_learned_rate_paces_from_the_last_send_not_from_history() {
-    let gate = RateLimitLayer::learned().gate;
-    let start = one_per_second(&gate).await;
-    // Five sends go at that rate, one a second from now (the last send was
-    // 5 s ago), and report nothing yet.
-    for mut booking in queue(&gate, 5) {
-        tokio::time::sleep_until(booking.slot).await;
-        assert_eq!(
-            gate.check(1, &mut booking, Instant::now()),
-            Ok(gate::Check::Go)
-        );
-    }
-    assert_eq!(start.elapsed(), Duration::from_secs(4));
-    let mut waiting = queue(&gate, 3);
-    // A second of success raises the rate by a quarter (slow start after a
-    // measured estimate). The queue must go on from the last send, 0.8 s
-    // apart — not from the schedule's start, where the new rate would put
-    // all three in the past and send them at once.
-    gate.succeeded(1, Instant::now());
-    let now = Instant::now();
-    let slots: Vec<Duration> = waiting
-        .iter_mut()
-        .map(|booking| match gate.check(1, booking, now).unwrap() {
-            gate::Check::WaitUntil(_) => after_start(booking, start),
-            gate::Check::Go => Duration::ZERO,
-        })
-        .collect();
-    let ms = Duration::from_millis;
-    assert_eq!(slots, [ms(4_800), ms(5_600), ms(6_400)]);
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_rise_wakes_the_waiting_sends_and_a_hold_moves_them_back() {
-    let gate = RateLimitLayer::learned().gate;
-    let start = one_per_second(&gate).await;
-    // The first goes at once; the others are a second apart.
-    let mut waiting = queue(&gate, 3);
-    assert_eq!(after_start(&waiting[2], start), Duration::from_secs(2));
-    let rose = gate.woken(1).unwrap().notified_owned();
-    tokio::time::advance(Duration::from_millis(500)).await;
-    gate.succeeded(1, Instant::now());
-    // Woken, the second send finds its slot earlier than the 1 s it was given.
-    tokio::time::timeout(Duration::ZERO, rose).await.unwrap();
-    let now = Instant::now();
-    assert!(matches!(
-        gate.check(1, &mut waiting[1], now),
-        Ok(gate::Check::WaitUntil(slot)) if slot - start < Duration::from_secs(1)
-    ));
-    // A 429 naming 10 s holds the key: both now wait for the hold, in order.
-    gate.hold(
-        1,
-        NO_SEND,
-        now,
-        Duration::from_secs(10),
-        Duration::from_secs(120),
-        false,
-    );
-    let a = gate.check(1, &mut waiting[1], now).unwrap();
-    let b = gate.check(1, &mut waiting[2], now).unwrap();
-    match (a, b) {
-        (gate::Check::WaitUntil(a), gate::Check::WaitUntil(b)) => {
-            assert_eq!(a - now, Duration::from_secs(10));
-            assert!(b > a);
-        }
-        other => panic!("{other:?}"),
     }
 }
 
@@ -1154,72 +1056,6 @@ async fn a_send_let_through_is_dated_by_its_turn_not_by_its_service_s_readiness(
     assert_eq!(Instant::now() - start, Duration::from_secs(3));
     let sent = link.take_sent().expect("the gate dated the send");
     assert_eq!(sent.at(), start);
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_send_refused_for_its_deadline_leaves_no_gap_in_a_learned_schedule() {
-    let gate = RateLimitLayer::learned().gate;
-    let t0 = Instant::now();
-    let ms = Duration::from_millis;
-    gate.reserve(1, 0, t0, gate::Bounds::default()).unwrap();
-    // A 429 naming 100 ms to the next token: a send every 100 ms.
-    refused_burst(&gate, t0, t0, Some(ms(100)));
-    let first = gate.reserve(1, 0, t0, gate::Bounds::default()).unwrap();
-    let refused = gate.reserve(
-        1,
-        0,
-        t0,
-        gate::Bounds {
-            deadline: Some(first.slot),
-            max_server_wait: None,
-            not_before: None,
-        },
-    );
-    assert!(
-        matches!(refused, Err(GateError::PastDeadline { .. })),
-        "{refused:?}"
-    );
-    // The refused send's place is taken back: the next goes right after
-    // the first.
-    let next = gate.reserve(1, 0, t0, gate::Bounds::default()).unwrap();
-    assert_eq!(next.slot - first.slot, ms(100));
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_send_dropped_past_its_turn_lets_no_one_behind_it_go_sooner_than_the_rate() {
-    let gate = RateLimitLayer::learned().gate;
-    let t0 = Instant::now();
-    let ms = Duration::from_millis;
-    gate.reserve(1, 0, t0, gate::Bounds::default()).unwrap();
-    // A send every 100 ms, and a stated token quota with none left.
-    refused_burst(&gate, t0, t0, Some(ms(100)));
-    gate.observed_tokens(
-        1,
-        crate::hint::TokenWindow {
-            remaining: 0,
-            per_minute: 60_000,
-        },
-        t0,
-    );
-    // A large send waits a second for its tokens, past its turn; two that
-    // cost nothing take the next turns.
-    let large = gate.reserve(1, 1_000, t0, gate::Bounds::default()).unwrap();
-    let mut first = gate.reserve(1, 0, t0, gate::Bounds::default()).unwrap();
-    let mut second = gate.reserve(1, 0, t0, gate::Bounds::default()).unwrap();
-    assert!(
-        large.slot > first.slot,
-        "the large one waits for its tokens"
-    );
-    let went = first.slot;
-    assert_eq!(gate.check(1, &mut first, went).unwrap(), gate::Check::Go);
-    // The large one is dropped 50 ms later: the second still goes 100 ms
-    // after the first, not at once.
-    let now = went + ms(50);
-    gate.abandon(1, &large, now);
-    assert_eq!(
-        gate.check(1, &mut second, now).unwrap(),
-        gate::Check::WaitUntil(went + ms(100))
-    );
 }
 
 #[tokio::test(start_paused = true)]

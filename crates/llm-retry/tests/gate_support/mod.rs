@@ -7,12 +7,14 @@ use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode};
 use http_body_util::Full;
 use llm_retry::rate_limit::{RateLimit, RateLimitLayer};
-use llm_retry::{BoxError, ReplayBody, Retry, RetryLayer, RetryPolicy, RetryPolicyBuilder};
+use llm_retry::{
+    BoxError, ReplayBody, Retry, RetryBody, RetryLayer, RetryPolicy, RetryPolicyBuilder,
+};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
 use tower::util::BoxCloneSyncService;
-use tower::Layer;
+use tower::{Layer, ServiceExt};
 
 /// The body the gate passes down under the retry layer.
 pub(crate) type Body = ReplayBody<Full<Bytes>>;
@@ -199,4 +201,18 @@ pub(crate) async fn settle() {
     for _ in 0..10 {
         tokio::task::yield_now().await;
     }
+}
+
+/// A request spawned onto its own task.
+pub(crate) type Call = tokio::task::JoinHandle<Result<Response<RetryBody<Full<Bytes>>>, BoxError>>;
+
+/// Spawns a request to each of `paths` in turn, each reaching the gate
+/// before the next.
+pub(crate) async fn spawn_all(svc: &Stack, paths: &[&str]) -> Vec<Call> {
+    let mut calls = Vec::new();
+    for path in paths {
+        calls.push(tokio::spawn(svc.clone().oneshot(post(path))));
+        settle().await;
+    }
+    calls
 }
