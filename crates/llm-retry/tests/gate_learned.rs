@@ -11,6 +11,7 @@ mod gate_support;
 use gate_support::*;
 use llm_retry::rate_limit::{GateError, RateLimitLayer, TokenCost};
 use llm_retry::RetryError;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
 use tower::{Layer, ServiceExt};
@@ -25,13 +26,20 @@ const BURST_LATENCY: Duration = Duration::from_millis(10);
 /// at a refusal caps the key's rate there, one that goes on does not.
 struct Gated {
     upstream: Upstream,
-    svc: Stack,
-    teacher: Stack,
+    svc: ValvedStack,
+    teacher: ValvedStack,
 }
 
+type ValvedStack = llm_retry::Retry<llm_retry::rate_limit::RateLimit<Valve<UpstreamService>>>;
+
 fn gated() -> Gated {
+    gated_behind(Arc::new(Mutex::new(Instant::now())))
+}
+
+/// [`gated`], its upstream behind a [`Valve`] opening at `opens_at`.
+fn gated_behind(opens_at: Arc<Mutex<Instant>>) -> Gated {
     let upstream = Upstream::timed(script);
-    let gated = RateLimitLayer::learned().layer(upstream.service());
+    let gated = RateLimitLayer::learned().layer(Valve::new(upstream.service(), opens_at));
     Gated {
         svc: over(once(), gated.clone()),
         teacher: over(
@@ -55,6 +63,8 @@ fn script(seen: &Seen) -> (Duration, http::Response<http_body_util::Full<bytes::
         "/nowait" => (BURST_LATENCY, answer(429, &[])),
         "/tenth" => (BURST_LATENCY, refused_for_ms(100)),
         "/busy" => (Duration::from_millis(500), refused_for_ms(10_000)),
+        "/late" | "/other" => (Duration::ZERO, answer(429, &[])),
+        "/late3000" => (Duration::from_secs(3), answer(429, &[])),
         "/tokens" => (
             Duration::ZERO,
             answer(
@@ -299,4 +309,48 @@ async fn a_send_dropped_past_its_turn_lets_no_one_behind_it_go_sooner_than_the_r
     let dropped = gap_behind_a_large_send(true).await;
     assert!(kept > Duration::from_millis(50), "{kept:?}");
     assert_eq!(dropped, kept);
+}
+
+/// Ten a second, learned. `/late`'s turn comes first, but its service is
+/// ready only 3 s later (`ready_late`), or it goes on its turn and is
+/// answered 3 s later; `/other`, on the next turn, is refused at once (a
+/// decrease); `/late` is refused at 3 s. Then two sends queue: how far
+/// apart they went.
+async fn gap_after_a_late_refusal(ready_late: bool) -> Duration {
+    let opens_at = Arc::new(Mutex::new(Instant::now()));
+    let gated = gated_behind(Arc::clone(&opens_at));
+    let (upstream, svc) = (&gated.upstream, &gated.svc);
+    svc.clone().oneshot(post("/")).await.unwrap();
+    burst(&gated, "/tenth").await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let start = Instant::now();
+    let late = if ready_late {
+        *opens_at.lock().unwrap() = start + Duration::from_secs(3);
+        "/late"
+    } else {
+        "/late3000"
+    };
+    let mut calls = spawn_all(svc, &[late]).await;
+    *opens_at.lock().unwrap() = start;
+    calls.extend(spawn_all(svc, &["/other"]).await);
+    tokio::time::sleep_until(start + Duration::from_millis(3_500)).await;
+    let refused = sent_after(upstream, start, &[late, "/other"]);
+    assert_eq!(refused.len(), 2, "{:?}", upstream.sends());
+    calls.extend(spawn_all(svc, &["/hang_a", "/hang_b"]).await);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let went = sent_after(upstream, start, &["/hang_a", "/hang_b"]);
+    calls.into_iter().for_each(|c| c.abort());
+    Duration::from_millis((went[1] - went[0]) as u64)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_send_let_through_is_dated_by_its_turn_not_by_its_service_s_readiness() {
+    // Dated by its turn, `/late` went before the decrease `/other` drew:
+    // its refusal belongs to that congestion event and cuts the rate no
+    // further, whether it went on its turn or waited for its service.
+    let on_turn = gap_after_a_late_refusal(false).await;
+    let ready_late = gap_after_a_late_refusal(true).await;
+    // One cut from ten a second.
+    assert_eq!(on_turn, Duration::from_millis(125));
+    assert_eq!(ready_late, on_turn);
 }

@@ -12,10 +12,9 @@ use gate_support::*;
 use llm_retry::rate_limit::{GateError, Quotas, RateLimitLayer};
 use llm_retry::{RetryError, RetryLayer};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::time::Instant;
-use tower::{Layer, Service, ServiceExt};
+use tower::{Layer, ServiceExt};
 
 const LONG: Duration = Duration::from_secs(60);
 
@@ -294,45 +293,6 @@ async fn a_bogus_window_reset_holds_the_key_no_longer_than_the_longest_wait() {
     );
 }
 
-/// A service ready only from an instant on: each clone (the gate takes
-/// one per send) keeps the instant its original was set to when cloned.
-struct Valve<S> {
-    inner: S,
-    opens_at: Arc<Mutex<Instant>>,
-    until: Instant,
-    sleep: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
-}
-
-impl<S: Clone> Clone for Valve<S> {
-    fn clone(&self) -> Self {
-        Valve {
-            inner: self.inner.clone(),
-            opens_at: Arc::clone(&self.opens_at),
-            until: *self.opens_at.lock().unwrap(),
-            sleep: None,
-        }
-    }
-}
-
-impl<S: Service<R>, R> Service<R> for Valve<S> {
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = S::Future;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
-        let until = self.until;
-        let sleep = self
-            .sleep
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(until)));
-        std::task::ready!(std::future::Future::poll(sleep.as_mut(), cx));
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: R) -> S::Future {
-        self.inner.call(request)
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn a_send_let_through_but_never_sent_gives_its_window_share_back() {
     // One share left, no reset. A send is let through but its service is
@@ -344,12 +304,7 @@ async fn a_send_let_through_but_never_sent_gives_its_window_share_back() {
         _ => (LONG, ok()),
     });
     let opens_at = Arc::new(Mutex::new(Instant::now()));
-    let valve = Valve {
-        inner: upstream.service(),
-        opens_at: Arc::clone(&opens_at),
-        until: Instant::now(),
-        sleep: None,
-    };
+    let valve = Valve::new(upstream.service(), Arc::clone(&opens_at));
     let svc = RetryLayer::new(once().build().unwrap()).layer(no_quota().layer(valve));
     svc.clone().oneshot(post("/first")).await.unwrap();
     *opens_at.lock().unwrap() = Instant::now() + LONG;

@@ -192,7 +192,7 @@ pub(crate) fn stack(
 
 /// The retry layer built from `policy` over a gate already built: several
 /// retry layers over one gate share its keys.
-pub(crate) fn over(policy: RetryPolicyBuilder, gated: RateLimit<UpstreamService>) -> Stack {
+pub(crate) fn over<S>(policy: RetryPolicyBuilder, gated: S) -> Retry<S> {
     RetryLayer::new(policy.build().unwrap()).layer(gated)
 }
 
@@ -208,11 +208,76 @@ pub(crate) type Call = tokio::task::JoinHandle<Result<Response<RetryBody<Full<By
 
 /// Spawns a request to each of `paths` in turn, each reaching the gate
 /// before the next.
-pub(crate) async fn spawn_all(svc: &Stack, paths: &[&str]) -> Vec<Call> {
+pub(crate) async fn spawn_all<S>(svc: &S, paths: &[&str]) -> Vec<Call>
+where
+    S: tower::Service<
+            Request<Full<Bytes>>,
+            Response = Response<RetryBody<Full<Bytes>>>,
+            Error = BoxError,
+        > + Clone
+        + Send
+        + 'static,
+    S::Future: Send,
+{
     let mut calls = Vec::new();
     for path in paths {
         calls.push(tokio::spawn(svc.clone().oneshot(post(path))));
         settle().await;
     }
     calls
+}
+
+/// A service ready only from an instant on: each clone (the gate takes
+/// one per send) keeps the instant its original was set to when cloned.
+pub(crate) struct Valve<S> {
+    inner: S,
+    opens_at: Arc<Mutex<Instant>>,
+    until: Instant,
+    sleep: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<S> Valve<S> {
+    /// `inner`, ready from `opens_at` on (as it is when cloned).
+    pub(crate) fn new(inner: S, opens_at: Arc<Mutex<Instant>>) -> Valve<S> {
+        let until = *opens_at.lock().unwrap();
+        Valve {
+            inner,
+            opens_at,
+            until,
+            sleep: None,
+        }
+    }
+}
+
+impl<S: Clone> Clone for Valve<S> {
+    fn clone(&self) -> Self {
+        Valve {
+            inner: self.inner.clone(),
+            opens_at: Arc::clone(&self.opens_at),
+            until: *self.opens_at.lock().unwrap(),
+            sleep: None,
+        }
+    }
+}
+
+impl<S: tower::Service<R>, R> tower::Service<R> for Valve<S> {
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), S::Error>> {
+        let until = self.until;
+        let sleep = self
+            .sleep
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(until)));
+        std::task::ready!(std::future::Future::poll(sleep.as_mut(), cx));
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: R) -> S::Future {
+        self.inner.call(request)
+    }
 }
