@@ -118,21 +118,6 @@ async fn sends_are_paced_first_in_first_out() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn keys_are_paced_apart() {
-    let sends = Sends::default();
-    let svc = RateLimitLayer::new(Quotas::none().requests_per_minute_with_burst(60, 1))
-        .unwrap()
-        .layer(upstream(sends.clone()));
-    let start = Instant::now();
-    let a = svc.clone().oneshot(get("http://a.test/"));
-    let b = svc.clone().oneshot(get("http://b.test/"));
-    let (a, b) = tokio::join!(a, b);
-    a.unwrap();
-    b.unwrap();
-    assert_eq!(offsets(&sends, start), [0, 0]);
-}
-
-#[tokio::test(start_paused = true)]
 async fn a_named_wait_holds_the_whole_key() {
     let sends = Sends::default();
     let gate = RateLimitLayer::new(Quotas::none())
