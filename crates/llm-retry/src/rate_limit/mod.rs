@@ -94,6 +94,4 @@ pub use service::RateLimit;
 #[cfg(test)]
 mod harm_tests;
 #[cfg(test)]
-mod provider_tests;
-#[cfg(test)]
 mod tests;

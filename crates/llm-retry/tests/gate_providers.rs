@@ -3,11 +3,11 @@
 //! that states its quota per minute but names waits in whole seconds.
 #![allow(clippy::unwrap_used)]
 
-use super::*;
-use crate::{RetryLayer, RetryPolicy};
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode};
 use http_body_util::Full;
+use llm_retry::rate_limit::{Quotas, RateLimitLayer};
+use llm_retry::{RetryLayer, RetryPolicy};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -21,9 +21,9 @@ const LATENCY: Duration = Duration::from_millis(20);
 type Sends = Arc<Mutex<Vec<(Instant, bool)>>>;
 
 type Upstream = tower::util::BoxCloneSyncService<
-    Request<crate::ReplayBody<Full<Bytes>>>,
+    Request<llm_retry::ReplayBody<Full<Bytes>>>,
     Response<Full<Bytes>>,
-    crate::BoxError,
+    llm_retry::BoxError,
 >;
 
 fn answer(ok: bool, headers: &[(&'static str, String)]) -> Response<Full<Bytes>> {
@@ -54,7 +54,7 @@ fn window_reset(reset: Duration, sends: Sends) -> Upstream {
                 ("retry-after-ms", left.as_millis().to_string()),
                 ("retry-after", "1".to_owned()),
             ];
-            Ok::<_, crate::BoxError>(answer(ok, if ok { &[] } else { &wait }))
+            Ok::<_, llm_retry::BoxError>(answer(ok, if ok { &[] } else { &wait }))
         }
     }))
 }
@@ -98,7 +98,7 @@ fn anthropic_bucket(per_sec: u32, burst: u32, sends: Sends) -> Upstream {
             if !ok {
                 headers.push(("retry-after", "1".to_owned()));
             }
-            Ok::<_, crate::BoxError>(answer(ok, &headers))
+            Ok::<_, llm_retry::BoxError>(answer(ok, &headers))
         }
     }))
 }
@@ -223,7 +223,7 @@ fn concurrency_limited(max: usize, sends: Sends) -> Upstream {
             if !ok {
                 *res.status_mut() = StatusCode::from_u16(529).unwrap();
             }
-            Ok::<_, crate::BoxError>(res)
+            Ok::<_, llm_retry::BoxError>(res)
         }
     }))
 }
@@ -257,12 +257,12 @@ async fn overloads_cap_the_keys_sends_in_flight_not_its_rate() {
 fn token_bucket(per_sec: u64, sends: Sends) -> Upstream {
     let level = Arc::new(Mutex::new((per_sec as f64, Instant::now())));
     tower::util::BoxCloneSyncService::new(tower::service_fn(
-        move |req: Request<crate::ReplayBody<Full<Bytes>>>| {
+        move |req: Request<llm_retry::ReplayBody<Full<Bytes>>>| {
             let (sends, level) = (Arc::clone(&sends), Arc::clone(&level));
             async move {
                 use http_body_util::BodyExt;
                 let body = req.into_body().collect().await?.to_bytes();
-                let cost = crate::recover::requested_max_tokens(&body).unwrap_or(0) as f64
+                let cost = llm_retry::recover::requested_max_tokens(&body).unwrap_or(0) as f64
                     + (body.len() / 4) as f64;
                 tokio::time::sleep(LATENCY).await;
                 let now = Instant::now();
@@ -289,7 +289,7 @@ fn token_bucket(per_sec: u64, sends: Sends) -> Upstream {
                 if !ok {
                     headers.push(("retry-after-ms", wait.to_string()));
                 }
-                Ok::<_, crate::BoxError>(answer(ok, &headers))
+                Ok::<_, llm_retry::BoxError>(answer(ok, &headers))
             }
         },
     ))
