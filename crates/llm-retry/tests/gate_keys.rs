@@ -121,3 +121,37 @@ async fn a_key_s_stated_window_stands_through_the_sweeps() {
     svc.clone().oneshot(keyed("/next", u64::MAX)).await.unwrap();
     assert_eq!(sent_after(&upstream, "/next", start), [10_000]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_learned_key_with_sends_booked_ahead_keeps_its_schedule_through_the_sweeps() {
+    // The key's answer states 60 a minute, none left: the learned rate
+    // paces it at one a second. Its second send is booked for 1 s; a third,
+    // after thousands of other keys, goes a second after that, not at once.
+    let upstream = Upstream::new(|seen| match seen.path.as_str() {
+        "/first" => answer(
+            200,
+            &[
+                ("x-ratelimit-limit-requests", "60".into()),
+                ("x-ratelimit-remaining-requests", "0".into()),
+                ("x-ratelimit-reset-requests", "1s".into()),
+            ],
+        ),
+        _ => ok(),
+    });
+    let svc = stack(once(), &RateLimitLayer::learned(), &upstream);
+    let start = Instant::now();
+    svc.clone()
+        .oneshot(keyed("/first", u64::MAX))
+        .await
+        .unwrap();
+    let second = tokio::spawn(svc.clone().oneshot(keyed("/second", u64::MAX)));
+    settle().await;
+    use_many_keys(&svc).await;
+    svc.clone()
+        .oneshot(keyed("/third", u64::MAX))
+        .await
+        .unwrap();
+    second.await.unwrap().unwrap();
+    assert_eq!(sent_after(&upstream, "/second", start), [1_000]);
+    assert_eq!(sent_after(&upstream, "/third", start), [2_000]);
+}
