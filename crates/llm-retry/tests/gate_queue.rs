@@ -169,3 +169,24 @@ async fn a_probe_turn_past_a_deadline_that_has_come_is_refused_not_sent() {
     probe.await.unwrap().unwrap();
     assert_eq!(upstream.sent_to("/late"), Vec::<u128>::new());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_hold_exactly_at_the_longest_wait_a_request_honours_is_waited_out() {
+    // A 429 names 5 s; a request honouring exactly 5 s waits the hold out.
+    let upstream = Upstream::new(|seen| match seen.path.as_str() {
+        "/busy" => refused_for(5),
+        _ => ok(),
+    });
+    let gated = RateLimitLayer::new(Quotas::none())
+        .unwrap()
+        .layer(upstream.service());
+    over(once(), gated.clone())
+        .oneshot(post("/busy"))
+        .await
+        .unwrap();
+    over(once().max_server_wait(Duration::from_secs(5)), gated)
+        .oneshot(post("/exact"))
+        .await
+        .unwrap();
+    assert_eq!(upstream.sent_to("/exact"), [5_000]);
+}

@@ -93,21 +93,6 @@ async fn a_window_counts_its_probes_and_queued_shares_until_they_leave() {
     assert_eq!(key.window_place(now), Place::Took(1), "the share came back");
 }
 
-#[test]
-fn a_hold_exactly_at_the_longest_wait_is_honoured() {
-    let now = Instant::now();
-    let mut key = KeyState::new(None, now);
-    key.held_until = Some(now + Duration::from_secs(5));
-    key.asked = Some((now, Duration::from_secs(5)));
-    assert!(key
-        .held_too_long(now, Some(Duration::from_secs(5)))
-        .is_none());
-    assert!(matches!(
-        key.held_too_long(now, Some(Duration::from_millis(4_999))),
-        Some(GateError::HeldTooLong { .. })
-    ));
-}
-
 #[tokio::test(start_paused = true)]
 async fn an_answer_of_a_spent_window_with_no_reset_is_news_unless_the_window_was_so_already() {
     let now = Instant::now();
