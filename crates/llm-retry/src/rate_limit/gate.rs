@@ -558,12 +558,6 @@ impl Gate {
         Some(Arc::clone(&keys.get(&key)?.woken))
     }
 
-    /// Whether the gate learns its keys' rates.
-    #[cfg(test)]
-    pub(super) fn learns(&self) -> bool {
-        self.adaptive.is_some()
-    }
-
     /// Keeps every later send of `key` back for the wait its provider
     /// named (a fact about the key, not one request), but no longer than
     /// `limit`, the longest wait the request that met it honours: a bogus

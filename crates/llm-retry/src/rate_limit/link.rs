@@ -255,12 +255,6 @@ impl GateLink {
 }
 
 impl Sent {
-    /// When the send went, as the gate dated it.
-    #[cfg(test)]
-    pub(crate) fn at(&self) -> Instant {
-        self.at
-    }
-
     /// Whether the gate paces its key (a quota or a learned rate).
     pub(crate) fn paced(&self) -> bool {
         self.gate.paces()

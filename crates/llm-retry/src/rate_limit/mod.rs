@@ -95,6 +95,4 @@ pub use service::RateLimit;
 #[cfg(test)]
 mod harm_tests;
 #[cfg(test)]
-mod provider_tests;
-#[cfg(test)]
 mod tests;

@@ -3,18 +3,15 @@
 //! that states its quota per minute but names waits in whole seconds.
 #![allow(clippy::unwrap_used)]
 
-use super::*;
-use crate::{RetryLayer, RetryPolicy};
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode};
 use http_body_util::Full;
+use llm_retry::rate_limit::{Quotas, RateLimitLayer};
+use llm_retry::{RetryLayer, RetryPolicy};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
 use tower::{Layer, ServiceExt};
-
-/// A hold put by no send of the key's: nothing answered later contests it.
-const NO_SEND: u64 = gate::UNCONTESTED;
 
 /// Every answer's response time: the first wave is out before the first
 /// answer is back.
@@ -24,9 +21,9 @@ const LATENCY: Duration = Duration::from_millis(20);
 type Sends = Arc<Mutex<Vec<(Instant, bool)>>>;
 
 type Upstream = tower::util::BoxCloneSyncService<
-    Request<crate::ReplayBody<Full<Bytes>>>,
+    Request<llm_retry::ReplayBody<Full<Bytes>>>,
     Response<Full<Bytes>>,
-    crate::BoxError,
+    llm_retry::BoxError,
 >;
 
 fn answer(ok: bool, headers: &[(&'static str, String)]) -> Response<Full<Bytes>> {
@@ -57,7 +54,7 @@ fn window_reset(reset: Duration, sends: Sends) -> Upstream {
                 ("retry-after-ms", left.as_millis().to_string()),
                 ("retry-after", "1".to_owned()),
             ];
-            Ok::<_, crate::BoxError>(answer(ok, if ok { &[] } else { &wait }))
+            Ok::<_, llm_retry::BoxError>(answer(ok, if ok { &[] } else { &wait }))
         }
     }))
 }
@@ -101,7 +98,7 @@ fn anthropic_bucket(per_sec: u32, burst: u32, sends: Sends) -> Upstream {
             if !ok {
                 headers.push(("retry-after", "1".to_owned()));
             }
-            Ok::<_, crate::BoxError>(answer(ok, &headers))
+            Ok::<_, llm_retry::BoxError>(answer(ok, &headers))
         }
     }))
 }
@@ -208,38 +205,6 @@ async fn a_request_told_whole_seconds_still_waits_them_on_a_paced_key() {
     );
 }
 
-#[tokio::test(start_paused = true)]
-async fn only_the_whole_seconds_past_the_first_hold_a_key_that_has_a_rate() {
-    let gate = RateLimitLayer::learned().gate;
-    let now = Instant::now();
-    let limit = Duration::from_secs(120);
-    let s = Duration::from_secs;
-    let reserve = |key| gate.reserve(key, 0, now, gate::Bounds::default()).unwrap();
-    // No rate yet: a whole-second wait holds the key for all of it.
-    reserve(1);
-    assert!(gate.hold(1, NO_SEND, now, s(1), limit, true));
-    assert_eq!(reserve(1).slot - now, s(1));
-    // A stated quota of 600 a minute: the rounded-up second is the rate's
-    // to pace, and the request that was told it waits it out itself.
-    let sent = reserve(2);
-    let window = crate::hint::RequestWindow {
-        remaining: 0,
-        reset_in: Some(s(1)),
-        per_minute: Some(600),
-    };
-    gate.observed_window(2, sent.order, now, window, limit);
-    assert!(!gate.hold(2, NO_SEND, now, s(1), limit, true));
-    let next = reserve(2).slot - now;
-    assert!(next <= Duration::from_millis(100), "{next:?}");
-    // A 3 s wait still holds the key for its first 2 s.
-    assert!(!gate.hold(2, NO_SEND, now, s(3), limit, true));
-    let held = reserve(2).slot - now;
-    assert!(held >= s(2) && held < s(3), "{held:?}");
-    // A wait named to the millisecond holds for all of it.
-    assert!(gate.hold(2, NO_SEND, now, Duration::from_millis(3_500), limit, false));
-    assert!(reserve(2).slot - now >= Duration::from_millis(3_500));
-}
-
 /// `529 overloaded_error` past `max` requests in flight, each answer
 /// taking 100 ms.
 fn concurrency_limited(max: usize, sends: Sends) -> Upstream {
@@ -258,7 +223,7 @@ fn concurrency_limited(max: usize, sends: Sends) -> Upstream {
             if !ok {
                 *res.status_mut() = StatusCode::from_u16(529).unwrap();
             }
-            Ok::<_, crate::BoxError>(res)
+            Ok::<_, llm_retry::BoxError>(res)
         }
     }))
 }
@@ -292,12 +257,12 @@ async fn overloads_cap_the_keys_sends_in_flight_not_its_rate() {
 fn token_bucket(per_sec: u64, sends: Sends) -> Upstream {
     let level = Arc::new(Mutex::new((per_sec as f64, Instant::now())));
     tower::util::BoxCloneSyncService::new(tower::service_fn(
-        move |req: Request<crate::ReplayBody<Full<Bytes>>>| {
+        move |req: Request<llm_retry::ReplayBody<Full<Bytes>>>| {
             let (sends, level) = (Arc::clone(&sends), Arc::clone(&level));
             async move {
                 use http_body_util::BodyExt;
                 let body = req.into_body().collect().await?.to_bytes();
-                let cost = crate::recover::requested_max_tokens(&body).unwrap_or(0) as f64
+                let cost = llm_retry::recover::requested_max_tokens(&body).unwrap_or(0) as f64
                     + (body.len() / 4) as f64;
                 tokio::time::sleep(LATENCY).await;
                 let now = Instant::now();
@@ -324,7 +289,7 @@ fn token_bucket(per_sec: u64, sends: Sends) -> Upstream {
                 if !ok {
                     headers.push(("retry-after-ms", wait.to_string()));
                 }
-                Ok::<_, crate::BoxError>(answer(ok, &headers))
+                Ok::<_, llm_retry::BoxError>(answer(ok, &headers))
             }
         },
     ))
@@ -371,145 +336,6 @@ async fn under_a_stated_token_quota_large_requests_wait_their_turn_and_small_one
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_stated_token_quota_books_only_sends_that_cost_something_and_can_fit() {
-    use crate::hint::TokenWindow;
-    let gate = RateLimitLayer::learned().gate;
-    let now = Instant::now();
-    gate.reserve(1, 0, now, gate::Bounds::default()).unwrap();
-    gate.observed_tokens(
-        1,
-        TokenWindow {
-            remaining: 1_000,
-            per_minute: 1_000,
-        },
-        now,
-    );
-    let book = |cost| {
-        gate.reserve_send(1, cost, now, gate::Bounds::default())
-            .unwrap()
-            .booking
-    };
-    assert_eq!(book(600).stated_cost(), 600);
-    // More than the quota ever holds: not the stated quota's to pace (the
-    // provider answers it), so it books nothing and goes now.
-    let huge = book(5_000);
-    assert_eq!((huge.stated_cost(), huge.slot), (0, now));
-    assert_eq!(book(0).stated_cost(), 0, "no cost, nothing booked");
-}
-
-/// A 60 000-tokens-a-minute quota, as a key's provider stated it (all of
-/// it there): a send books `cost` of it at `now` and is refused, the
-/// policy's `news` of it being a [`refusal`]. The gate after, and what it
-/// does about the resend.
-fn booked_then_refused(cost: u64, news: KeyNews, now: Instant) -> (gate::Gate, link::GateWait) {
-    use super::concurrency::InFlight;
-    let gate = RateLimitLayer::learned().gate;
-    gate.reserve(1, 0, now, gate::Bounds::default()).unwrap();
-    gate.observed_tokens(1, quota_left(60_000), now);
-    let gate::Reserved {
-        booking, flight, ..
-    } = gate
-        .reserve_send(1, cost, now, gate::Bounds::default())
-        .unwrap();
-    assert_eq!(booking.stated_cost(), cost);
-    let link = link::GateLink::new(super::offer::LinkBounds::new(
-        RetryPolicy::default().limits(),
-        None,
-    ));
-    link.sent(
-        &gate,
-        1,
-        now,
-        booking.order,
-        cost,
-        InFlight::start(flight, None),
-    );
-    let wait = link
-        .take_sent()
-        .unwrap()
-        .report(&link, news, now, Duration::from_secs(120));
-    (gate, wait)
-}
-
-/// `remaining` of a 60 000-tokens-a-minute quota.
-fn quota_left(remaining: u64) -> crate::hint::TokenWindow {
-    crate::hint::TokenWindow {
-        remaining,
-        per_minute: 60_000,
-    }
-}
-
-/// A 429 naming 2 s, saying `remaining` tokens are left (if it says) and
-/// whether the request rate ran out.
-fn refusal(rate: bool, remaining: Option<u64>) -> KeyNews {
-    KeyNews::Throttled {
-        wait: Some(Duration::from_secs(2)),
-        rate,
-        whole_seconds: false,
-        window: None,
-        tokens: remaining.map(quota_left),
-        final_answer: false,
-    }
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_send_refused_with_fewer_tokens_left_than_it_booked_holds_only_itself() {
-    let now = Instant::now();
-    // A send books 5 000 tokens, and is refused with 100 left.
-    let (gate, held) = booked_then_refused(5_000, refusal(true, Some(100)), now);
-    assert_eq!(held, link::GateWait::Own, "the request waits its own wait");
-    // The key is not held: a send with no cost to book goes at once, and
-    // one with a cost waits for its tokens, not for the 2 s.
-    assert_eq!(
-        gate.reserve(1, 0, now, gate::Bounds::default())
-            .unwrap()
-            .slot,
-        now
-    );
-    let costed = gate
-        .reserve(1, 1_000, now, gate::Bounds::default())
-        .unwrap();
-    assert_eq!(costed.slot - now, Duration::from_millis(900));
-    // A send that took its turn but never went gives its tokens back.
-    gate.abandon(1, &costed, now);
-    let again = gate
-        .reserve(1, 1_000, now, gate::Bounds::default())
-        .unwrap();
-    assert_eq!(again.slot - now, Duration::from_millis(900));
-}
-
-/// Whether a 429 holds its key: a send booking `cost` of the key's stated
-/// tokens is refused (see [`refusal`]).
-fn refusal_holds_the_key(cost: u64, rate: bool, remaining: Option<u64>) -> bool {
-    let now = Instant::now();
-    let (gate, wait) = booked_then_refused(cost, refusal(rate, remaining), now);
-    let next = gate.reserve(1, 0, now, gate::Bounds::default()).unwrap();
-    let held = wait == link::GateWait::KeyHeld;
-    assert_eq!(
-        held,
-        next.slot > now,
-        "the next send waits exactly when the key is held"
-    );
-    held
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_refusal_holds_its_key_unless_the_tokens_a_send_booked_ran_short() {
-    // The request rate ran out: the key is held, whatever the send booked,
-    // when its tokens are all there, exactly enough, or not stated.
-    assert!(refusal_holds_the_key(5_000, true, Some(60_000)));
-    assert!(refusal_holds_the_key(5_000, true, Some(5_000)));
-    assert!(refusal_holds_the_key(5_000, true, None));
-    // Fewer left than it booked: the tokens ran out, and it holds itself.
-    assert!(!refusal_holds_the_key(5_000, true, Some(4_999)));
-    // Only the tokens ran out: a send that booked them holds only itself,
-    // one that booked none (no cost known, or too big to book) holds the
-    // key for the wait.
-    assert!(!refusal_holds_the_key(5_000, false, Some(0)));
-    assert!(refusal_holds_the_key(0, false, Some(0)));
-}
-
-#[tokio::test(start_paused = true)]
 async fn a_configured_token_quota_estimates_each_cost_from_the_body() {
     // 600 tokens a minute in bursts of 100: the first request (90 + 4)
     // goes at once, the second waits for the 88 tokens it lacks, 8.8 s.
@@ -532,94 +358,4 @@ async fn a_configured_token_quota_estimates_each_cost_from_the_body() {
     }
     let took = start.elapsed();
     assert!(took >= Duration::from_secs(8), "took {took:?}");
-}
-
-#[tokio::test(start_paused = true)]
-async fn an_overload_under_a_ceiling_is_metered_once_in_a_row() {
-    use super::concurrency::InFlight;
-    let gate = RateLimitLayer::learned().gate;
-    let now = Instant::now();
-    let s = Duration::from_secs;
-    let link = link::GateLink::new(super::offer::LinkBounds::new(
-        RetryPolicy::default().limits(),
-        None,
-    ));
-    // Sends one on key 1, slotted or not, and reports `news` for it.
-    let send = |slotted: bool, news: KeyNews| {
-        let gate::Reserved {
-            booking, flight, ..
-        } = gate
-            .reserve_send(1, 0, now, gate::Bounds::default())
-            .unwrap();
-        // The slot's permit only marks it (its ceiling's count is not
-        // what this test reads).
-        let slot = slotted.then(|| {
-            std::sync::Arc::new(tokio::sync::Semaphore::new(1))
-                .try_acquire_owned()
-                .unwrap()
-        });
-        link.sent(
-            &gate,
-            1,
-            now,
-            booking.order,
-            0,
-            InFlight::start(flight, slot),
-        );
-        link.take_sent().unwrap().report(&link, news, now, s(120)) == link::GateWait::SlotMetered
-    };
-    // Ten others in flight when the first overload comes (after many): a
-    // ceiling of 9.
-    let gate::Reserved { flight, .. } = gate
-        .reserve_send(1, 0, now, gate::Bounds::default())
-        .unwrap();
-    flight.overloaded_often();
-    let mut others: Vec<_> = (0..10)
-        .map(|_| InFlight::start(std::sync::Arc::clone(&flight), None))
-        .collect();
-    assert!(
-        send(false, KeyNews::Overloaded),
-        "the ceiling meters the resend"
-    );
-    // Five end, and free slots under the ceiling of 9.
-    others.truncate(5);
-    // Under the ceiling: the first overload in a row is metered, the
-    // second backs off; a success in between starts the count again.
-    assert!(send(true, KeyNews::Overloaded));
-    assert!(!send(true, KeyNews::Overloaded), "the same request again");
-    let served = KeyNews::Served {
-        window: None,
-        tokens: None,
-    };
-    send(true, served);
-    assert!(send(true, KeyNews::Overloaded));
-    drop(others);
-
-    // A ceiling at its floor meters nothing: the provider is overloaded
-    // whatever we hold there.
-    let lone = RateLimitLayer::learned().gate;
-    let gate::Reserved {
-        booking, flight, ..
-    } = lone
-        .reserve_send(2, 0, now, gate::Bounds::default())
-        .unwrap();
-    flight.overloaded_often();
-    let link = link::GateLink::new(super::offer::LinkBounds::new(
-        RetryPolicy::default().limits(),
-        None,
-    ));
-    link.sent(
-        &lone,
-        2,
-        now,
-        booking.order,
-        0,
-        InFlight::start(flight, None),
-    );
-    assert_eq!(
-        link.take_sent()
-            .unwrap()
-            .report(&link, KeyNews::Overloaded, now, s(120)),
-        link::GateWait::Own
-    );
 }
