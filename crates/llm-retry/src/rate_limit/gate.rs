@@ -11,8 +11,6 @@ use super::adaptive::{AdaptiveRate, Learned, Throttle};
 use super::concurrency::Flight;
 use super::error::GateError;
 use super::gcra::Pace;
-#[cfg(test)]
-pub(super) use super::hold::UNCONTESTED;
 use super::hold::{Hold, Placed};
 use super::keys::{Keys, Sweepable};
 use super::quota_book::{Paces, QuotaBook};

@@ -15,9 +15,6 @@ const DOUBT_FOR: Duration = Duration::from_secs(60);
 /// Answers to later sends a contest needs before it can go against a hold.
 const CONTEST_ANSWERS: u32 = 4;
 
-/// The order of a hold put by no send's refusal: nothing contests it.
-pub(super) const UNCONTESTED: u64 = u64::MAX;
-
 /// What may hold a key's sends back because its provider named a wait.
 #[derive(Debug, Default)]
 pub(super) struct Hold {
@@ -61,10 +58,9 @@ impl Contest {
     }
 
     /// Whether later sends were refused too, three for each served: the
-    /// key is out. A hold that no send's refusal put ([`UNCONTESTED`]) is.
+    /// key is out.
     fn won(&self) -> bool {
-        self.order == UNCONTESTED
-            || (self.refused >= 2 && self.refused >= self.served.saturating_mul(3))
+        self.refused >= 2 && self.refused >= self.served.saturating_mul(3)
     }
 }
 
@@ -310,8 +306,5 @@ mod tests {
         assert!(hold.corroborated(), "three refused for one served");
         assert!(!hold.served(5, now + S(5)), "the wait is over");
         assert!(!hold.corroborated());
-        let mut untold = Hold::default();
-        untold.refused(UNCONTESTED, now, S(5), now + S(5));
-        assert!(untold.corroborated(), "a hold no send put is not contested");
     }
 }

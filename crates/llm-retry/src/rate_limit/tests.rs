@@ -11,7 +11,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// A hold put by no send of the key's: nothing answered later contests it.
-const NO_SEND: u64 = gate::UNCONTESTED;
+/// A hold no send of these tests put: nothing they send contests it.
+const NO_SEND: u64 = u64::MAX;
 
 /// Key 1's sends that went at `sent` are refused at `now`, enough of them
 /// to be evidence that the key is sent faster than it admits.
