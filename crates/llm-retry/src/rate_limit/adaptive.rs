@@ -28,10 +28,11 @@
 //! its recent answers (about thirty in a row, or most of a burst). Every
 //! [`TRIAL`] answers to sends made since, a paced key's refusal share is
 //! judged against the share that drew its last cut: one that is not lower
-//! (and at least [`NOISE_SHARE`], below [`ENGAGE_SHARE`]) shows that its
-//! 429s do not follow its rate — a shared organisation quota drained by
-//! others, a tenant limit in front, refusals at random — and the key stands
-//! down: unpaced again, as without a gate, until refusals are many again.
+//! (and at least [`NOISE_SHARE`]), however high, shows that its 429s do not
+//! follow its rate — a shared organisation quota drained by others, a
+//! tenant limit in front, refusals at random — and the key stands down:
+//! unpaced again, as without a gate, and for [`STAND_DOWN_FOR`] its
+//! refusals start no rate.
 
 use std::time::Duration;
 use tokio::time::Instant;
@@ -88,6 +89,9 @@ pub(super) const NOISE_SHARE: f64 = 0.1;
 /// Answers to sends made since the rate was last judged that show whether
 /// its cuts helped.
 const TRIAL: u32 = 30;
+/// How long a key whose rate stood down starts no other: its refusals did
+/// not follow its rate.
+const STAND_DOWN_FOR: Duration = Duration::from_secs(60);
 
 /// A wait named to the millisecond and short: a token bucket's time to its
 /// next token.
@@ -139,6 +143,9 @@ pub(super) struct Learned {
     /// Answers to the sends made since the last change of rate: served,
     /// and refused.
     trial: (u32, u32),
+    /// When the rate last stood down: for [`STAND_DOWN_FOR`] after, the
+    /// key's refusals start no rate again (evidence decays).
+    stood_down_at: Option<Instant>,
 }
 
 /// What a 429 did to a learned rate.
@@ -177,6 +184,7 @@ impl AdaptiveRate {
             refused_at: None,
             share_at_cut: None,
             trial: (0, 0),
+            stood_down_at: None,
         }
     }
 }
@@ -325,8 +333,12 @@ impl Learned {
             return Throttle::Kept;
         }
         if self.unmeasured() {
-            if self.share < ENGAGE_SHARE {
-                // Too few refusals to say the key is sent faster than it admits.
+            let doubted = self
+                .stood_down_at
+                .is_some_and(|at| now.saturating_duration_since(at) < STAND_DOWN_FOR);
+            if self.share < ENGAGE_SHARE || doubted {
+                // Too few refusals to say the key is sent faster than it
+                // admits, or its last rate did not lower them.
                 return Throttle::Kept;
             }
             self.share_at_cut = Some(self.share);
@@ -339,9 +351,12 @@ impl Learned {
             // then each congestion event cuts, as it always did.
             if answers >= TRIAL {
                 let share = f64::from(refused) / f64::from(answers);
+                // However many refusals remain: a share that stays as high
+                // whatever the rate (an organisation's quota others drain)
+                // is no evidence about it.
                 let helped = self
                     .share_at_cut
-                    .is_none_or(|at_cut| share < NOISE_SHARE.max(at_cut) || share >= ENGAGE_SHARE);
+                    .is_none_or(|at_cut| share < NOISE_SHARE.max(at_cut));
                 if !helped {
                     self.stand_down(bounds, now);
                     return Throttle::StoodDown;
@@ -413,6 +428,7 @@ impl Learned {
         let stated = self.stated;
         *self = bounds.start();
         self.stated = stated;
+        self.stood_down_at = Some(now);
         if let Some(per_sec) = stated {
             self.per_sec = self.per_sec.min(per_sec);
         }

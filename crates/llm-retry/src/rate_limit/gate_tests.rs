@@ -20,8 +20,7 @@ async fn a_key_is_idle_only_once_nothing_of_it_reaches_past_now() {
     );
 
     let mut held = fresh();
-    held.hold
-        .refused(0, now, Duration::from_secs(1), later);
+    held.hold.refused(0, now, Duration::from_secs(1), later);
     assert!(!held.idle(now));
     assert!(held.idle(later), "the hold is over");
 

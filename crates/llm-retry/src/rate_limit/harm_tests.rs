@@ -245,6 +245,35 @@ async fn random_429s_naming_no_wait_cost_no_more_than_no_gate() {
     assert_no_worse(&gated, &alone, "429 without a wait to 15 %");
 }
 
+/// An organisation quota others drain: most answers are 429s whatever
+/// this client's rate. A learned rate starts (the share is high), and its
+/// cuts do not lower the share: it must stand down, not sink to its floor.
+#[tokio::test(start_paused = true)]
+async fn mostly_refused_whatever_the_rate_costs_no_more_than_no_gate() {
+    fn answer(nth: u64, _: &str, _: Duration) -> Response<Full<Bytes>> {
+        if picked(nth, 70) {
+            status(429, &[])
+        } else {
+            ok()
+        }
+    }
+    let (gated, alone) = gated_and_alone(answer, Duration::from_millis(20), 60, 5).await;
+    // Which requests run out of retries differs from run to run: the
+    // served count within 2 %, and the average request's time.
+    assert!(
+        gated.served * 100 >= alone.served * 98,
+        "gated {gated:?}\nalone {alone:?}"
+    );
+    assert!(
+        gated.sends as f64 <= alone.sends as f64 * 1.1,
+        "{gated:?}\n{alone:?}"
+    );
+    assert!(
+        gated.mean.as_secs_f64() <= alone.mean.as_secs_f64() * 1.2,
+        "gated {gated:?}\nalone {alone:?}"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn random_529s_cost_no_more_than_no_gate() {
     fn answer(nth: u64, _: &str, _: Duration) -> Response<Full<Bytes>> {
