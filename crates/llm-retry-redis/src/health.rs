@@ -81,3 +81,7 @@ impl Health {
         .set(if degraded { 1.0 } else { 0.0 });
     }
 }
+
+#[cfg(test)]
+#[path = "health_tests.rs"]
+mod tests;
