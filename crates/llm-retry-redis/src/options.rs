@@ -24,14 +24,17 @@ pub struct SharedOptions {
     /// counts as failed.
     pub timeout: Duration,
     /// How often the store reports its counts to Redis and reads the
-    /// fleet's back when nothing else asks it to.
+    /// fleet's back when nothing else asks it to (at least 1 ms).
     pub sync_interval: Duration,
-    /// How long Redis keeps a replica's reserved retries when it stops
-    /// reporting (a replica that died): longer than `sync_interval`.
+    /// How long a reservation lasts from the sync that made it: Redis
+    /// stops counting it then (a replica that died), and the replica stops
+    /// spending it. Longer than `sync_interval`, or the reserve lapses
+    /// between syncs and retries are refused until the next.
     pub reservation_ttl: Duration,
     /// Retries a replica reserves ahead from the fleet's budget, so that
-    /// granting one needs no round trip. Larger: fewer round trips, more
-    /// retries idle in reserve.
+    /// granting one needs no round trip (at least 1). Larger: fewer round
+    /// trips and fewer retries refused in a burst, more retries idle in
+    /// reserve on one replica while another runs short.
     pub reserve: u32,
     /// What to decide while Redis does not answer.
     pub failure_mode: FailureMode,
@@ -52,6 +55,15 @@ impl Default for SharedOptions {
 }
 
 impl SharedOptions {
+    /// The options in force: the floors above applied.
+    pub(crate) fn effective(self) -> SharedOptions {
+        SharedOptions {
+            sync_interval: self.sync_interval.max(Duration::from_millis(1)),
+            reserve: self.reserve.max(1),
+            ..self
+        }
+    }
+
     /// Bounds each Redis call by `timeout`.
     pub fn with_timeout(mut self, timeout: Duration) -> SharedOptions {
         self.timeout = timeout;
@@ -80,5 +92,22 @@ impl SharedOptions {
     pub fn with_failure_mode(mut self, mode: FailureMode) -> SharedOptions {
         self.failure_mode = mode;
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn floors_keep_the_sync_task_from_spinning_and_a_reserve_possible() {
+        let options = SharedOptions::default()
+            .with_sync_interval(Duration::ZERO)
+            .with_reserve(0)
+            .effective();
+        assert_eq!(options.sync_interval, Duration::from_millis(1));
+        assert_eq!(options.reserve, 1);
+        let default = SharedOptions::default();
+        assert_eq!(default.effective(), default);
     }
 }

@@ -122,6 +122,23 @@ async fn the_key_is_hash_tagged_and_expires() {
     assert!((1..=61_000).contains(&ttl), "{ttl} ms");
 }
 
+/// A reservation not renewed in time lapses on the replica too: Redis no
+/// longer counts it, so the replica must not spend it.
+#[tokio::test]
+async fn a_lapsed_reservation_is_not_spent() {
+    let server = RedisServer::start();
+    let ttl = Duration::from_millis(50);
+    let (budget, store) = replica(&server, "lapse", options().with_reservation_ttl(ttl));
+    assert!(store.sync().await);
+    assert_eq!(store.reserved(), 4);
+    assert!(budget.try_withdraw().is_ok());
+    // At least the TTL passes (more on a loaded machine changes nothing).
+    tokio::time::sleep(ttl * 2).await;
+    assert!(budget.try_withdraw().is_err(), "3 tokens held, all lapsed");
+    assert!(store.sync().await);
+    assert!(budget.try_withdraw().is_ok(), "renewed");
+}
+
 /// Redis killed mid-run: no call fails, the replica decides from its own
 /// window, which already holds what it did while shared; Redis back (empty),
 /// sharing resumes and the retries granted meanwhile are reported.
@@ -179,7 +196,7 @@ fn local_level(deposited: u64, withdrawn: u64) -> llm_retry::budget::BudgetLevel
     probe.level()
 }
 
-/// A Redis that hangs (DEBUG SLEEP) costs a sync at most its timeout, and
+/// A Redis that hangs (`DEBUG SLEEP`) costs a sync at most its timeout, and
 /// no decision waits for it.
 #[tokio::test]
 async fn a_hanging_redis_costs_at_most_the_timeout() {
@@ -195,15 +212,16 @@ async fn a_hanging_redis_costs_at_most_the_timeout() {
         }
     }
     assert!(shared);
-    let _sleeper = server.send_without_waiting("DEBUG SLEEP 1");
-    // Let the server read the command before the budget's call.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    let _sleeper = server.send_without_waiting("DEBUG SLEEP 2");
+    // Asleep once a PING goes unanswered for 200 ms: more than 1.5 s of
+    // its sleep is left.
+    server.wait_until_stalled(Duration::from_millis(200));
     let started = std::time::Instant::now();
     assert!(!store.sync().await);
     let took = started.elapsed();
     // At most the timeout plus a wide slack for a loaded machine; well
-    // under the second the server sleeps.
-    assert!(took < timeout + Duration::from_millis(400), "{took:?}");
+    // under what is left of the server's sleep.
+    assert!(took < timeout + Duration::from_millis(900), "{took:?}");
     assert!(store.is_degraded());
     // Failing open, the replica grants from its own window meanwhile.
     assert!(budget.try_withdraw().is_ok());

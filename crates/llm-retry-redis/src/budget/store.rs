@@ -72,6 +72,10 @@ pub(super) struct Inner {
     /// Reserved retries left. Redis counts `tokens + unreported_used`
     /// against the fleet as this replica's reservation.
     pub(super) tokens: AtomicU64,
+    /// When the reservation lapses, in nanoseconds since `origin`: from the
+    /// moment its sync was sent, so never after Redis stops counting it.
+    pub(super) reserved_until: AtomicU64,
+    pub(super) origin: Instant,
     /// The fleet's counts at the last sync.
     pub(super) fleet_deposited: AtomicU64,
     pub(super) fleet_withdrawn: AtomicU64,
@@ -86,14 +90,19 @@ impl RedisBudgetStore {
     /// Starts sharing the budget `name` (the same on every replica, with
     /// the same `rule`) through `client`'s Redis, and spawns its sync task,
     /// which ends when the last clone of the store is dropped. Connects
-    /// lazily: Redis may be down when this is called. Call it inside a
-    /// tokio runtime.
+    /// lazily: Redis may be down when this is called. The floors of
+    /// [`SharedOptions`] apply.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime.
     pub fn start(
         client: redis::Client,
         name: StateName,
         rule: BudgetRule,
         options: SharedOptions,
     ) -> Result<RedisBudgetStore, redis::RedisError> {
+        let options = options.effective();
         // The sync bounds each whole call, reconnecting included, by the
         // timeout; the manager's own bound covers a connection attempt.
         let config = ConnectionManagerConfig::new()
@@ -111,6 +120,8 @@ impl RedisBudgetStore {
             pending_deposits: AtomicU64::new(0),
             unreported_used: AtomicU64::new(0),
             tokens: AtomicU64::new(0),
+            reserved_until: AtomicU64::new(0),
+            origin: Instant::now(),
             fleet_deposited: AtomicU64::new(0),
             fleet_withdrawn: AtomicU64::new(0),
             wake: Arc::new(Notify::new()),
@@ -177,9 +188,14 @@ impl BudgetStore for RedisBudgetStore {
             inner.unreported_used.fetch_add(1, Ordering::AcqRel);
             return Ok(());
         }
-        let spent = inner
-            .tokens
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+        let lapsed = inner.since_origin(now) >= inner.reserved_until.load(Ordering::Acquire);
+        let spent = if lapsed {
+            Err(0)
+        } else {
+            inner
+                .tokens
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+        };
         match spent {
             Ok(before) => {
                 inner.unreported_used.fetch_add(1, Ordering::AcqRel);
@@ -206,6 +222,11 @@ impl BudgetStore for RedisBudgetStore {
 }
 
 impl Inner {
+    /// `at` in nanoseconds since the store started (saturating).
+    pub(super) fn since_origin(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.origin).as_nanos()).unwrap_or(u64::MAX)
+    }
+
     pub(super) fn failed(&self, failure: Failure, used: u64) {
         // The reservation lapses in Redis on its own; spent retries are
         // reported once it answers again.

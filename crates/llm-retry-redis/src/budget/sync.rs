@@ -38,9 +38,11 @@ pub(super) async fn sync_loop(store: Weak<Inner>, wake: Arc<Notify>) {
 impl Inner {
     pub(super) async fn sync(&self) -> Report {
         let mut connection = self.connection.lock().await;
+        // `held` first: a retry spent between the two reads is then counted
+        // twice until the next sync (reserved and spent), never missed.
+        let held = self.tokens.load(Ordering::Acquire);
         let deposited = self.pending_deposits.swap(0, Ordering::AcqRel);
         let used = self.unreported_used.swap(0, Ordering::AcqRel);
-        let held = self.tokens.load(Ordering::Acquire);
         let window = self.rule.window();
         // Ten slots of whole microseconds: the window is whole milliseconds.
         let slot_us = window.as_micros() / 10;
@@ -56,6 +58,7 @@ impl Inner {
             .arg(self.options.reserve)
             .arg(millis(self.options.reservation_ttl))
             .arg(millis(ttl));
+        let sent = tokio::time::Instant::now();
         let answer = tokio::time::timeout(
             self.options.timeout,
             call.invoke_async::<(u64, u64, u64, u64)>(&mut *connection),
@@ -67,8 +70,13 @@ impl Inner {
                     .store(fleet_deposited, Ordering::Release);
                 self.fleet_withdrawn
                     .store(fleet_withdrawn, Ordering::Release);
-                // Spent since `held` was read: still inside the reservation
-                // Redis now holds (`held + granted`), reported next time.
+                // The deadline first: a spender that sees the new tokens
+                // sees it too. Spent since `held` was read: still inside
+                // the reservation Redis now holds (`held + granted`),
+                // reported next time.
+                let lapses = sent + self.options.reservation_ttl;
+                self.reserved_until
+                    .store(self.since_origin(lapses), Ordering::Release);
                 self.tokens.fetch_add(granted, Ordering::AcqRel);
                 self.health.succeeded();
                 Report::Shared

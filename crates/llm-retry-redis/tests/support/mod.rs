@@ -105,11 +105,28 @@ impl RedisServer {
         stream
     }
 
+    /// Waits until the server stops answering PING within `patience`: it
+    /// is busy (held by `DEBUG SLEEP`, say). Panics after ten seconds.
+    pub fn wait_until_stalled(&self, patience: Duration) {
+        let started = Instant::now();
+        while self.answers_ping_within(patience) {
+            assert!(
+                started.elapsed() < STARTUP,
+                "redis-server on port {} kept answering",
+                self.port
+            );
+        }
+    }
+
     fn answers_ping(&self) -> bool {
+        self.answers_ping_within(Duration::from_secs(1))
+    }
+
+    fn answers_ping_within(&self, patience: Duration) -> bool {
         let Ok(mut stream) = TcpStream::connect((Ipv4Addr::LOCALHOST, self.port)) else {
             return false;
         };
-        let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
+        let _ = stream.set_read_timeout(Some(patience));
         if stream.write_all(b"PING\r\n").is_err() {
             return false;
         }
