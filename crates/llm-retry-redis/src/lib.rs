@@ -3,7 +3,9 @@
 //!
 //! What is shared so far: the [retry budget](llm_retry::budget::RetryBudget)
 //! ([`RedisBudgetStore`]), so the fleet's retries stay within the budget's
-//! share of the fleet's first attempts.
+//! share of the fleet's first attempts; and the failover's cooldowns and
+//! unhealthy marks ([`RedisTargetMarks`]), so a target one replica sets
+//! aside is skipped by all.
 //!
 //! Every key is hash-tagged by its [`StateName`] (`{llm-retry:<name>}:…`), so
 //! one name's keys share a cluster slot, and carries a TTL. Every Redis call
@@ -16,10 +18,12 @@
 //! See `docs/scale-out.md` for keys, TTLs and failure modes.
 
 mod budget;
+mod failover;
 mod health;
 mod key;
 mod options;
 
 pub use budget::RedisBudgetStore;
+pub use failover::RedisTargetMarks;
 pub use key::{InvalidName, StateName};
 pub use options::{FailureMode, SharedOptions};
