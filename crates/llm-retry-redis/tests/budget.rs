@@ -122,6 +122,34 @@ async fn the_key_is_hash_tagged_and_expires() {
     assert!((1..=61_000).contains(&ttl), "{ttl} ms");
 }
 
+/// The shared window slides: once a whole window has passed, its first
+/// attempts and retries no longer count, on any replica.
+#[tokio::test]
+async fn the_shared_window_slides() {
+    let server = RedisServer::start();
+    let window = Duration::from_millis(100);
+    let rule = RetryBudget::new(0.5, 0, window).unwrap();
+    let store = RedisBudgetStore::start(
+        server.client(),
+        StateName::new("slides").unwrap(),
+        rule.rule(),
+        options(),
+    )
+    .unwrap();
+    let budget = rule.with_store(Arc::new(store.clone()));
+    assert!(store.sync().await);
+    (0..4).for_each(|_| budget.deposit());
+    assert!(store.sync().await);
+    assert_eq!(budget.level().deposited, 4);
+    assert_eq!(drain(&budget), 2, "half of four");
+    assert!(store.sync().await);
+    assert_eq!((budget.level().deposited, budget.level().withdrawn), (4, 2));
+    // At least two windows pass (more changes nothing).
+    tokio::time::sleep(window * 2).await;
+    assert!(store.sync().await);
+    assert_eq!((budget.level().deposited, budget.level().withdrawn), (0, 0));
+}
+
 /// A reservation not renewed in time lapses on the replica too: Redis no
 /// longer counts it, so the replica must not spend it.
 #[tokio::test]

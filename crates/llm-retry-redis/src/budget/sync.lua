@@ -4,11 +4,11 @@
 -- KEYS[1]  the budget's hash: fields d:<slot> and w:<slot> count first
 --          attempts and retries per slot; r:<replica> = "<held>:<expiry ms>"
 --          is what a replica holds in reserve.
--- ARGV     slot_ms, ratio_ppm, floor_ppm, replica, deposited, used, held,
+-- ARGV     slot_us, ratio_ppm, floor_ppm, replica, deposited, used, held,
 --          want, reservation_ms, ttl_ms
 -- Returns  {deposited, withdrawn, granted, reserved by the others}
 local key = KEYS[1]
-local slot_ms = tonumber(ARGV[1])
+local slot_us = tonumber(ARGV[1])
 local ratio_ppm = tonumber(ARGV[2])
 local floor_ppm = tonumber(ARGV[3])
 local me = 'r:' .. ARGV[4]
@@ -18,8 +18,10 @@ local held = tonumber(ARGV[7])
 local want = tonumber(ARGV[8])
 
 local time = redis.call('TIME')
-local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-local head = math.floor(now_ms / slot_ms)
+-- About 1.8e15 microseconds: exact in a Lua number (below 2^53).
+local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
+local now_ms = math.floor(now_us / 1000)
+local head = math.floor(now_us / slot_us)
 -- Ten slots make the window, as in the local ring.
 local oldest = head - 9
 
