@@ -14,7 +14,12 @@ use tokio::sync::Notify;
 /// At most this many marks wait to be published: two a target.
 const MAX_PENDING: usize = 1024;
 
+/// Marks waiting to be sent, by target and kind.
 pub(super) type Marks = HashMap<(String, MarkKind), Mark>;
+
+/// Marks known, by target (looked up by `&str`, with no allocation):
+/// `[cooldown, unhealthy]`.
+pub(super) type Known = HashMap<String, [Option<Mark>; 2]>;
 
 /// Failover marks shared by every replica that uses the same name on the
 /// same Redis: a target one replica sets aside (a named wait, too many
@@ -57,7 +62,7 @@ pub(super) struct Inner {
     pub(super) options: SharedOptions,
     pub(super) health: Health,
     /// Every live mark as of the last sync, and this replica's since.
-    pub(super) known: Mutex<Marks>,
+    pub(super) known: Mutex<Known>,
     /// Published here, not yet sent.
     pub(super) pending: Mutex<Marks>,
     pub(super) wake: Arc<Notify>,
@@ -120,14 +125,12 @@ impl SharedMarks for RedisTargetMarks {
             keep_later(&mut pending, (target.to_owned(), kind), mark);
         }
         drop(pending);
-        keep_later(&mut lock(&inner.known), (target.to_owned(), kind), mark);
+        know_later(&mut lock(&inner.known), target, kind, mark);
         inner.wake.notify_one();
     }
 
     fn read(&self, target: &str, kind: MarkKind) -> Option<Mark> {
-        lock(&self.inner.known)
-            .get(&(target.to_owned(), kind))
-            .copied()
+        lock(&self.inner.known).get(target)?[index(kind)]
     }
 }
 
@@ -136,6 +139,21 @@ pub(super) fn keep_later(marks: &mut Marks, key: (String, MarkKind), mark: Mark)
     let entry = marks.entry(key).or_insert(mark);
     if mark.until > entry.until {
         *entry = mark;
+    }
+}
+
+/// Keeps the later of the known mark and `mark`.
+pub(super) fn know_later(known: &mut Known, target: &str, kind: MarkKind, mark: Mark) {
+    let slot = &mut known.entry(target.to_owned()).or_default()[index(kind)];
+    if slot.is_none_or(|known| mark.until > known.until) {
+        *slot = Some(mark);
+    }
+}
+
+fn index(kind: MarkKind) -> usize {
+    match kind {
+        MarkKind::Unhealthy => 1,
+        _ => 0,
     }
 }
 

@@ -1,7 +1,7 @@
 //! The sync task of [`RedisTargetMarks`](super::RedisTargetMarks): new
 //! marks out, every live mark back, in one script call.
 
-use super::store::{keep_later, lock, Inner, Marks};
+use super::store::{keep_later, know_later, lock, Inner, Known};
 use crate::health::Failure;
 use llm_retry::failover::{Mark, MarkKind};
 use std::sync::{Arc, Weak};
@@ -34,14 +34,14 @@ fn field(target: &str, kind: MarkKind) -> String {
     }
 }
 
-fn parse_field(field: &str) -> Option<(String, MarkKind)> {
+fn parse_field(field: &str) -> Option<(&str, MarkKind)> {
     let (kind, target) = field.split_at_checked(2)?;
     let kind = match kind {
         "c:" => MarkKind::Cooldown,
         "u:" => MarkKind::Unhealthy,
         _ => return None,
     };
-    Some((target.to_owned(), kind))
+    Some((target, kind))
 }
 
 impl Inner {
@@ -71,19 +71,28 @@ impl Inner {
         match answer {
             Ok(Ok(marks)) => {
                 let at = Instant::now();
-                let mut known: Marks = marks
-                    .into_iter()
-                    .filter_map(|(field, left_ms, limited)| {
-                        let mark = Mark {
-                            until: at.checked_add(Duration::from_millis(left_ms))?,
-                            rate_limited: limited == 1,
-                        };
-                        Some((parse_field(&field)?, mark))
-                    })
-                    .collect();
+                let mut known = Known::new();
+                for (field, left_ms, limited) in marks {
+                    let (Some((target, kind)), Some(until)) = (
+                        parse_field(&field),
+                        at.checked_add(Duration::from_millis(left_ms)),
+                    ) else {
+                        continue;
+                    };
+                    let rate_limited = limited == 1;
+                    know_later(
+                        &mut known,
+                        target,
+                        kind,
+                        Mark {
+                            until,
+                            rate_limited,
+                        },
+                    );
+                }
                 // Published during the call: not in the answer yet.
-                for (key, mark) in lock(&self.pending).iter() {
-                    keep_later(&mut known, key.clone(), *mark);
+                for ((target, kind), mark) in lock(&self.pending).iter() {
+                    know_later(&mut known, target, *kind, *mark);
                 }
                 *lock(&self.known) = known;
                 self.health.succeeded();
