@@ -18,28 +18,28 @@ fn refused(setting: &'static str, problem: String) -> ConfigError {
     ConfigError::new("retry budget", setting, problem)
 }
 
-/// The rule: a retry is granted iff
-/// `withdrawn + 1 <= ratio × deposited + min_per_sec × window_secs`.
+/// A [`RetryBudget`](super::RetryBudget)'s rule: a retry is granted iff
+/// `withdrawn + 1 <= ratio × deposited + min_per_sec × window_secs`,
+/// evaluated in exact integers. A [`BudgetStore`](super::BudgetStore) that
+/// holds the counts elsewhere applies the same rule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Config {
+pub struct BudgetRule {
     ratio_ppm: u32,
     min_per_sec: u32,
     window: Duration,
 }
 
-impl Config {
+impl BudgetRule {
     /// 20% extra load plus 10 retries a second, over 10 seconds.
-    pub(super) const DEFAULT: Config = Config {
+    pub(super) const DEFAULT: BudgetRule = BudgetRule {
         ratio_ppm: 200_000,
         min_per_sec: 10,
         window: Duration::from_secs(10),
     };
 
-    pub(super) fn new(
-        ratio: f64,
-        min_per_sec: u32,
-        window: Duration,
-    ) -> Result<Config, ConfigError> {
+    /// The rule of [`RetryBudget::new`](super::RetryBudget::new), checked
+    /// the same way.
+    pub fn new(ratio: f64, min_per_sec: u32, window: Duration) -> Result<BudgetRule, ConfigError> {
         // NaN is in no range, so it is refused here too.
         if !(0.0..=MAX_RATIO).contains(&ratio) {
             return Err(refused(
@@ -60,7 +60,7 @@ impl Config {
                 format!("{window:?} must be a whole number of milliseconds between 10 ms and 1 h"),
             ));
         }
-        Ok(Config {
+        Ok(BudgetRule {
             // In 0..=1e9 and integral: the cast is exact.
             ratio_ppm: ppm as u32,
             min_per_sec,
@@ -68,25 +68,36 @@ impl Config {
         })
     }
 
-    pub(super) fn window(&self) -> Duration {
+    /// The window the counts slide over (whole milliseconds).
+    pub fn window(&self) -> Duration {
         self.window
     }
 
+    /// The ratio in parts per million (200 000 for 20%).
+    pub fn ratio_ppm(&self) -> u32 {
+        self.ratio_ppm
+    }
+
+    /// Retries a second granted whatever the first attempts.
+    pub fn min_per_sec(&self) -> u32 {
+        self.min_per_sec
+    }
+
     /// `ratio × deposited + min_per_sec × window_secs`, in millionths.
-    fn allowance_ppm(&self, deposited: u64) -> u128 {
+    pub fn allowance_ppm(&self, deposited: u64) -> u128 {
         let window_ms = self.window.as_millis();
         u128::from(self.ratio_ppm) * u128::from(deposited)
             + u128::from(self.min_per_sec) * window_ms * 1000
     }
 
     /// Whether one more withdrawal fits; no rounding anywhere.
-    pub(super) fn grants(&self, withdrawn: u64, deposited: u64) -> bool {
+    pub fn grants(&self, withdrawn: u64, deposited: u64) -> bool {
         (u128::from(withdrawn) + 1) * PPM <= self.allowance_ppm(deposited)
     }
 
     /// How many more withdrawals would be granted now: `grants` holds for
     /// exactly `available` further withdrawals.
-    pub(super) fn available(&self, withdrawn: u64, deposited: u64) -> u64 {
+    pub fn available(&self, withdrawn: u64, deposited: u64) -> u64 {
         let whole = self.allowance_ppm(deposited) / PPM;
         let left = whole.saturating_sub(u128::from(withdrawn));
         u64::try_from(left).unwrap_or(u64::MAX)
@@ -94,7 +105,7 @@ impl Config {
 }
 
 /// `20% + 10/s`
-impl fmt::Display for Config {
+impl fmt::Display for BudgetRule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write_decimal(f, u128::from(self.ratio_ppm), 4)?;
         write!(f, "% + {}/s", self.min_per_sec)
@@ -137,7 +148,7 @@ mod tests {
             (f64::INFINITY, None),
         ];
         for (ratio, ppm) in ratios {
-            let got = Config::new(ratio, 10, window).map(|c| c.ratio_ppm);
+            let got = BudgetRule::new(ratio, 10, window).map(|c| c.ratio_ppm);
             assert_eq!(got.ok(), ppm, "ratio {ratio}");
         }
         let windows: [(Duration, bool); 7] = [
@@ -150,20 +161,20 @@ mod tests {
             (Duration::from_micros(10_500), false),
         ];
         for (window, ok) in windows {
-            assert_eq!(Config::new(0.2, 10, window).is_ok(), ok, "{window:?}");
+            assert_eq!(BudgetRule::new(0.2, 10, window).is_ok(), ok, "{window:?}");
         }
     }
 
     #[test]
     fn errors_say_what_to_change() {
-        let e = Config::new(0.1 + 0.2, 0, MS(1000)).unwrap_err();
+        let e = BudgetRule::new(0.1 + 0.2, 0, MS(1000)).unwrap_err();
         assert_eq!(e.setting(), "ratio");
         let text = e.to_string();
         assert!(text.starts_with("invalid retry budget: ratio: "), "{text}");
         assert!(text.contains("six decimal places"), "{text}");
-        let e = Config::new(f64::NAN, 0, MS(1000)).unwrap_err();
+        let e = BudgetRule::new(f64::NAN, 0, MS(1000)).unwrap_err();
         assert!(e.to_string().contains("out of range"), "{e}");
-        let e = Config::new(0.2, 0, MS(5)).unwrap_err();
+        let e = BudgetRule::new(0.2, 0, MS(5)).unwrap_err();
         assert_eq!(e.setting(), "window");
     }
 
@@ -197,7 +208,7 @@ mod tests {
             ),
         ];
         for (ratio, min, window, dep, wd, granted, available) in cases {
-            let c = Config::new(ratio, min, MS(window)).unwrap();
+            let c = BudgetRule::new(ratio, min, MS(window)).unwrap();
             let case = format!("{ratio} + {min}/s over {window} ms, {wd}/{dep}");
             assert_eq!(c.grants(wd, dep), granted, "{case}");
             assert_eq!(c.available(wd, dep), available, "{case}");
@@ -206,8 +217,8 @@ mod tests {
 
     #[test]
     fn displays_the_rule_in_percent() {
-        let shown = |ratio, min| Config::new(ratio, min, MS(1000)).unwrap().to_string();
-        assert_eq!(Config::DEFAULT.to_string(), "20% + 10/s");
+        let shown = |ratio, min| BudgetRule::new(ratio, min, MS(1000)).unwrap().to_string();
+        assert_eq!(BudgetRule::DEFAULT.to_string(), "20% + 10/s");
         assert_eq!(shown(0.6, 0), "60% + 0/s");
         assert_eq!(shown(0.125, 1), "12.5% + 1/s");
         assert_eq!(shown(0.000_001, 1), "0.0001% + 1/s");

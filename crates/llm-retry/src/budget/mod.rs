@@ -41,9 +41,12 @@ mod limits;
 #[cfg(test)]
 mod proptests;
 mod retry_budget;
+mod store;
 mod window;
 
 pub use admission::{AdmissionFull, WaitPermit};
+pub use config::BudgetRule;
 pub(crate) use limits::Refusal;
 pub use limits::{Limits, DEFAULT_MAX_ELAPSED, DEFAULT_MAX_RETRIES, DEFAULT_MAX_SERVER_WAIT};
 pub use retry_budget::{BudgetExhausted, BudgetLevel, RetryBudget};
+pub use store::{BudgetStore, LocalWindow, WindowCounts};

@@ -1,13 +1,15 @@
 //! Property: for any interleaving of deposits, retries and clock moves, the
 //! budget grants exactly what a model keeping every timestamp grants, and
-//! no grant ever takes more than the window that ends with it allows.
+//! no grant ever takes more than the window that ends with it allows; and a
+//! budget whose counts sit behind the [`BudgetStore`] seam answers the same.
 #![allow(clippy::unwrap_used)]
 
-use super::config::Config;
+use super::config::BudgetRule;
 use super::window::SLOTS;
-use super::RetryBudget;
+use super::{BudgetStore, LocalWindow, RetryBudget};
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -111,9 +113,11 @@ proptest! {
     ) {
         let ratio = f64::from(ppm) / 1e6;
         let window = Duration::from_millis(window_ms);
-        let config = Config::new(ratio, min, window).unwrap();
+        let config = BudgetRule::new(ratio, min, window).unwrap();
         let origin = Instant::now();
         let budget = RetryBudget::from_config(config, origin);
+        let store: Arc<dyn BudgetStore> = Arc::new(LocalWindow::starting_at(origin, window));
+        let through_store = RetryBudget::from_config(config, origin).with_store(store);
         let mut model = Model {
             ppm: u128::from(ppm),
             floor: u128::from(min) * u128::from(window_ms) * 1000,
@@ -127,6 +131,7 @@ proptest! {
             match op {
                 Op::Deposit(n) => (0..n).for_each(|_| {
                     budget.deposit_at(at);
+                    through_store.deposit_at(at);
                     model.deposits.push(now);
                 }),
                 Op::Withdraw(n) => {
@@ -134,6 +139,7 @@ proptest! {
                         let expected = model.allows(now);
                         let got = budget.try_withdraw_at(at);
                         prop_assert_eq!(got.is_ok(), expected, "at {} ns", now);
+                        prop_assert_eq!(through_store.try_withdraw_at(at), got);
                         if got.is_ok() {
                             model.grants.push(now);
                             model.check_bound(now)?;
@@ -144,6 +150,7 @@ proptest! {
             }
             let at = origin + Duration::from_nanos(u64::try_from(now).unwrap());
             let level = budget.level_at(at);
+            prop_assert_eq!(through_store.level_at(at), level);
             let (d, w) = (model.counted(&model.deposits, now), model.counted(&model.grants, now));
             prop_assert_eq!(u128::from(level.deposited), d);
             prop_assert_eq!(u128::from(level.withdrawn), w);
@@ -156,7 +163,7 @@ proptest! {
     #[test]
     fn every_whole_ppm_ratio_is_accepted(ppm in 0u32..=1_000_000_000) {
         let ratio = f64::from(ppm) / 1e6;
-        let config = Config::new(ratio, 0, Duration::from_secs(1)).unwrap();
+        let config = BudgetRule::new(ratio, 0, Duration::from_secs(1)).unwrap();
         prop_assert_eq!(config.available(0, 1_000_000), u64::from(ppm));
     }
 }

@@ -2,11 +2,11 @@
 //! every request of a client or route.
 
 use super::admission::Admission;
-use super::config::{write_decimal, Config};
-use super::window::SlotRing;
+use super::config::{write_decimal, BudgetRule};
+use super::store::{BudgetStore, LocalWindow, WindowCounts};
 use crate::ConfigError;
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -28,9 +28,11 @@ use tokio::time::Instant;
 /// [`tokio::time::Instant`] (a paused test clock moves it). An event counts
 /// until its whole slot leaves the window: for between 0.9 and 1 window.
 ///
-/// Cloning is cheap and clones share the budget. The counts sit behind a
-/// `std::sync::Mutex` held for an O(1), allocation-free critical section that
-/// never spans an `.await`; uncontended it costs two atomic operations. The
+/// Cloning is cheap and clones share the budget. By default the counts sit
+/// in a [`LocalWindow`], behind a `std::sync::Mutex` held for an O(1),
+/// allocation-free critical section that never spans an `.await`;
+/// uncontended it costs two atomic operations. [`RetryBudget::with_store`]
+/// moves them to a store shared by replicas. The
 /// [admission](RetryBudget::try_admit_wait) of waiting retries is lock-free.
 #[derive(Debug, Clone)]
 pub struct RetryBudget {
@@ -42,8 +44,25 @@ pub struct RetryBudget {
 
 #[derive(Debug)]
 pub(super) struct Shared {
-    config: Config,
-    ring: Mutex<SlotRing>,
+    config: BudgetRule,
+    counts: Counts,
+}
+
+/// The default store inline (no virtual call on the common path), or one
+/// given by the user.
+#[derive(Debug)]
+enum Counts {
+    Local(LocalWindow),
+    Store(Arc<dyn BudgetStore>),
+}
+
+impl Counts {
+    fn store(&self) -> &dyn BudgetStore {
+        match self {
+            Counts::Local(local) => local,
+            Counts::Store(store) => store.as_ref(),
+        }
+    }
 }
 
 /// What a [`RetryBudget`] holds right now, for metrics and tracing.
@@ -61,7 +80,7 @@ pub struct BudgetLevel {
 impl Default for RetryBudget {
     /// 20% extra load plus 10 retries a second, over a 10 s window.
     fn default() -> Self {
-        RetryBudget::from_config(Config::DEFAULT, Instant::now())
+        RetryBudget::from_config(BudgetRule::DEFAULT, Instant::now())
     }
 }
 
@@ -79,16 +98,16 @@ impl RetryBudget {
     /// # Ok::<(), llm_retry::ConfigError>(())
     /// ```
     pub fn new(ratio: f64, min_per_sec: u32, window: Duration) -> Result<RetryBudget, ConfigError> {
-        let config = Config::new(ratio, min_per_sec, window)?;
+        let config = BudgetRule::new(ratio, min_per_sec, window)?;
         Ok(RetryBudget::from_config(config, Instant::now()))
     }
 
     /// A budget whose first slot starts at `origin`.
-    pub(super) fn from_config(config: Config, origin: Instant) -> RetryBudget {
+    pub(super) fn from_config(config: BudgetRule, origin: Instant) -> RetryBudget {
         RetryBudget {
             shared: Arc::new(Shared {
                 config,
-                ring: Mutex::new(SlotRing::new(origin, config.window())),
+                counts: Counts::Local(LocalWindow::starting_at(origin, config.window())),
             }),
             admission: Arc::new(Admission::unlimited()),
             name: None,
@@ -102,6 +121,23 @@ impl RetryBudget {
     pub fn named(mut self, name: impl Into<Arc<str>>) -> RetryBudget {
         self.name = Some(name.into());
         self
+    }
+
+    /// Keeps the counts in `store` instead of this process's own window:
+    /// the rule stays this budget's, the counts are the store's (all the
+    /// replicas' when it is shared). Set it while building the budget,
+    /// before cloning it: clones taken earlier keep the former counts.
+    pub fn with_store(mut self, store: Arc<dyn BudgetStore>) -> RetryBudget {
+        self.shared = Arc::new(Shared {
+            config: self.shared.config,
+            counts: Counts::Store(store),
+        });
+        self
+    }
+
+    /// The rule this budget grants retries by.
+    pub fn rule(&self) -> BudgetRule {
+        self.shared.config
     }
 
     /// The budget's name, if it has one.
@@ -127,48 +163,33 @@ impl RetryBudget {
     }
 
     pub(crate) fn deposit_at(&self, now: Instant) {
-        self.with_ring(now, |ring| ring.deposit());
+        self.shared.counts.store().deposit(now);
     }
 
     pub(crate) fn try_withdraw_at(&self, now: Instant) -> Result<(), BudgetExhausted> {
         let config = self.shared.config;
-        self.with_ring(now, |ring| {
-            let (deposited, withdrawn) = ring.totals();
-            if config.grants(withdrawn, deposited) {
-                ring.withdraw();
-                return Ok(());
-            }
-            Err(BudgetExhausted {
-                deposited,
-                withdrawn,
+        self.shared
+            .counts
+            .store()
+            .try_withdraw(now, &config)
+            .map_err(|counts| BudgetExhausted {
+                deposited: counts.deposited,
+                withdrawn: counts.withdrawn,
                 config,
             })
-        })
     }
 
     pub(crate) fn level_at(&self, now: Instant) -> BudgetLevel {
         let config = self.shared.config;
-        self.with_ring(now, |ring| {
-            let (deposited, withdrawn) = ring.totals();
-            BudgetLevel {
-                deposited,
-                withdrawn,
-                available: config.available(withdrawn, deposited),
-            }
-        })
-    }
-
-    /// Runs `f` on the ring moved to `now`, under the lock.
-    fn with_ring<T>(&self, now: Instant, f: impl FnOnce(&mut SlotRing) -> T) -> T {
-        // Nothing in the critical section panics (all arithmetic saturates),
-        // so a poisoned lock still guards consistent counts.
-        let mut ring = self
-            .shared
-            .ring
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        ring.advance(now);
-        f(&mut ring)
+        let WindowCounts {
+            deposited,
+            withdrawn,
+        } = self.shared.counts.store().counts(now);
+        BudgetLevel {
+            deposited,
+            withdrawn,
+            available: config.available(withdrawn, deposited),
+        }
     }
 }
 
@@ -178,7 +199,7 @@ impl RetryBudget {
 pub struct BudgetExhausted {
     deposited: u64,
     withdrawn: u64,
-    config: Config,
+    config: BudgetRule,
 }
 
 impl BudgetExhausted {

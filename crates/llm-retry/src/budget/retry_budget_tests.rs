@@ -145,7 +145,7 @@ async fn the_floor_refills_as_the_window_slides() {
 #[test]
 fn the_injected_clock_drives_the_window() {
     let t0 = Instant::now();
-    let budget = RetryBudget::from_config(Config::new(1.0, 0, S(1)).unwrap(), t0);
+    let budget = RetryBudget::from_config(BudgetRule::new(1.0, 0, S(1)).unwrap(), t0);
     budget.deposit_at(t0);
     assert!(budget.try_withdraw_at(t0 + MS(999)).is_ok());
     budget.deposit_at(t0 + MS(999));
@@ -228,4 +228,32 @@ fn a_name_is_kept_by_clones_which_still_share_the_counts() {
         before - 1,
         "the counts are shared"
     );
+}
+
+/// Two budgets over one store count together, each by its own rule: the
+/// seam a shared store plugs into. The store's name survives `named`.
+#[test]
+fn budgets_over_one_store_share_its_counts_and_keep_their_rules() {
+    let store: Arc<dyn BudgetStore> = Arc::new(LocalWindow::new(S(10)));
+    let generous = RetryBudget::new(0.6, 0, S(10))
+        .unwrap()
+        .with_store(Arc::clone(&store));
+    let strict = RetryBudget::new(0.2, 0, S(10))
+        .unwrap()
+        .named("strict")
+        .with_store(Arc::clone(&store));
+    assert_eq!(strict.name(), Some("strict"));
+    (0..5).for_each(|_| generous.deposit());
+    assert_eq!(strict.level().deposited, 5, "the deposits are the store's");
+    // 20% of five buys one retry, 60% three; the strict one is spent first.
+    assert!(strict.try_withdraw().is_ok());
+    let refused = strict.try_withdraw().unwrap_err();
+    assert_eq!(
+        (refused.level().deposited, refused.level().withdrawn),
+        (5, 1)
+    );
+    assert_eq!(drain(&generous), 2);
+    assert_eq!(store.counts(Instant::now()), WindowCounts::new(5, 3));
+    assert_eq!(generous.rule().ratio_ppm(), 600_000);
+    assert_eq!(RetryBudget::default().rule().to_string(), "20% + 10/s");
 }

@@ -29,7 +29,7 @@ pub(super) struct SlotRing {
 
 impl SlotRing {
     /// A ring whose slot 0 starts at `origin`. `window` is a whole number of
-    /// milliseconds (checked by `Config`), so a slot is a whole number of
+    /// milliseconds (checked by `BudgetRule`), so a slot is a whole number of
     /// nanoseconds and ten slots are exactly the window.
     pub(super) fn new(origin: Instant, window: Duration) -> SlotRing {
         SlotRing {

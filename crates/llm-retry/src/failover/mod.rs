@@ -48,6 +48,9 @@
 //!   request until the wait its provider named has passed.
 //! - A target with [`unhealthy_after`](Target::unhealthy_after) is skipped
 //!   by every request for a window once it failed that often within it.
+//! - With [`shared_marks`](Target::shared_marks), those two marks are also
+//!   published to a [`SharedMarks`] store, and one published there by
+//!   another process sets the target aside here too.
 //! - A target with a [`first_content_timeout`](Target::first_content_timeout)
 //!   is abandoned when nothing arrived in time, and the next one is tried.
 //!
@@ -81,6 +84,7 @@
 mod body;
 mod config;
 mod error;
+mod marks;
 mod operation;
 mod overload;
 mod report;
@@ -91,6 +95,7 @@ mod target;
 pub use body::FailoverBody;
 pub use config::{ExhaustionRetry, FailoverBuilder, StateBound, MAX_ROUNDS, MAX_ROUND_WAIT};
 pub use error::{FailoverError, FailoverErrorKind};
+pub use marks::{Mark, MarkKind, SharedMarks};
 pub use report::{
     AttemptOutcome, FailoverReport, FailoverStop, SkipReason, Suppression, TargetAttempt,
 };

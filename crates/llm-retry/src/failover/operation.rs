@@ -175,11 +175,7 @@ impl<S> Operation<S> {
                 Some(SkipReason::Deadline)
             } else if self.cooling(index, &target, now) {
                 Some(SkipReason::CoolingDown)
-            } else if target
-                .health
-                .as_ref()
-                .is_some_and(|h| h.down_until(now).is_some())
-            {
+            } else if target.down_until(now).is_some() {
                 Some(SkipReason::Unhealthy)
             } else if self.sends_left < target.max_sends {
                 Some(SkipReason::SendBudget)
@@ -317,13 +313,13 @@ impl<S> Operation<S> {
             Some(rejection) => Verdict::Rejected(rejection),
             None => {
                 // Only a target that cools down has its window read.
-                let spent = target.cooldown.as_ref().and_then(|cooldown| {
+                let spent = target.cooldown.as_ref().and_then(|_| {
                     let window = request_window(response.headers(), SystemTime::now())?;
-                    (window.remaining == 0).then_some((cooldown, window.reset_in?))
+                    (window.remaining == 0).then_some(window.reset_in?)
                 });
-                if let Some((cooldown, reset_in)) = spent {
+                if let Some(reset_in) = spent {
                     // No request left in the window: a rate limit.
-                    cooldown.extend(Instant::now() + reset_in.min(MAX_COOLDOWN), true);
+                    target.extend_cooldown(Instant::now() + reset_in.min(MAX_COOLDOWN), true);
                 }
                 Verdict::Final
             }
@@ -386,8 +382,8 @@ impl<S> Operation<S> {
                 rate_limited,
             }),
         };
-        if let (Some(wait), Some(cooldown)) = (rejection.wait, &target.cooldown) {
-            cooldown.extend(now + wait.min(MAX_COOLDOWN), rate_limited);
+        if let Some(wait) = rejection.wait {
+            target.extend_cooldown(now + wait.min(MAX_COOLDOWN), rate_limited);
         }
     }
 
@@ -395,10 +391,7 @@ impl<S> Operation<S> {
     /// request (learned in an earlier round) or for every request.
     fn cooling(&self, index: usize, target: &Target<S>, now: Instant) -> bool {
         let own = self.report.rounds > 1 && self.ready[index].is_some_and(|r| r.at > now);
-        own || target
-            .cooldown
-            .as_ref()
-            .is_some_and(|c| c.until(now).is_some())
+        own || target.cooldown_state(now).is_some()
     }
 
     fn spend(&mut self, sends: u32) {
@@ -430,16 +423,13 @@ impl<S> Operation<S> {
             .flatten()
             .filter(|r| !named || r.named)
             .map(|r| (r.at, r.rate_limited));
-        let shared = self
-            .targets
-            .iter()
-            .filter_map(|t| t.cooldown.as_ref()?.state(now));
+        let shared = self.targets.iter().filter_map(|t| t.cooldown_state(now));
         // A target down for its failures comes back unnamed by any provider.
         let down = self
             .targets
             .iter()
             .filter(|_| !named)
-            .filter_map(|t| Some((t.health.as_ref()?.down_until(now)?, false)));
+            .filter_map(|t| Some((t.down_until(now)?, false)));
         let shared = shared.chain(down);
         own.chain(shared)
             .filter(|(at, _)| !named || *at > now)
@@ -718,7 +708,5 @@ impl Drop for Admitted<'_> {
 
 /// Counts a failure against `target`'s health, when it keeps one.
 fn failed<S>(target: &Target<S>) {
-    if let Some(health) = &target.health {
-        health.failed(Instant::now());
-    }
+    target.count_failure(Instant::now());
 }

@@ -1,5 +1,6 @@
 //! [`Target`]: one upstream a failover may send a request to.
 
+use super::marks::{Mark, MarkKind, SharedMarks};
 use crate::error::BoxError;
 use bytes::Bytes;
 use http::request::Parts;
@@ -23,6 +24,7 @@ pub struct Target<S> {
     pub(super) first_content_timeout: Option<Duration>,
     pub(super) cooldown: Option<Arc<Cooldown>>,
     pub(super) health: Option<Arc<Health>>,
+    marks: Option<Arc<dyn SharedMarks>>,
 }
 
 impl<S: Clone> Clone for Target<S> {
@@ -35,6 +37,7 @@ impl<S: Clone> Clone for Target<S> {
             first_content_timeout: self.first_content_timeout,
             cooldown: self.cooldown.clone(),
             health: self.health.clone(),
+            marks: self.marks.clone(),
         }
     }
 }
@@ -47,6 +50,7 @@ impl<S> fmt::Debug for Target<S> {
             .field("first_content_timeout", &self.first_content_timeout)
             .field("cooldown", &self.cooldown.is_some())
             .field("health", &self.health)
+            .field("marks", &self.marks)
             .finish_non_exhaustive()
     }
 }
@@ -65,6 +69,7 @@ impl<S> Target<S> {
             first_content_timeout: None,
             cooldown: None,
             health: None,
+            marks: None,
         }
     }
 
@@ -122,6 +127,75 @@ impl<S> Target<S> {
         self.health = Some(Arc::new(Health::new(failures, within)));
         self
     }
+
+    /// Shares this target's [cooldown](Self::cooldown) and
+    /// [unhealthy mark](Self::unhealthy_after), whichever it keeps, through
+    /// `marks` under its name: other processes that name a target the same
+    /// with the same store skip it too. Give every process the same
+    /// settings for it.
+    pub fn shared_marks(mut self, marks: Arc<dyn SharedMarks>) -> Target<S> {
+        self.marks = Some(marks);
+        self
+    }
+
+    /// When the target's cooldown (its own or a shared one) ends, if it has
+    /// not yet, and whether a rate limit named it.
+    pub(super) fn cooldown_state(&self, now: Instant) -> Option<(Instant, bool)> {
+        let own = self.cooldown.as_ref()?.state(now);
+        let shared = self.shared(MarkKind::Cooldown, now);
+        later(own, shared.map(|m| (m.until, m.rate_limited)))
+    }
+
+    /// Extends the cooldown, if the target keeps one, and shares it.
+    pub(super) fn extend_cooldown(&self, until: Instant, rate_limited: bool) {
+        let Some(cooldown) = &self.cooldown else {
+            return;
+        };
+        cooldown.extend(until, rate_limited);
+        if let Some(marks) = &self.marks {
+            let mark = Mark {
+                until,
+                rate_limited,
+            };
+            marks.publish(&self.name, MarkKind::Cooldown, mark);
+        }
+    }
+
+    /// Until when the target is down for its failures (here or, shared,
+    /// elsewhere), if it is.
+    pub(super) fn down_until(&self, now: Instant) -> Option<Instant> {
+        let own = self.health.as_ref()?.down_until(now);
+        let shared = self.shared(MarkKind::Unhealthy, now).map(|m| m.until);
+        own.max(shared)
+    }
+
+    /// Counts a failure, if the target keeps its health, and shares the
+    /// mark it may set.
+    pub(super) fn count_failure(&self, now: Instant) {
+        let Some(health) = &self.health else {
+            return;
+        };
+        if let (Some(until), Some(marks)) = (health.failed(now), &self.marks) {
+            let mark = Mark {
+                until,
+                rate_limited: false,
+            };
+            marks.publish(&self.name, MarkKind::Unhealthy, mark);
+        }
+    }
+
+    fn shared(&self, kind: MarkKind, now: Instant) -> Option<Mark> {
+        let mark = self.marks.as_ref()?.read(&self.name, kind)?;
+        (mark.until > now).then_some(mark)
+    }
+}
+
+/// The later of two ends, with its cause.
+fn later(a: Option<(Instant, bool)>, b: Option<(Instant, bool)>) -> Option<(Instant, bool)> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(if b.0 > a.0 { b } else { a }),
+        (a, b) => a.or(b),
+    }
 }
 
 /// A target's recent failures, shared by every request: past the limit
@@ -151,8 +225,8 @@ impl Health {
     }
 
     /// Counts a failure at `now`; the limit reached, the target is down
-    /// for the window.
-    pub(super) fn failed(&self, now: Instant) {
+    /// for the window, until the instant returned.
+    pub(super) fn failed(&self, now: Instant) -> Option<Instant> {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         while state
             .recent
@@ -165,7 +239,9 @@ impl Health {
         if state.recent.len() >= self.failures {
             state.recent.clear();
             state.down_until = now.checked_add(self.within);
+            return state.down_until;
         }
+        None
     }
 
     /// Until when the target is down, if it is.
@@ -181,11 +257,6 @@ impl Health {
 pub(super) struct Cooldown(Mutex<Option<(Instant, bool)>>);
 
 impl Cooldown {
-    /// When the cooldown ends, if it has not yet.
-    pub(super) fn until(&self, now: Instant) -> Option<Instant> {
-        self.state(now).map(|(until, _)| until)
-    }
-
     /// When the cooldown ends, if it has not yet, and whether a rate limit
     /// named it.
     pub(super) fn state(&self, now: Instant) -> Option<(Instant, bool)> {

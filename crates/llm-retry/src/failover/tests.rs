@@ -1259,3 +1259,6 @@ async fn an_overload_handed_over_at_the_end_keeps_the_wait_it_named() {
     assert_eq!(response.headers()["x-should-retry"], "false");
     assert_eq!(response.headers()["retry-after"], "7");
 }
+
+#[path = "shared_marks_tests.rs"]
+mod shared_marks;

@@ -1,0 +1,76 @@
+//! What sharing a retry budget through Redis costs.
+//!
+//! - `decide/local` and `decide/shared`: one first attempt and one retry
+//!   (`deposit` + `try_withdraw`) on a budget with room, counted in its own
+//!   window or through `RedisBudgetStore` with a reserve to spend. Both read
+//!   memory only; this is what a request pays.
+//! - `sync/round_trip`: one sync of the store (report, fleet counts,
+//!   reserve top-up: one script call) against a `redis-server` the bench
+//!   starts on 127.0.0.1. The sync task pays this every `sync_interval`,
+//!   off the request path.
+//!
+//! Run with `cargo bench -p llm-retry-redis --bench shared_budget` (needs
+//! `redis-server`); see docs/benchmarks.md.
+
+// `criterion_group!` expands to an undocumented `pub fn`.
+#![allow(missing_docs)]
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use llm_retry::budget::RetryBudget;
+use llm_retry_redis::{RedisBudgetStore, SharedOptions, StateName};
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn shared_budget(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let _entered = rt.enter();
+    let server = support::RedisServer::start();
+    // Room for every retry the bench takes: the decisions never refuse.
+    let budget = RetryBudget::new(1.0, 1_000_000, Duration::from_secs(10)).expect("valid");
+    let options = SharedOptions::default()
+        .with_timeout(Duration::from_secs(1))
+        .with_sync_interval(Duration::from_secs(3600))
+        .with_reservation_ttl(Duration::from_secs(3600))
+        .with_reserve(u32::MAX);
+    let name = StateName::new("bench").expect("valid");
+    let store =
+        RedisBudgetStore::start(server.client(), name, budget.rule(), options).expect("a store");
+    assert!(rt.block_on(store.sync()), "redis-server answers");
+    let shared = budget.clone().with_store(Arc::new(store.clone()));
+
+    let mut group = c.benchmark_group("decide");
+    group
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+    for (label, budget) in [("local", &budget), ("shared", &shared)] {
+        group.bench_function(label, |b| {
+            b.iter(|| {
+                budget.deposit();
+                black_box(budget.try_withdraw()).ok();
+            });
+        });
+    }
+    group.finish();
+
+    let mut group = c.benchmark_group("sync");
+    group
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+    group.bench_function("round_trip", |b| {
+        b.to_async(&rt).iter(|| async {
+            shared.deposit();
+            assert!(store.sync().await);
+        });
+    });
+    group.finish();
+}
+
+criterion_group!(benches, shared_budget);
+criterion_main!(benches);

@@ -1,0 +1,121 @@
+//! The sync task of [`RedisTargetMarks`](super::RedisTargetMarks): new
+//! marks out, every live mark back, in one script call.
+
+use super::store::{keep_later, know_later, lock, Inner, Known};
+use crate::health::Failure;
+use llm_retry::failover::{Mark, MarkKind};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// Syncs at once, then every `sync_interval` or when a mark is published,
+/// until the store is dropped.
+pub(super) async fn sync_loop(store: Weak<Inner>, wake: Arc<Notify>) {
+    loop {
+        let Some(inner) = store.upgrade() else {
+            return;
+        };
+        inner.sync().await;
+        let interval = inner.options.sync_interval;
+        let gap = inner.options.timeout.min(interval);
+        drop(inner);
+        tokio::select! {
+            () = tokio::time::sleep(interval) => {}
+            () = wake.notified() => tokio::time::sleep(gap).await,
+        }
+    }
+}
+
+fn field(target: &str, kind: MarkKind) -> String {
+    match kind {
+        MarkKind::Unhealthy => format!("u:{target}"),
+        _ => format!("c:{target}"),
+    }
+}
+
+fn parse_field(field: &str) -> Option<(&str, MarkKind)> {
+    let (kind, target) = field.split_at_checked(2)?;
+    let kind = match kind {
+        "c:" => MarkKind::Cooldown,
+        "u:" => MarkKind::Unhealthy,
+        _ => return None,
+    };
+    Some((target, kind))
+}
+
+impl Inner {
+    pub(super) async fn sync(&self) -> bool {
+        let mut connection = self.connection.lock().await;
+        let sending = std::mem::take(&mut *lock(&self.pending));
+        let now = Instant::now();
+        let mut call = self.script.key(&self.key);
+        let live: Vec<_> = sending
+            .iter()
+            .filter_map(|(key, mark)| {
+                let left = mark.until.checked_duration_since(now)?;
+                Some((key, mark, whole_millis_up(left)))
+            })
+            .collect();
+        call.arg(live.len());
+        for ((target, kind), mark, left_ms) in &live {
+            call.arg(field(target, *kind))
+                .arg(*left_ms)
+                .arg(u8::from(mark.rate_limited));
+        }
+        let answer = tokio::time::timeout(
+            self.options.timeout,
+            call.invoke_async::<Vec<(String, u64, u8)>>(&mut *connection),
+        )
+        .await;
+        match answer {
+            Ok(Ok(marks)) => {
+                let at = Instant::now();
+                let mut known = Known::new();
+                for (field, left_ms, limited) in marks {
+                    let (Some((target, kind)), Some(until)) = (
+                        parse_field(&field),
+                        at.checked_add(Duration::from_millis(left_ms)),
+                    ) else {
+                        continue;
+                    };
+                    let rate_limited = limited == 1;
+                    know_later(
+                        &mut known,
+                        target,
+                        kind,
+                        Mark {
+                            until,
+                            rate_limited,
+                        },
+                    );
+                }
+                // Published during the call: not in the answer yet.
+                for ((target, kind), mark) in lock(&self.pending).iter() {
+                    know_later(&mut known, target, *kind, *mark);
+                }
+                *lock(&self.known) = known;
+                self.health.succeeded();
+                true
+            }
+            failed => {
+                let mut pending = lock(&self.pending);
+                for (key, mark) in sending {
+                    keep_later(&mut pending, key, mark);
+                }
+                drop(pending);
+                self.health.failed(match failed {
+                    Ok(Err(error)) => Failure::Redis(error.kind()),
+                    _ => Failure::TimedOut,
+                });
+                false
+            }
+        }
+    }
+}
+
+/// `left` in milliseconds, rounded up: a mark never ends early.
+fn whole_millis_up(left: Duration) -> u64 {
+    let ms = left.as_micros().div_ceil(1000);
+    u64::try_from(ms).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,29 @@
+//! Shared state of [llm-retry](llm_retry) for replicas behind one provider
+//! key, through Redis, that keeps serving when Redis is slow or gone.
+//!
+//! What is shared so far: the [retry budget](llm_retry::budget::RetryBudget)
+//! ([`RedisBudgetStore`]), so the fleet's retries stay within the budget's
+//! share of the fleet's first attempts; and the failover's cooldowns and
+//! unhealthy marks ([`RedisTargetMarks`]), so a target one replica sets
+//! aside is skipped by all.
+//!
+//! Every key is hash-tagged by its [`StateName`] (`{llm-retry:<name>}:…`), so
+//! one name's keys share a cluster slot, and carries a TTL. Every Redis call
+//! is bounded by [`SharedOptions::timeout`]; past it, or on an error, a
+//! store decides from local state ([`FailureMode::FailOpen`], the default)
+//! or refuses what needs the shared state ([`FailureMode::FailClosed`]),
+//! logs once at `warn`, and sets the `llm_retry_shared_state_degraded`
+//! gauge (labels `store`, `name`; feature `metrics`) until Redis answers.
+//!
+//! See `docs/scale-out.md` for keys, TTLs and failure modes.
+
+mod budget;
+mod failover;
+mod health;
+mod key;
+mod options;
+
+pub use budget::RedisBudgetStore;
+pub use failover::RedisTargetMarks;
+pub use key::{InvalidName, StateName};
+pub use options::{FailureMode, SharedOptions};

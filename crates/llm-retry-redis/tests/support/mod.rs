@@ -1,0 +1,149 @@
+//! A real `redis-server` for one test: its own port on 127.0.0.1, its own
+//! temporary directory, no persistence, stopped on drop.
+#![allow(dead_code, unreachable_pub)]
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// Longest wait for a fresh server to answer PING.
+const STARTUP: Duration = Duration::from_secs(10);
+
+#[derive(Debug)]
+pub struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl RedisServer {
+    /// Starts a server on a free port. Fails the test, saying why, when
+    /// `redis-server` is not installed.
+    pub fn start() -> RedisServer {
+        let port = free_port();
+        static SERIAL: AtomicU32 = AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "llm-retry-redis-{}-{}-{port}",
+            std::process::id(),
+            SERIAL.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).expect("a temporary directory for redis-server");
+        let mut server = RedisServer {
+            child: None,
+            port,
+            dir,
+        };
+        server.restart();
+        server
+    }
+
+    /// The port a client can reach and the server (once restarted) uses.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    pub fn client(&self) -> redis::Client {
+        redis::Client::open(self.url()).expect("a valid URL")
+    }
+
+    /// Stops the server at once (SIGKILL), as a crash would.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts a fresh server, empty, on the same port, and waits for PING.
+    pub fn restart(&mut self) {
+        self.kill();
+        let spawned = Command::new("redis-server")
+            .args(["--port", &self.port.to_string()])
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--enable-debug-command", "yes"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        let child = match spawned {
+            Ok(child) => child,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => panic!(
+                "redis-server is not installed: these tests need a real Redis \
+                 (Debian: apt-get install redis-server; .ci/run installs it)"
+            ),
+            Err(error) => panic!("redis-server did not start: {error}"),
+        };
+        self.child = Some(child);
+        let started = Instant::now();
+        while !self.answers_ping() {
+            assert!(
+                started.elapsed() < STARTUP,
+                "redis-server on port {} did not answer PING within {STARTUP:?}",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Sends `command` (RESP inline) on a new connection and returns at
+    /// once, without reading the answer: for `DEBUG SLEEP`, which holds
+    /// the whole server.
+    pub fn send_without_waiting(&self, command: &str) -> TcpStream {
+        let mut stream =
+            TcpStream::connect((Ipv4Addr::LOCALHOST, self.port)).expect("connect to redis-server");
+        stream
+            .write_all(format!("{command}\r\n").as_bytes())
+            .expect("send to redis-server");
+        stream
+    }
+
+    /// Waits until the server stops answering PING within `patience`: it
+    /// is busy (held by `DEBUG SLEEP`, say). Panics after ten seconds.
+    pub fn wait_until_stalled(&self, patience: Duration) {
+        let started = Instant::now();
+        while self.answers_ping_within(patience) {
+            assert!(
+                started.elapsed() < STARTUP,
+                "redis-server on port {} kept answering",
+                self.port
+            );
+        }
+    }
+
+    fn answers_ping(&self) -> bool {
+        self.answers_ping_within(Duration::from_secs(1))
+    }
+
+    fn answers_ping_within(&self, patience: Duration) -> bool {
+        let Ok(mut stream) = TcpStream::connect((Ipv4Addr::LOCALHOST, self.port)) else {
+            return false;
+        };
+        let _ = stream.set_read_timeout(Some(patience));
+        if stream.write_all(b"PING\r\n").is_err() {
+            return false;
+        }
+        let mut answer = [0u8; 7];
+        stream.read_exact(&mut answer).is_ok() && &answer == b"+PONG\r\n"
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A port nothing listens on right now.
+pub fn free_port() -> u16 {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind a free port");
+    listener.local_addr().expect("its address").port()
+}
