@@ -47,7 +47,9 @@ fn runtime(name: &str) -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-/// One request to `url`, its whole answer read: its time.
+/// One request to `url`, its whole answer read: its time (for a stream,
+/// to its first content: the gateway's stream guard holds the head until
+/// then, so a first byte would compare different events).
 async fn one(client: &HttpClient, url: &str) -> Duration {
     let at = Instant::now();
     let request = http::Request::post(url)
@@ -56,8 +58,68 @@ async fn one(client: &HttpClient, url: &str) -> Duration {
         .unwrap();
     let response = client.request(request).await.unwrap();
     assert_eq!(response.status(), 200);
-    response.into_body().collect().await.unwrap();
-    at.elapsed()
+    let mut body = response.into_body();
+    let (mut first, mut seen) = (None, Vec::new());
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame.unwrap().into_data() {
+            seen.extend_from_slice(&data);
+            if first.is_none() && seen.windows(19).any(|w| w == b"content_block_delta") {
+                first = Some(at.elapsed());
+            }
+        }
+    }
+    if url.ends_with("/v1/stream") {
+        first.unwrap_or_else(|| at.elapsed())
+    } else {
+        at.elapsed()
+    }
+}
+
+/// `requests` calls to `direct` and to `through`, interleaved pair by
+/// pair (which goes first alternates): each path's times, sorted.
+async fn interleaved(
+    client: &HttpClient,
+    direct: &str,
+    through: &str,
+    requests: usize,
+) -> (Vec<Duration>, Vec<Duration>) {
+    let (mut direct_times, mut gateway_times) = (Vec::new(), Vec::new());
+    for i in 0..requests {
+        if i % 2 == 0 {
+            direct_times.push(one(client, direct).await);
+            gateway_times.push(one(client, through).await);
+        } else {
+            gateway_times.push(one(client, through).await);
+            direct_times.push(one(client, direct).await);
+        }
+    }
+    direct_times.sort();
+    gateway_times.sort();
+    (direct_times, gateway_times)
+}
+
+fn print_table(what: &str, requests: usize, direct: &[Duration], gateway: &[Duration]) {
+    println!("\n{what}, one request at a time, {requests} each, interleaved");
+    println!("| path | p50 | p99 | p99.9 |");
+    println!("|---|---:|---:|---:|");
+    for (name, times) in [
+        ("direct to the mock", direct),
+        ("through the gateway", gateway),
+    ] {
+        println!(
+            "| {name} | {:.0} µs | {:.0} µs | {:.0} µs |",
+            micros(percentile(times, 0.5)),
+            micros(percentile(times, 0.99)),
+            micros(percentile(times, 0.999)),
+        );
+    }
+    let added = |p| micros(percentile(gateway, p)) - micros(percentile(direct, p));
+    println!(
+        "| added by the gateway | {:.0} µs | {:.0} µs | {:.0} µs |",
+        added(0.5),
+        added(0.99),
+        added(0.999)
+    );
 }
 
 /// CPU time (user and system) of this process's threads named `name`.
@@ -99,8 +161,12 @@ fn main() {
     let mock_rt = runtime("hop-mock");
     let gateway_rt = runtime("hop-gateway");
     let mock = mock_rt.block_on(async {
-        let script =
-            Script::new().route("/v1/messages", Route::always(Reply::anthropic_ok("Hello")));
+        let script = Script::new()
+            .route("/v1/messages", Route::always(Reply::anthropic_ok("Hello")))
+            .route(
+                "/v1/stream",
+                Route::always(Reply::anthropic_stream(&["Hello", ", world", "!"])),
+            );
         MockServer::start(script).await.unwrap()
     });
     let toml = format!(
@@ -145,45 +211,22 @@ fn main() {
             one(&client, &direct).await;
             one(&client, &through).await;
         }
-        let (mut direct_times, mut gateway_times) = (Vec::new(), Vec::new());
         let cpu_before = threads_cpu("hop-gateway");
-        for i in 0..requests {
-            // Alternate which goes first, so neither always follows the other.
-            if i % 2 == 0 {
-                direct_times.push(one(&client, &direct).await);
-                gateway_times.push(one(&client, &through).await);
-            } else {
-                gateway_times.push(one(&client, &through).await);
-                direct_times.push(one(&client, &direct).await);
-            }
-        }
+        let (direct_times, gateway_times) = interleaved(&client, &direct, &through, requests).await;
         let cpu = threads_cpu("hop-gateway").saturating_sub(cpu_before);
-        direct_times.sort();
-        gateway_times.sort();
-        println!("\nJSON answer, one request at a time, {requests} each, interleaved");
-        println!("| path | p50 | p99 | p99.9 |");
-        println!("|---|---:|---:|---:|");
-        for (name, times) in [
-            ("direct to the mock", &direct_times),
-            ("through the gateway", &gateway_times),
-        ] {
-            println!(
-                "| {name} | {:.0} µs | {:.0} µs | {:.0} µs |",
-                micros(percentile(times, 0.5)),
-                micros(percentile(times, 0.99)),
-                micros(percentile(times, 0.999)),
-            );
-        }
-        let added =
-            |p| micros(percentile(&gateway_times, p)) - micros(percentile(&direct_times, p));
-        println!(
-            "| added by the gateway | {:.0} µs | {:.0} µs | {:.0} µs |",
-            added(0.5),
-            added(0.99),
-            added(0.999)
+        print_table("JSON answer", requests, &direct_times, &gateway_times);
+        let stream_direct = mock.url("/v1/stream");
+        let stream_through = format!("http://{address}/v1/stream");
+        let (direct_times, gateway_times) =
+            interleaved(&client, &stream_direct, &stream_through, requests / 5).await;
+        print_table(
+            "SSE stream, time to its first content_block_delta",
+            requests / 5,
+            &direct_times,
+            &gateway_times,
         );
         println!(
-            "\ngateway threads' CPU: {:.1} µs per proxied request ({:.2} s over {requests})",
+            "\ngateway threads' CPU: {:.1} µs per proxied JSON request ({:.2} s over {requests})",
             micros(cpu) / requests as f64,
             cpu.as_secs_f64()
         );
