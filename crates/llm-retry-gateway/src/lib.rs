@@ -45,6 +45,7 @@ mod listen;
 mod prometheus;
 mod proxy;
 mod route;
+mod timed;
 mod upstream;
 
 pub use config::{Config, ConfigError, RouteConfig, TargetConfig};

@@ -9,8 +9,8 @@ use crate::gateway::Shared;
 use crate::idle::Idle;
 use crate::inflight::Counted;
 use crate::route::StateBound;
+use crate::timed::UpstreamTime;
 use crate::upstream::strip_unforwarded;
-use crate::upstream::UpstreamTime;
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::response::Response;
@@ -60,10 +60,9 @@ pub(crate) async fn forward(State(shared): State<Arc<Shared>>, request: Request)
     let (counts, mut answer, target) = respond(&shared, request, &spent, &mut pending).await;
     pending.0 = None;
     let overhead = started.elapsed().saturating_sub(spent.total());
-    let millis = format!("{:.3}", overhead.as_secs_f64() * 1000.0);
-    if let Ok(value) = HeaderValue::from_str(&millis) {
-        answer.headers_mut().insert(OVERHEAD_HEADER, value);
-    }
+    answer
+        .headers_mut()
+        .insert(OVERHEAD_HEADER, millis_header(overhead));
     let is_stream = answer
         .headers()
         .get(http::header::CONTENT_TYPE)
@@ -78,6 +77,19 @@ pub(crate) async fn forward(State(shared): State<Arc<Shared>>, request: Request)
         let body = body.map_err(axum::Error::into_inner);
         Body::new(EndingBody::new(body, ended, is_stream))
     })
+}
+
+/// `took` in milliseconds with three decimals (`0.042`), written without
+/// a float or a heap string.
+fn millis_header(took: std::time::Duration) -> HeaderValue {
+    use std::io::Write;
+    let micros = took.as_micros();
+    let mut text = [0u8; 48];
+    let mut cursor = std::io::Cursor::new(&mut text[..]);
+    // 48 bytes hold any u128 of milliseconds and its fraction.
+    let _ = write!(cursor, "{}.{:03}", micros / 1000, micros % 1000);
+    let len = usize::try_from(cursor.position()).unwrap_or(0);
+    HeaderValue::from_bytes(&text[..len]).unwrap_or(HeaderValue::from_static("0.000"))
 }
 
 /// A request whose answer has not begun: counted as abandoned by the
@@ -158,7 +170,7 @@ async fn respond(
             ))
         }
     };
-    let path = parts.uri.path().to_owned();
+    let path = parts.uri.path();
     // The body is read for a model only when a route matches on one, and
     // for provider state only on the Responses API.
     let peek: Peek = if shared.routes_by_model || path.starts_with("/v1/responses") {
@@ -169,7 +181,7 @@ async fn respond(
     let Some(route) = shared
         .routes
         .iter()
-        .find(|r| r.matches(&path, peek.model.as_deref()))
+        .find(|r| r.matches(path, peek.model.as_deref()))
     else {
         return unrouted(error(
             &parts.uri,
@@ -198,25 +210,22 @@ async fn respond(
         Box::pin(route.failover.clone().oneshot(request));
     let mut target: Arc<str> = Arc::from("none");
     let answer = match sent.await {
-        Ok(mut response) => {
-            if let Some(report) = response.extensions().get::<FailoverReport>() {
+        Ok(response) => {
+            let (mut head, body) = response.into_parts();
+            let failover = head.extensions.get::<FailoverReport>();
+            if let Some(report) = failover {
                 target = answered_by(report);
             }
             // An exhausted failover marked its answer with the wait left;
             // a target that gave up on its own is marked here.
-            let exhausted = response
-                .extensions()
-                .get::<FailoverReport>()
-                .is_some_and(|r| r.stop == FailoverStop::Exhausted);
-            if let (false, Some(report)) = (
-                exhausted,
-                response.extensions().get::<RetryReport>().cloned(),
-            ) {
-                mark_give_up(&report, response.headers_mut());
+            let exhausted = failover.is_some_and(|r| r.stop == FailoverStop::Exhausted);
+            if let (false, Some(report)) = (exhausted, head.extensions.get::<RetryReport>()) {
+                mark_give_up(report, &mut head.headers);
             }
-            strip_unforwarded(response.headers_mut());
+            strip_unforwarded(&mut head.headers);
             let idle = shared.stream_idle_timeout;
-            response.map(|body| Body::new(Counted::new(Idle::new(body, idle), guard)))
+            let body = Body::new(Counted::new(Idle::new(body, idle), guard));
+            Response::from_parts(head, body)
         }
         Err(failure) => failed(&uri, &failure),
     };
@@ -335,6 +344,20 @@ mod tests {
             "/v1/messages/..",
         ] {
             assert!(!safe_path(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_overhead_is_written_in_milliseconds_with_three_decimals() {
+        use std::time::Duration;
+        for (took, text) in [
+            (Duration::ZERO, "0.000"),
+            (Duration::from_nanos(999), "0.000"),
+            (Duration::from_micros(42), "0.042"),
+            (Duration::from_micros(1_234_567), "1234.567"),
+            (Duration::MAX, "18446744073709551615999.999"),
+        ] {
+            assert_eq!(millis_header(took), text);
         }
     }
 

@@ -2,6 +2,7 @@
 //! and the rewrite that makes a target's request from the original.
 
 use crate::config::{RouteConfig, TargetConfig};
+use crate::timed::{TargetSeconds, Timed};
 use bytes::Bytes;
 use http::header::{self, HeaderName};
 use http::request::Parts;
@@ -14,10 +15,6 @@ use hyper_util::rt::TokioExecutor;
 use llm_retry::budget::RetryBudget;
 use llm_retry::rate_limit::{Quotas, RateLimitLayer};
 use llm_retry::{BoxError, ClientLayer, ConfigError, RetryPolicy};
-use metrics::Histogram;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
-use std::time::Instant;
 use tower::util::BoxCloneSyncService;
 use tower::{Layer, ServiceExt};
 
@@ -55,6 +52,11 @@ const NOT_FORWARDED: [HeaderName; 11] = [
 /// Removes the headers that must not cross the gateway: hop-by-hop ones,
 /// those the `Connection` header names, and cookies.
 pub(crate) fn strip_unforwarded(headers: &mut http::HeaderMap) {
+    // Most messages carry none of them: one pass over the names present
+    // (a `Connection` header among them) instead of a lookup for each.
+    if !headers.keys().any(|name| NOT_FORWARDED.contains(name)) {
+        return;
+    }
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -129,72 +131,11 @@ pub(crate) fn service(
 ) -> Result<TargetService, ConfigError> {
     let layer = client_layer(route, target)?;
     let client = Client::builder(TokioExecutor::new()).build(connector);
-    let seconds = Arc::new(TargetSeconds {
-        route: route.name.clone(),
-        target: target.name.clone(),
-        handle: OnceLock::new(),
-    });
     let stack = layer
         .layer(client)
         .map_response(|response: Response<_>| response.map(axum::body::Body::new));
-    let stack: TargetService = BoxCloneSyncService::new(stack);
-    let timed = tower::service_fn(move |request: Request<Full<Bytes>>| {
-        let spent = request.extensions().get::<UpstreamTime>().cloned();
-        let seconds = Arc::clone(&seconds);
-        let call = stack.clone().oneshot(request);
-        async move {
-            let started = Instant::now();
-            let result = call.await;
-            let took = started.elapsed();
-            seconds.record(took);
-            if let Some(spent) = spent {
-                spent.add(took);
-            }
-            result
-        }
-    });
-    Ok(BoxCloneSyncService::new(timed))
-}
-
-/// The time one request spent in its targets' calls (to each answer's
-/// head; for a stream under the stream guard, its first content), summed
-/// over its attempts: what the gateway's own time excludes. It travels in
-/// the request's extensions, which every attempt's copy keeps.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct UpstreamTime(Arc<AtomicU64>);
-
-impl UpstreamTime {
-    fn add(&self, took: std::time::Duration) {
-        let nanos = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
-        self.0.fetch_add(nanos, Ordering::Relaxed);
-    }
-
-    /// The time summed so far.
-    pub(crate) fn total(&self) -> std::time::Duration {
-        std::time::Duration::from_nanos(self.0.load(Ordering::Relaxed))
-    }
-}
-
-/// `llm_retry_gateway_target_seconds` for one target, its handle looked up
-/// at the first answer (from the recorder installed then), not at every one.
-struct TargetSeconds {
-    route: String,
-    target: String,
-    handle: OnceLock<Histogram>,
-}
-
-impl TargetSeconds {
-    fn record(&self, took: std::time::Duration) {
-        self.handle
-            .get_or_init(|| {
-                metrics::histogram!(
-                    "llm_retry_gateway_target_seconds",
-                    "route" => self.route.clone(),
-                    "target" => self.target.clone()
-                )
-            })
-            .record(took.as_secs_f64());
-    }
+    let seconds = TargetSeconds::new(&route.name, &target.name);
+    Ok(BoxCloneSyncService::new(Timed::new(stack, seconds)))
 }
 
 /// Makes a target's request from a copy of the original: the target's

@@ -1,8 +1,9 @@
 //! Waits inside a target count against the route: a named wait longer
 //! than the target's `max_server_wait` moves the failover on at once, and
 //! when every target is out the give-up comes at once with the soonest
-//! wait; rounds without a named wait back off, and the default send
-//! count stays the SDK's own.
+//! wait; no target waits past what the route's deadline has left; rounds
+//! without a named wait back off, and the default send count stays the
+//! SDK's own.
 #![allow(clippy::unwrap_used)]
 
 mod support;
@@ -109,5 +110,33 @@ async fn rounds_over_overloaded_targets_stay_within_the_send_budget() {
         started.elapsed() >= Duration::from_millis(1500),
         "{:?}",
         started.elapsed()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_target_waits_only_within_what_the_route_deadline_has_left() {
+    // a stalls past its 6 s first-content timeout; b's 5 s named wait is
+    // within its own max_server_wait but not within the 4 s the route has
+    // left, so b's 429 is the answer at 6 s, not a 504 at the deadline.
+    let a = target(Route::always(
+        Reply::anthropic_ok("late").delay(Duration::from_secs(60)),
+    ))
+    .await;
+    let b = target(Route::always(rate_limited("5"))).await;
+    let toml = format!(
+        "[[route]]\nname = \"r\"\ndeadline = \"10s\"\n[[route.target]]\nname = \"a\"\nbase_url = \"{}\"\nfirst_content_timeout = \"6s\"\n[[route.target]]\nname = \"b\"\nbase_url = \"{}\"\nmax_retries = 2\nmax_server_wait = \"8s\"\n",
+        a.url(""),
+        b.url("")
+    );
+    let gw = gateway(&toml, no_env).await;
+    let started = tokio::time::Instant::now();
+    let (head, _) = send(post(&gw.url("/v1/messages"), PROMPT)).await;
+    let took = started.elapsed();
+    assert_eq!(head.status, 429);
+    assert_eq!(head.headers["x-should-retry"], "false");
+    assert_eq!(b.request_count(), 1, "b did not resend");
+    assert!(
+        took >= Duration::from_secs(6) && took < Duration::from_secs(7),
+        "{took:?}"
     );
 }

@@ -88,6 +88,7 @@ pub mod stream_guard;
 
 mod client_layer;
 mod config_error;
+mod deadline;
 mod error;
 mod held;
 mod hooks;

@@ -53,6 +53,10 @@
 //!   another process sets the target aside here too.
 //! - A target with a [`first_content_timeout`](Target::first_content_timeout)
 //!   is abandoned when nothing arrived in time, and the next one is tried.
+//! - A target that is a retry stack waits and resends only within what the
+//!   failover's deadline has left (each attempt's request carries it): a
+//!   wait its provider named that would outlast it ends the target's
+//!   attempt at once, and the request moves on.
 //!
 //! # Further rounds (opt-in)
 //!
@@ -103,5 +107,7 @@ pub use service::Failover;
 pub use shutdown::Shutdown;
 pub use target::{set_model, Rewrite, Target};
 
+#[cfg(test)]
+mod deadline_tests;
 #[cfg(test)]
 mod tests;

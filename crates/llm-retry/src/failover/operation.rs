@@ -9,6 +9,7 @@ use super::report::{
     AttemptOutcome, FailoverReport, FailoverStop, SkipReason, Suppression, TargetAttempt,
 };
 use super::target::Target;
+use crate::deadline::Deadline;
 use crate::error::{BoxError, RetryError};
 use crate::hint::request_window;
 use crate::observe;
@@ -116,11 +117,17 @@ impl<S> Operation<S> {
         ResBody: Body<Data = Bytes> + Send + 'static,
         ResBody::Error: Into<BoxError>,
     {
-        let (parts, body) = request.into_parts();
+        let (mut parts, body) = request.into_parts();
         let body = match collect(body, self.config.max_body, self.deadline).await {
             Ok(body) => body,
             Err((kind, source)) => return Err(self.error(kind, source)),
         };
+        // A target's retry stack waits and resends only within what the
+        // failover has left: a named wait that would outlast it ends the
+        // target's attempt at once, and the request moves on.
+        if let Some(deadline) = self.deadline {
+            parts.extensions.insert(Deadline(deadline));
+        }
         let bound = self
             .config
             .state_bound
@@ -270,6 +277,13 @@ impl<S> Operation<S> {
                     Verdict::Final => {
                         self.record(&target, AttemptOutcome::Failed);
                         failed(&target);
+                        // A target's stack cut at the route's deadline.
+                        if self
+                            .deadline
+                            .is_some_and(|deadline| Instant::now() >= deadline)
+                        {
+                            return self.deadline_passed();
+                        }
                         return RoundEnd::Final(Err(
                             self.error(FailoverErrorKind::Failed, Some(error))
                         ));

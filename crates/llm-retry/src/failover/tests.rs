@@ -20,7 +20,7 @@ type Svc = BoxCloneSyncService<Request<Full<Bytes>>, Response<Incoming>, BoxErro
 const PATH: &str = "/v1/messages";
 const PROMPT: &str = r#"{"model":"claude-sonnet-4-5","max_tokens":64,"messages":[]}"#;
 
-async fn upstream(route: Route) -> MockServer {
+pub(super) async fn upstream(route: Route) -> MockServer {
     MockServer::start(Script::new().route(PATH, route))
         .await
         .unwrap()
@@ -40,14 +40,14 @@ fn target(name: &str, mock: &MockServer) -> Target<Svc> {
     target_at(name, mock.url(""))
 }
 
-fn request() -> Request<Full<Bytes>> {
+pub(super) fn request() -> Request<Full<Bytes>> {
     Request::post(format!("http://failover.invalid{PATH}"))
         .header("content-type", "application/json")
         .body(Full::new(Bytes::from_static(PROMPT.as_bytes())))
         .unwrap()
 }
 
-fn report<B>(response: &Response<B>) -> FailoverReport {
+pub(super) fn report<B>(response: &Response<B>) -> FailoverReport {
     response
         .extensions()
         .get::<FailoverReport>()
@@ -83,7 +83,7 @@ fn rounds(max_wait_secs: u64) -> ExhaustionRetry {
     ExhaustionRetry::new(1, Duration::from_secs(max_wait_secs))
 }
 
-fn rate_limited(secs: &str) -> Reply {
+pub(super) fn rate_limited(secs: &str) -> Reply {
     Reply::anthropic_error(429, "rate_limit_error", "Rate limited").header("retry-after", secs)
 }
 
@@ -736,7 +736,7 @@ type Boxed = http_body_util::combinators::UnsyncBoxBody<Bytes, BoxError>;
 type RetrySvc = BoxCloneSyncService<Request<Full<Bytes>>, Response<Boxed>, BoxError>;
 
 /// `ClientLayer` with `retries` retries over a client aimed at `mock`.
-fn retrying_target(name: &str, mock: &MockServer, retries: u32) -> Target<RetrySvc> {
+pub(super) fn retrying_target(name: &str, mock: &MockServer, retries: u32) -> Target<RetrySvc> {
     let base = mock.url("");
     let policy = crate::RetryPolicy::builder()
         .max_retries(retries)

@@ -398,7 +398,7 @@ impl RetryPolicy {
         charged: bool,
         elapsed: Duration,
     ) -> Result<Decision, Refusal> {
-        let limits = self.limits();
+        let limits = state.limits(self.limits());
         // The judged attempt is counted in `state` (a fresh state, as a
         // caller outside the layers passes, is the first send); a send
         // refused before it left is not one, and asks for the same resend.

@@ -189,7 +189,7 @@ impl RetryPolicy {
 
     /// A recovery resends at once, still inside the attempt and time bounds.
     fn resend_now(&self, state: &RetryState, elapsed: Duration, recovery: Recovery) -> Decision {
-        let limits = self.limits();
+        let limits = state.limits(self.limits());
         let admitted = limits
             .admit_retry(state.attempts().max(1))
             .and_then(|()| limits.admit_wait(elapsed, Duration::ZERO));

@@ -2,6 +2,7 @@
 
 use super::judge::Judgement;
 use super::{Recovery, RecoveryAction};
+use crate::budget::Limits;
 use crate::classify::{Classification, RetryableKind};
 use crate::report::{RetryReport, StopReason};
 use http::StatusCode;
@@ -31,6 +32,9 @@ pub struct RetryState {
     gate_paced: bool,
     /// The last send passed a rate-limit gate.
     gated: bool,
+    /// A bound on the elapsed time tighter than the policy's `max_elapsed`:
+    /// the caller's deadline, counted from the account's start.
+    max_elapsed: Option<Duration>,
 }
 
 impl Default for RetryState {
@@ -63,6 +67,7 @@ impl RetryState {
             recoveries: Vec::new(),
             gate_paced: false,
             gated: false,
+            max_elapsed: None,
         }
     }
 
@@ -87,6 +92,23 @@ impl RetryState {
     /// Overloads in a row, ending at the last attempt.
     pub fn consecutive_overloads(&self) -> u32 {
         self.consecutive_overloads
+    }
+
+    /// Ends the request's time at `limit` after its start when that is
+    /// sooner than its policy's `max_elapsed`: no wait that would cross it
+    /// is started.
+    pub(crate) fn bound_elapsed(&mut self, limit: Duration) {
+        self.max_elapsed = Some(self.max_elapsed.map_or(limit, |own| own.min(limit)));
+    }
+
+    /// The policy's `limits` with this request's own time bound, when it
+    /// is tighter.
+    pub(crate) fn limits(&self, policy: &Limits) -> Limits {
+        let mut limits = *policy;
+        if let Some(own) = self.max_elapsed {
+            limits.max_elapsed = limits.max_elapsed.min(own);
+        }
+        limits
     }
 
     /// Counts a send.

@@ -10,6 +10,7 @@
 
 use crate::budget::WaitPermit;
 use crate::classify::Classification;
+use crate::deadline::Deadline;
 use crate::error::{BoxError, RetryError};
 use crate::hooks::{RecoveryEvent, RetryEvent};
 use crate::policy::{CredentialsFuture, Decision, Outcome, Recovery, RecoveryAction, WaitScope};
@@ -19,7 +20,7 @@ use crate::rate_limit::offer::LinkBounds;
 use crate::recover::{rewrite_body, BodyEdit};
 use crate::replay::ReplayBody;
 use crate::report::{RetryReport, StopReason};
-use http::{header, HeaderMap, Method, StatusCode, Uri};
+use http::{header, Extensions, HeaderMap, Method, StatusCode, Uri};
 use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Span;
@@ -81,7 +82,14 @@ pub(crate) struct Account {
 impl Account {
     /// The account of a request whose first send is about to happen: its
     /// send is counted and deposited in the shared budget.
-    pub(crate) fn open(policy: RetryPolicy, method: &Method, uri: &Uri) -> Account {
+    /// A [`Deadline`] in `extensions` (a failover's) ends it sooner than
+    /// its policy's `max_elapsed` would.
+    pub(crate) fn open(
+        policy: RetryPolicy,
+        method: &Method,
+        uri: &Uri,
+        extensions: &Extensions,
+    ) -> Account {
         // Only method, host and path: a query string or header may hold a key.
         let span = tracing::info_span!(
             "llm_retry.request",
@@ -97,7 +105,13 @@ impl Account {
         let mut state = RetryState::started_at(now);
         state.record_send();
         let limits = policy.limits();
-        let deadline = now.checked_add(limits.max_elapsed);
+        let mut deadline = now.checked_add(limits.max_elapsed);
+        if let Some(Deadline(caller)) = extensions.get::<Deadline>().copied() {
+            if deadline.is_none_or(|own| caller < own) {
+                deadline = Some(caller);
+                state.bound_elapsed(caller.saturating_duration_since(now));
+            }
+        }
         Account {
             policy,
             state,
@@ -403,7 +417,7 @@ impl Account {
             return self.finish(StopReason::DeadlineReached {
                 elapsed: self.state.elapsed(),
                 wait: Duration::ZERO,
-                limit: self.policy.limits().max_elapsed,
+                limit: self.state.limits(self.policy.limits()).max_elapsed,
             });
         }
         self.finish(StopReason::ServiceFailed)

@@ -68,7 +68,7 @@ impl<B> AttemptCtx<B> {
         B: http_body::Body<Data = bytes::Bytes>,
         B::Error: Into<crate::BoxError>,
     {
-        let mut account = Account::open(policy, &parts.method, &parts.uri);
+        let mut account = Account::open(policy, &parts.method, &parts.uri, &parts.extensions);
         account.stamp_attempt(&mut parts.headers);
         // A buffered body is known before its first send: a gate keys the
         // send by the model it names, and a token-paced key estimates its

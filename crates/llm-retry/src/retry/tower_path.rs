@@ -128,7 +128,8 @@ where
         *clone.extensions_mut() = req.extensions().clone();
         if clone.extensions().get::<Account>().is_none() {
             // The caller's request is the first send: open its account.
-            let mut account = Account::open(self.clone(), req.method(), req.uri());
+            let mut account =
+                Account::open(self.clone(), req.method(), req.uri(), req.extensions());
             // As `RetryLayer` does: a token-paced key estimates the cost of
             // the resends from the body.
             if crate::rate_limit::some_gate_counts_tokens() {

@@ -1,0 +1,12 @@
+//! A caller's deadline for one request, carried in its extensions.
+
+use tokio::time::Instant;
+
+/// The instant by which everything a retry stack does for a request must
+/// be over: its waits, its resends, its attempt in flight. A
+/// [`Failover`](crate::failover::Failover) puts its own deadline on every
+/// attempt's request, so a target's retry stack never sleeps past what the
+/// failover has left; the stack keeps the sooner of this and its policy's
+/// `max_elapsed`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Deadline(pub(crate) Instant);
