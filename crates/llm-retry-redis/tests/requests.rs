@@ -23,7 +23,9 @@ const REQUESTS: usize = 5;
 
 #[tokio::test]
 async fn requests_keep_retrying_through_a_redis_outage() {
-    let mut redis = RedisServer::start();
+    let Some(mut redis) = RedisServer::start() else {
+        return;
+    };
     let budget = RetryBudget::new(0.2, 10, Duration::from_secs(10)).unwrap();
     let options = SharedOptions::default()
         .with_timeout(Duration::from_millis(500))

@@ -12,6 +12,19 @@ use std::time::{Duration, Instant};
 /// Longest wait for a fresh server to answer PING.
 const STARTUP: Duration = Duration::from_secs(10);
 
+/// Set under CI: a missing `redis-server` fails the tests that need it.
+const REQUIRED: &str = "LLM_RETRY_REQUIRE_REDIS";
+
+/// Whether `redis-server` can be run.
+fn installed() -> bool {
+    Command::new("redis-server")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok()
+}
+
 #[derive(Debug)]
 pub struct RedisServer {
     child: Option<Child>,
@@ -20,9 +33,26 @@ pub struct RedisServer {
 }
 
 impl RedisServer {
-    /// Starts a server on a free port. Fails the test, saying why, when
-    /// `redis-server` is not installed.
-    pub fn start() -> RedisServer {
+    /// Starts a server on a free port. When `redis-server` is not
+    /// installed the test fails, saying why, if `LLM_RETRY_REQUIRE_REDIS`
+    /// is set (`.ci/run` sets it); otherwise it says on stderr that it
+    /// skipped, and this is `None`.
+    pub fn start() -> Option<RedisServer> {
+        if !installed() {
+            assert!(
+                std::env::var_os(REQUIRED).is_none(),
+                "redis-server is not installed, and {REQUIRED} is set: these tests \
+                 need a real Redis (Debian: apt-get install redis-server; .ci/run \
+                 installs it)"
+            );
+            // Past the test harness's capture: a skip is seen in any run.
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED: redis-server is not installed, so this test of shared \
+                 state did not run (set {REQUIRED} to make that a failure)"
+            );
+            return None;
+        }
         let port = free_port();
         static SERIAL: AtomicU32 = AtomicU32::new(0);
         let dir = std::env::temp_dir().join(format!(
@@ -37,7 +67,7 @@ impl RedisServer {
             dir,
         };
         server.restart();
-        server
+        Some(server)
     }
 
     /// The port a client can reach and the server (once restarted) uses.
