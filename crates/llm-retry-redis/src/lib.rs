@@ -22,6 +22,7 @@ mod failover;
 mod health;
 mod key;
 mod options;
+mod task;
 
 pub use budget::RedisBudgetStore;
 pub use failover::RedisTargetMarks;

@@ -1,12 +1,13 @@
 //! [`RedisBudgetStore`]: the budget's decisions on the request path, made
 //! from counts in memory; Redis is reached only by the sync task.
 
-use super::sync::{sync_loop, Report};
+use super::sync::Report;
 use crate::health::{Failure, Health};
 use crate::key::StateName;
 use crate::options::{FailureMode, SharedOptions};
+use crate::task::{connection, sync_loop};
 use llm_retry::budget::{BudgetRule, BudgetStore, LocalWindow, WindowCounts};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManager;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio::sync::Notify;
@@ -103,13 +104,7 @@ impl RedisBudgetStore {
         options: SharedOptions,
     ) -> Result<RedisBudgetStore, redis::RedisError> {
         let options = options.effective();
-        // The sync bounds each whole call, reconnecting included, by the
-        // timeout; the manager's own bound covers a connection attempt.
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(options.timeout))
-            .set_response_timeout(None)
-            .set_number_of_retries(1);
-        let connection = ConnectionManager::new_lazy_with_config(client, config)?;
+        let connection = connection(client, &options)?;
         let inner = Arc::new(Inner {
             key: name.key("budget"),
             replica: format!("{:016x}", rand::random::<u64>()),

@@ -4,9 +4,7 @@
 use super::store::Inner;
 use crate::health::Failure;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak};
 use std::time::Duration;
-use tokio::sync::Notify;
 
 /// How a sync ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -15,23 +13,13 @@ pub(super) enum Report {
     Failed,
 }
 
-/// Syncs at once, then every `sync_interval` or when woken, until the store
-/// is dropped. Holds the store only while a sync runs.
-pub(super) async fn sync_loop(store: Weak<Inner>, wake: Arc<Notify>) {
-    loop {
-        let Some(inner) = store.upgrade() else {
-            return;
-        };
-        inner.sync().await;
-        let interval = inner.options.sync_interval;
-        // Woken by every refused retry, the task still leaves a gap, so a
-        // fleet out of room costs Redis a bounded rate of calls.
-        let gap = inner.options.timeout.min(interval);
-        drop(inner);
-        tokio::select! {
-            () = tokio::time::sleep(interval) => {}
-            () = wake.notified() => tokio::time::sleep(gap).await,
-        }
+impl crate::task::Synced for Inner {
+    fn options(&self) -> &crate::options::SharedOptions {
+        &self.options
+    }
+
+    async fn sync_once(&self) {
+        self.sync().await;
     }
 }
 

@@ -1,12 +1,12 @@
 //! [`RedisTargetMarks`]: marks read and published in memory; Redis is
 //! reached only by the sync task.
 
-use super::sync::sync_loop;
 use crate::health::Health;
 use crate::key::StateName;
 use crate::options::SharedOptions;
+use crate::task::{connection, sync_loop};
 use llm_retry::failover::{Mark, MarkKind, SharedMarks};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManager;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::Notify;
@@ -84,11 +84,7 @@ impl RedisTargetMarks {
         options: SharedOptions,
     ) -> Result<RedisTargetMarks, redis::RedisError> {
         let options = options.effective();
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(options.timeout))
-            .set_response_timeout(None)
-            .set_number_of_retries(1);
-        let connection = ConnectionManager::new_lazy_with_config(client, config)?;
+        let connection = connection(client, &options)?;
         let inner = Arc::new(Inner {
             key: name.key("failover"),
             options,

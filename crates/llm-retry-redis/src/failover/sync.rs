@@ -4,26 +4,16 @@
 use super::store::{keep_later, know_later, lock, Inner, Known};
 use crate::health::Failure;
 use llm_retry::failover::{Mark, MarkKind};
-use std::sync::{Arc, Weak};
 use std::time::Duration;
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
-/// Syncs at once, then every `sync_interval` or when a mark is published,
-/// until the store is dropped.
-pub(super) async fn sync_loop(store: Weak<Inner>, wake: Arc<Notify>) {
-    loop {
-        let Some(inner) = store.upgrade() else {
-            return;
-        };
-        inner.sync().await;
-        let interval = inner.options.sync_interval;
-        let gap = inner.options.timeout.min(interval);
-        drop(inner);
-        tokio::select! {
-            () = tokio::time::sleep(interval) => {}
-            () = wake.notified() => tokio::time::sleep(gap).await,
-        }
+impl crate::task::Synced for Inner {
+    fn options(&self) -> &crate::options::SharedOptions {
+        &self.options
+    }
+
+    async fn sync_once(&self) {
+        self.sync().await;
     }
 }
 
