@@ -31,8 +31,10 @@
 //! (and at least [`NOISE_SHARE`]), however high, shows that its 429s do not
 //! follow its rate — a shared organisation quota drained by others, a
 //! tenant limit in front, refusals at random — and the key stands down:
-//! unpaced again, as without a gate, and for [`STAND_DOWN_FOR`] its
-//! refusals start no rate.
+//! unpaced again (or at the rate stated or configured), as without a gate,
+//! and for [`STAND_DOWN_FOR`] its refusals start or cut no rate. A share
+//! that stays above [`ENGAGE_SHARE`] is judged so only once the cuts have
+//! halved the rate: a rate far above the key's takes a few cuts.
 
 use std::time::Duration;
 use tokio::time::Instant;
@@ -144,8 +146,12 @@ pub(super) struct Learned {
     /// and refused.
     trial: (u32, u32),
     /// When the rate last stood down: for [`STAND_DOWN_FOR`] after, the
-    /// key's refusals start no rate again (evidence decays).
+    /// key's refusals start or cut no rate (evidence decays).
     stood_down_at: Option<Instant>,
+    /// The rate when the share of refusals was last judged lower (or the
+    /// first rate): a share that stays high is judged only once the cuts
+    /// halved it.
+    rate_at_cut: Option<f64>,
 }
 
 /// What a 429 did to a learned rate.
@@ -185,6 +191,7 @@ impl AdaptiveRate {
             share_at_cut: None,
             trial: (0, 0),
             stood_down_at: None,
+            rate_at_cut: None,
         }
     }
 }
@@ -319,6 +326,14 @@ impl Learned {
         named_wait: Option<Duration>,
     ) -> Throttle {
         self.count_answer(true);
+        if self
+            .stood_down_at
+            .is_some_and(|at| now.saturating_duration_since(at) < STAND_DOWN_FOR)
+        {
+            // Its last rate did not lower its refusals: these start or cut
+            // none, stated rate or not.
+            return Throttle::Kept;
+        }
         if self.quiet_until.is_some_and(|quiet| sent <= quiet) {
             // The rest of the burst that drew the first estimate: a longer
             // wait named to the millisecond is a closer look at the rate.
@@ -333,12 +348,9 @@ impl Learned {
             return Throttle::Kept;
         }
         if self.unmeasured() {
-            let doubted = self
-                .stood_down_at
-                .is_some_and(|at| now.saturating_duration_since(at) < STAND_DOWN_FOR);
-            if self.share < ENGAGE_SHARE || doubted {
+            if self.share < ENGAGE_SHARE {
                 // Too few refusals to say the key is sent faster than it
-                // admits, or its last rate did not lower them.
+                // admits.
                 return Throttle::Kept;
             }
             self.share_at_cut = Some(self.share);
@@ -351,17 +363,24 @@ impl Learned {
             // then each congestion event cuts, as it always did.
             if answers >= TRIAL {
                 let share = f64::from(refused) / f64::from(answers);
-                // However many refusals remain: a share that stays as high
-                // whatever the rate (an organisation's quota others drain)
-                // is no evidence about it.
+                // However many refusals remain, once the cuts halved the
+                // rate: a share that stays as high whatever the rate (an
+                // organisation's quota others drain) is no evidence about
+                // it. A rate far above the key's takes a few cuts first.
                 let helped = self
                     .share_at_cut
                     .is_none_or(|at_cut| share < NOISE_SHARE.max(at_cut));
-                if !helped {
+                let halved = self
+                    .rate_at_cut
+                    .is_none_or(|rate| self.per_sec <= rate / 2.0);
+                if !helped && (share < ENGAGE_SHARE || halved) {
                     self.stand_down(bounds, now);
                     return Throttle::StoodDown;
                 }
-                self.share_at_cut = Some(share);
+                if helped {
+                    self.share_at_cut = Some(share);
+                    self.rate_at_cut = Some(self.per_sec);
+                }
                 self.trial = (0, 0);
             }
         }
@@ -378,6 +397,7 @@ impl Learned {
             self.refining = false;
             self.last_throttled = None;
             self.per_sec = RELEASE_AFTER_RESET.max(bounds.min_per_sec);
+            self.rate_at_cut = Some(self.per_sec);
             self.slow_start = Some(2.0);
             self.quiet_until = Some(now);
             self.changed = Some(now);
@@ -390,6 +410,7 @@ impl Learned {
             self.first = None;
             self.last_throttled = Some(estimate);
             self.per_sec = estimate;
+            self.rate_at_cut = Some(estimate);
             // A guess from one or two answers may be far too low: climb fast.
             self.slow_start = Some(match confidence {
                 Confidence::Low => 2.0,
@@ -415,7 +436,10 @@ impl Learned {
             return;
         }
         let drew = self.last_throttled.unwrap_or(self.per_sec) * REGAIN_TARGET;
-        let cap = self.refused_at.map_or(drew, |cap| cap.min(drew));
+        let cap = self
+            .refused_at
+            .map_or(drew, |cap| cap.min(drew))
+            .max(bounds.min_per_sec);
         self.refused_at = Some(cap);
         self.per_sec = self.per_sec.min(cap).max(bounds.min_per_sec);
         self.slow_start = None;

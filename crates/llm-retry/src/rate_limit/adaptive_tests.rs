@@ -604,4 +604,68 @@ mod stand_down {
         assert_eq!(stood_down, None);
         assert!(rate.is_finite());
     }
+
+    #[test]
+    fn refusals_that_stay_most_answers_stand_it_down_once_the_cuts_halved_it() {
+        // Seven answers in ten refused, whatever the rate: it stands down,
+        // and for a while its refusals cut nothing.
+        let (stood_down, rate) = after_burst(|n| n % 10 < 7);
+        assert!(stood_down.is_some(), "stood down");
+        assert!(rate.is_infinite(), "unpaced again: {rate}");
+    }
+
+    #[test]
+    fn a_stood_down_key_with_a_stated_rate_is_not_cut_for_a_while() {
+        let t0 = Instant::now();
+        let mut learned = UNBOUNDED.start();
+        learned.on_stated(50.0, t0);
+        learned.stand_down(&UNBOUNDED, t0);
+        assert!((learned.per_sec() - 50.0).abs() < 1e-9, "the stated rate");
+        let soon = t0 + STAND_DOWN_FOR - Duration::from_secs(1);
+        for _ in 0..100 {
+            assert_eq!(
+                learned.on_throttle(&UNBOUNDED, soon, soon, None),
+                Throttle::Kept
+            );
+        }
+        assert!(
+            (learned.per_sec() - 50.0).abs() < 1e-9,
+            "not cut: {}",
+            learned.per_sec()
+        );
+        let later = t0 + STAND_DOWN_FOR;
+        assert_eq!(
+            learned.on_throttle(&UNBOUNDED, later, later, None),
+            Throttle::Changed,
+            "evidence decays"
+        );
+    }
+
+    #[test]
+    fn a_final_refusal_at_the_floor_keeps_the_rate_at_the_floor() {
+        let bounds = AdaptiveRate {
+            min_per_sec: 2.0,
+            max_per_sec: f64::INFINITY,
+        };
+        let t0 = Instant::now();
+        let mut learned = bounds.start();
+        learned.on_send(t0);
+        refused_burst(
+            &mut learned,
+            &bounds,
+            t0,
+            t0,
+            Some(Duration::from_millis(200)),
+        );
+        // Cut to the floor by the refusals that drew it.
+        learned.per_sec = 2.0;
+        learned.last_throttled = Some(2.0);
+        learned.cap_at_refusal(&bounds);
+        let mut at = t0;
+        for _ in 0..500 {
+            at += Duration::from_millis(10);
+            learned.on_success(&bounds, at, at);
+            assert!(learned.per_sec() >= 2.0, "{}", learned.per_sec());
+        }
+    }
 }

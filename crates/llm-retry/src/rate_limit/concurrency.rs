@@ -11,9 +11,9 @@
 //! First, do no harm: overloads are evidence that the key holds too many
 //! of ours only when they are many. A key gets no ceiling until overloads
 //! are at least half of its recent answers ([`ENGAGE_SHARE`]); a provider
-//! overloaded whatever we hold (a platform-wide 529 to some share of all
-//! requests) never sets one, and each overloaded request backs off on its
-//! own, as without a gate. A ceiling is judged by the first [`TRIAL`]
+//! overloaded whatever we hold (a platform-wide 529 to a share of all
+//! requests) sets none below that share, and each overloaded request backs
+//! off on its own, as without a gate. A ceiling is judged by the first [`TRIAL`]
 //! answers to sends that went under it: unless their overload share is
 //! under half the share it was set at, it stands down (every waiting send
 //! goes, and the key gets no ceiling for [`STAND_DOWN_FOR`]).
@@ -35,7 +35,7 @@
 //! hold there, and resends back off as well.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
@@ -75,9 +75,6 @@ pub(super) struct Flight {
     /// lock until the key has a ceiling.
     state: AtomicU64,
     ceiling: Mutex<Limit>,
-    /// The ceiling's slots, readable without its lock once made (before
-    /// [`LIMITED`] is set, so a send that sees the bit finds them).
-    slots: OnceLock<Arc<Semaphore>>,
     /// The share of overloads among the key's recent answers, in parts of
     /// [`ALL`] (an average over about the last sixteen).
     overloads: AtomicU32,
@@ -150,12 +147,14 @@ fn lock(ceiling: &Mutex<Limit>) -> MutexGuard<'_, Limit> {
 
 impl Flight {
     /// The slots a send must take one of before it goes, once the key has
-    /// a ceiling.
+    /// a ceiling: each ceiling has its own, so a permit of one that stood
+    /// down is told from the current one's.
     pub(super) fn slots(&self) -> Option<Arc<Semaphore>> {
         if self.state.load(Ordering::Acquire) & LIMITED == 0 {
             return None;
         }
-        self.slots.get().cloned()
+        let limit = lock(&self.ceiling);
+        Some(Arc::clone(&limit.ceiling.as_ref()?.slots))
     }
 
     /// Sends in flight now.
@@ -186,9 +185,7 @@ impl Flight {
                 // Every send that started before this is counted here, and
                 // gives its slot back when it ends; every later one sees
                 // the ceiling (and waits for its first permits, added now).
-                let semaphore = Arc::clone(self.slots.get_or_init(|| Arc::new(Semaphore::new(0))));
-                // A ceiling that stood down left its slots open.
-                semaphore.forget_permits(semaphore.available_permits());
+                let semaphore = Arc::new(Semaphore::new(0));
                 let in_flight = count(self.state.fetch_or(LIMITED, Ordering::AcqRel));
                 let limit = (others * FIRST).max(1.0);
                 let slots = limit as usize;
@@ -256,9 +253,14 @@ impl Flight {
     /// share it was set at: the provider is overloaded whatever the key
     /// holds, and a ceiling only queues its sends. The key then sends as
     /// without a gate, and gets no ceiling for [`STAND_DOWN_FOR`].
-    fn tried(&self, overloaded: bool, now: Instant) -> bool {
+    fn tried(&self, slots: &Arc<Semaphore>, overloaded: bool, now: Instant) -> bool {
         let mut limit = lock(&self.ceiling);
-        let Some(c) = limit.ceiling.as_mut() else {
+        // Only the answers to sends that went under this very ceiling.
+        let Some(c) = limit
+            .ceiling
+            .as_mut()
+            .filter(|c| Arc::ptr_eq(&c.slots, slots))
+        else {
             return false;
         };
         let Some(trial) = c.trial.as_mut() else {
@@ -273,10 +275,10 @@ impl Flight {
             c.trial = None;
             return false;
         }
-        // Every waiting send goes; sends in flight end uncounted.
+        // Every waiting send goes (without a slot); sends in flight end
+        // uncounted.
         self.state.fetch_and(!LIMITED, Ordering::AcqRel);
-        c.slots
-            .add_permits((Semaphore::MAX_PERMITS / 2).saturating_sub(c.slots.available_permits()));
+        c.slots.close();
         limit.ceiling = None;
         limit.stood_down_at = Some(now);
         tracing::debug!(
@@ -321,39 +323,46 @@ fn count(state: u64) -> usize {
 #[derive(Debug)]
 pub(super) struct InFlight {
     flight: Arc<Flight>,
-    /// It went with a slot under the key's ceiling.
-    slotted: bool,
+    /// The ceiling it went with a slot under, if it did.
+    under: Option<Arc<Semaphore>>,
 }
 
 impl InFlight {
     /// Counts a send going now with `slot`, the permit it took from the
     /// key's ceiling; one going without (the ceiling came after it was let
     /// through) is over the ceiling, and owes the slot it will give back.
+    ///
+    /// A permit of a ceiling that stood down since it was taken is no slot
+    /// under the current one.
     pub(super) fn start(flight: Arc<Flight>, slot: Option<OwnedSemaphorePermit>) -> InFlight {
         let before = flight.state.fetch_add(1, Ordering::AcqRel);
-        let slotted = slot.is_some();
-        match slot {
-            Some(permit) => permit.forget(),
-            // Not counted when the ceiling was made: over it.
-            None if before & LIMITED != 0 => {
-                if let Some(c) = lock(&flight.ceiling).ceiling.as_mut() {
-                    c.debt += 1;
+        let taken = slot.map(|permit| {
+            let slots = Arc::clone(permit.semaphore());
+            permit.forget();
+            slots
+        });
+        let mut under = None;
+        if before & LIMITED != 0 {
+            if let Some(c) = lock(&flight.ceiling).ceiling.as_mut() {
+                match taken {
+                    Some(slots) if Arc::ptr_eq(&slots, &c.slots) => under = Some(slots),
+                    // Not counted when the ceiling was made: over it.
+                    _ => c.debt += 1,
                 }
             }
-            None => {}
         }
-        InFlight { flight, slotted }
+        InFlight { flight, under }
     }
 
     /// Whether it went with a slot under the key's ceiling.
     pub(super) fn slotted(&self) -> bool {
-        self.slotted
+        self.under.is_some()
     }
 
     /// The send was served.
     pub(super) fn served(&self) {
-        if self.slotted {
-            self.flight.tried(false, Instant::now());
+        if let Some(slots) = &self.under {
+            self.flight.tried(slots, false, Instant::now());
         }
         self.flight.served();
     }
@@ -361,7 +370,13 @@ impl InFlight {
     /// The send, which went at `sent`, was answered with an overload at
     /// `now`; whether the key's ceiling meters the resend.
     pub(super) fn overloaded(&self, sent: Instant, now: Instant) -> bool {
-        if self.slotted && self.flight.tried(true, now) {
+        let stood_down = self
+            .under
+            .as_ref()
+            .is_some_and(|slots| self.flight.tried(slots, true, now));
+        if stood_down {
+            // Still an answer of the key's, in its share.
+            self.flight.count(true);
             return false;
         }
         self.flight.overloaded(sent, now)
@@ -483,7 +498,10 @@ mod tests {
         assert!(platform.slots().is_some(), "still on trial");
         slotted(&platform).served();
         assert!(platform.slots().is_none(), "stood down at its trial's end");
-        assert!(waiting.await.unwrap().is_ok(), "a waiting send goes");
+        assert!(
+            waiting.await.unwrap().is_err(),
+            "a waiting send goes: its ceiling's slots are closed"
+        );
         // For a while the key gets no other ceiling, and meters nothing.
         let now = sent + STAND_DOWN_FOR - std::time::Duration::from_secs(1);
         for _ in 0..20 {
@@ -492,8 +510,37 @@ mod tests {
         assert!(platform.slots().is_none());
         let later = sent + STAND_DOWN_FOR;
         platform.overloaded(later, later);
-        let slots = platform.slots().expect("a ceiling again");
-        assert!(take(&slots).is_none(), "its slots were closed again");
+        let again = platform.slots().expect("a ceiling again");
+        assert!(!Arc::ptr_eq(&again, &slots), "with slots of its own");
+        assert!(take(&again).is_none(), "none free: ten still in flight");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_permit_of_a_ceiling_that_stood_down_is_no_slot_under_the_next() {
+        let t0 = Instant::now();
+        let flight = Arc::new(overloaded_often());
+        let _before = start(&flight, 10);
+        flight.overloaded(t0, t0);
+        let first = flight.slots().unwrap();
+        first.add_permits(1);
+        let stale = take(&first).unwrap();
+        // The first ceiling's trial: every answer overloaded.
+        for _ in 0..TRIAL {
+            slotted(&flight).overloaded(t0, t0);
+        }
+        assert!(flight.slots().is_none(), "stood down");
+        let later = t0 + STAND_DOWN_FOR;
+        flight.overloaded(later, later);
+        let next = flight.slots().unwrap();
+        let send = InFlight::start(Arc::clone(&flight), Some(stale));
+        assert!(!send.slotted(), "over the new ceiling, not under it");
+        let free = next.available_permits();
+        drop(send);
+        assert_eq!(
+            next.available_permits(),
+            free,
+            "it paid a debt, gave no slot"
+        );
     }
 
     #[tokio::test(start_paused = true)]

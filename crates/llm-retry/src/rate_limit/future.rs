@@ -226,7 +226,7 @@ where
                     }
                     if let Some(waiting) = acquire.as_mut() {
                         if let Poll::Ready(permit) = waiting.as_mut().poll(cx) {
-                            // The semaphore is never closed.
+                            // Closed: the ceiling stood down, and the send goes without a slot.
                             *this.slot = permit.ok();
                             this.state.set(State::Readying);
                             continue;

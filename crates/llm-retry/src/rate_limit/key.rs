@@ -61,8 +61,11 @@ pub(super) fn default_key(
     model: Option<&[u8]>,
     hasher: &impl BuildHasher,
 ) -> u64 {
+    // The caller's key, hashed with the secret too: the gate's map spreads
+    // keys by a fixed multiply, which chosen keys (a tenant's id passed
+    // through) must not be able to aim at one bucket.
     if let Some(RateKey(key)) = parts.extensions.get::<RateKey>() {
-        return *key;
+        return hasher.hash_one(key);
     }
     let mut hasher = hasher.build_hasher();
     parts.uri.authority().map(|a| a.as_str()).hash(&mut hasher);
@@ -212,6 +215,15 @@ mod tests {
         assert_eq!(by_query("t1"), by_query("t1"));
         let mut custom = parts("http://a.test/", "k1");
         custom.extensions.insert(RateKey(7));
-        assert_eq!(default_key(&custom), 7);
+        let mut other = parts("http://b.test/", "k2");
+        other.extensions.insert(RateKey(7));
+        assert_eq!(
+            default_key(&custom),
+            default_key(&other),
+            "the caller's key alone"
+        );
+        other.extensions.insert(RateKey(8));
+        assert_ne!(default_key(&custom), default_key(&other));
+        assert_ne!(default_key(&custom), 7, "hashed with the gate's secret");
     }
 }

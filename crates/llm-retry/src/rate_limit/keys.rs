@@ -25,11 +25,10 @@ pub(super) trait Sweepable {
     fn last_used(&self) -> Instant;
 }
 
-/// Hashes a key that is already a hash: the default key is keyed with
-/// the gate's secret (a caller cannot aim keys at one bucket), and a
-/// [`RateKey`](super::RateKey) is the application's own choice. One
-/// multiply-and-fold spreads small chosen keys over the table, at a tenth
-/// of what SipHash costs a send.
+/// Hashes a key that is already a hash keyed with the gate's secret (the
+/// default key, and a [`RateKey`](super::RateKey) hashed in turn), so no
+/// caller can aim keys at one bucket: one multiply-and-fold spreads them
+/// over the table, at a tenth of what SipHash costs a send.
 #[derive(Debug, Default, Clone, Copy)]
 pub(super) struct Spread(u64);
 

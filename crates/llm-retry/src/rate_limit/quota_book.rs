@@ -7,6 +7,9 @@ use super::refund::Refunds;
 use std::time::Duration;
 use tokio::time::Instant;
 
+/// The longest a send waits for tokens a provider stated.
+const LONGEST_TOKEN_WAIT: Duration = Duration::from_secs(3_600);
+
 /// A gate's configured quotas: requests, and tokens, per minute.
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Paces {
@@ -117,7 +120,11 @@ impl QuotaBook {
     /// or it costs more than the quota ever holds.
     pub(super) fn stated_slot(&self, cost: u64, now: Instant, floor: Instant) -> Option<Instant> {
         let (pace, tat) = self.stated_tokens.as_ref()?;
-        (cost > 0 && cost <= pace.capacity()).then(|| floor.max(tat.slot(pace, now, cost)))
+        // No longer than an hour: a bogus statement must not queue a
+        // request without a deadline for longer.
+        let longest = now.checked_add(LONGEST_TOKEN_WAIT).unwrap_or(now);
+        (cost > 0 && cost <= pace.capacity())
+            .then(|| floor.max(tat.slot(pace, now, cost).min(longest)))
     }
 
     /// A send booked `cost` stated tokens at `now`.
@@ -273,5 +280,15 @@ mod tests {
         book.observe_tokens(120_000, 120_000, t0);
         assert_eq!(wait(&book, 62_000, t0), MS(500));
         assert!(!book.observe_tokens(0, 0, t0), "no quota stated");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn no_send_waits_more_than_an_hour_for_stated_tokens() {
+        let t0 = Instant::now();
+        let mut book = stated(0, t0);
+        for _ in 0..70 {
+            book.book_stated(60_000, t0);
+        }
+        assert_eq!(wait(&book, 1, t0), LONGEST_TOKEN_WAIT);
     }
 }
