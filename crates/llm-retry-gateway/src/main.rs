@@ -97,6 +97,17 @@ async fn serve(config: &Config) -> ExitCode {
     if let Some(handle) = handle {
         gateway = gateway.with_metrics(handle);
     }
+    if let Some(shared) = &config.shared {
+        // The URL redacted: never its password.
+        eprintln!(
+            "sharing retry budgets and failover marks through {} ({} replicas, {:?})",
+            shared.redis_url, shared.replicas, shared.failure_mode
+        );
+        // Start with the fleet's marks; each call is bounded by the timeout.
+        if !gateway.sync_shared().await {
+            eprintln!("redis did not answer: deciding locally until it does");
+        }
+    }
     let listener = match llm_retry_gateway::listen(config.listen) {
         Ok(listener) => listener,
         Err(error) => {
