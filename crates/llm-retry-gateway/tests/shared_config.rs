@@ -126,3 +126,25 @@ fn with_the_table_route_and_target_names_must_make_redis_names() {
         assert!(error.problem.contains("Redis"), "{error}");
     }
 }
+
+/// The example config's `[shared]` table, uncommented, is accepted.
+#[test]
+fn the_example_shared_table_is_accepted_once_uncommented() {
+    let example =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/gateway.example.toml"))
+            .unwrap();
+    let start = example.find("# [shared]\n").unwrap();
+    let table: String = example[start..]
+        .lines()
+        .take_while(|line| line.starts_with("# "))
+        .map(|line| format!("{}\n", &line[2..]))
+        .collect();
+    assert!(table.contains("failure_mode"), "{table}");
+    let config = Config::parse(&format!("{table}{ROUTE}"), env).unwrap();
+    let shared = config.shared.unwrap();
+    assert_eq!(shared.replicas, 3);
+    assert_eq!(
+        shared.redis_url.to_string(),
+        "redis://***@redis.internal:6379/0"
+    );
+}
