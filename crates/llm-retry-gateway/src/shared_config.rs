@@ -25,7 +25,8 @@ pub struct SharedConfig {
     pub sync_interval: Duration,
     /// How many replicas share the state (default 1). While Redis does not
     /// answer, each replica grants retries from its own window with the
-    /// budget's floor divided by it, so the fleet's floor stays the same.
+    /// budget's floor divided by it (rounded down), so the fleet's floor
+    /// stays within the budget's.
     pub replicas: u32,
     /// What a replica decides while Redis does not answer.
     pub failure_mode: FailureMode,
