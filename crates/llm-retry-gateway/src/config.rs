@@ -2,6 +2,7 @@
 //! turns it into a [`Config`] or refuses it naming the field and its line.
 
 use crate::duration;
+use crate::shared_config::{SharedConfig, SharedFile};
 use http::{HeaderName, HeaderValue, Uri};
 use serde::Deserialize;
 use std::fmt;
@@ -33,6 +34,9 @@ pub struct Config {
     pub client_key: Option<ClientKey>,
     /// The routes, matched in order.
     pub routes: Vec<RouteConfig>,
+    /// The Redis this gateway shares retry budgets and failover marks
+    /// through with its other replicas, when `[shared]` is set.
+    pub shared: Option<SharedConfig>,
 }
 
 /// One route: which requests it takes and the targets it sends them to.
@@ -151,6 +155,7 @@ struct File {
     header_read_timeout: Option<Spanned<String>>,
     stream_idle_timeout: Option<Spanned<String>>,
     client_key_env: Option<Spanned<String>>,
+    shared: Option<SharedFile>,
     #[serde(default, rename = "route")]
     routes: Vec<Spanned<RouteFile>>,
 }
@@ -330,6 +335,11 @@ impl Config {
             },
             None => None,
         };
+        let shared = file
+            .shared
+            .as_ref()
+            .map(|shared| shared.validate(line_of))
+            .transpose()?;
         if file.routes.is_empty() {
             return Err(ConfigError {
                 line: None,
@@ -347,6 +357,9 @@ impl Config {
                 field: format!("route[{name}].{field}"),
                 problem,
             };
+            if shared.is_some() {
+                crate::shared_config::marks_name(name).map_err(|p| at("name", p))?;
+            }
             if routes.iter().any(|r: &RouteConfig| &r.name == name) {
                 return Err(at("name", "is used by an earlier route".to_owned()));
             }
@@ -409,6 +422,15 @@ impl Config {
                         });
                     }
                     _ => target.max_server_wait = target.max_server_wait.min(deadline),
+                }
+                if shared.is_some() {
+                    crate::shared_config::budget_name(name, &target.name).map_err(|problem| {
+                        ConfigError {
+                            line: line_of(file.name.span()),
+                            field: format!("route[{name}].target[{}].name", target.name),
+                            problem,
+                        }
+                    })?;
                 }
                 if targets.iter().any(|t| t.name == target.name) {
                     return Err(ConfigError {
@@ -478,6 +500,7 @@ impl Config {
             stream_idle_timeout,
             client_key,
             routes,
+            shared,
         })
     }
 }

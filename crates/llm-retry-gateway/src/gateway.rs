@@ -4,6 +4,7 @@ use crate::config::Config;
 use crate::inflight::InFlight;
 use crate::proxy;
 use crate::route::Route;
+use crate::shared_state::SharedState;
 use axum::body::Body;
 use axum::routing::{any, get};
 use axum::Router;
@@ -70,16 +71,32 @@ impl std::fmt::Display for BuildError {
 impl std::error::Error for BuildError {}
 
 impl Gateway {
-    /// Builds every route's targets and failover.
+    /// Builds every route's targets and failover. With a `[shared]`
+    /// table, starts the stores shared through Redis (connecting lazily:
+    /// Redis may be down), which needs a tokio runtime.
     pub fn new(config: &Config) -> Result<Gateway, BuildError> {
         let connector = crate::upstream::connector().map_err(BuildError)?;
         let shutdown = Shutdown::new();
+        let shared = config
+            .shared
+            .as_ref()
+            .map(SharedState::new)
+            .transpose()
+            .map_err(BuildError)?;
         let routes = config
             .routes
             .iter()
-            .map(|route| Route::build(route, &connector, &shutdown, config.max_body))
+            .map(|route| {
+                Route::build(
+                    route,
+                    &connector,
+                    &shutdown,
+                    config.max_body,
+                    shared.as_ref(),
+                )
+            })
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| BuildError(e.to_string()))?;
+            .map_err(BuildError)?;
         Ok(Gateway {
             shared: Arc::new(Shared {
                 routes_by_model: config.routes.iter().any(|r| !r.models.is_empty()),
@@ -109,6 +126,19 @@ impl Gateway {
     pub fn with_metrics(self, handle: PrometheusHandle) -> Gateway {
         let _ = self.shared.metrics.set(handle);
         self
+    }
+
+    /// Syncs every store shared through Redis now (the stores sync on their
+    /// own every `sync_interval`), each call bounded by `[shared].timeout`:
+    /// a replica that calls this before it serves starts with the fleet's
+    /// failover marks. Says whether Redis answered every call; `true`
+    /// without `[shared]`.
+    pub async fn sync_shared(&self) -> bool {
+        let mut answered = true;
+        for store in self.shared.routes.iter().flat_map(|route| &route.shared) {
+            answered &= store.sync().await;
+        }
+        answered
     }
 
     /// The gateway's routes as an axum router: `/healthz`, `/metrics`, and

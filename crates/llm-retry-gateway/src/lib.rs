@@ -45,10 +45,14 @@ mod listen;
 mod prometheus;
 mod proxy;
 mod route;
+mod shared_config;
+mod shared_state;
 mod timed;
 mod upstream;
 
 pub use config::{Config, ConfigError, RouteConfig, TargetConfig};
 pub use gateway::{BuildError, Gateway};
 pub use listen::{listen, LISTEN_BACKLOG};
+pub use llm_retry_redis::FailureMode;
 pub use prometheus::{prometheus, SECONDS_BUCKETS};
+pub use shared_config::{RedisUrl, SharedConfig};

@@ -97,6 +97,21 @@ async fn serve(config: &Config) -> ExitCode {
     if let Some(handle) = handle {
         gateway = gateway.with_metrics(handle);
     }
+    if let Some(shared) = &config.shared {
+        let mode = match shared.failure_mode {
+            llm_retry_gateway::FailureMode::FailClosed => "fail_closed",
+            _ => "fail_open",
+        };
+        // The URL redacted: never its password.
+        eprintln!(
+            "sharing retry budgets and failover marks through {} ({} replicas, {mode})",
+            shared.redis_url, shared.replicas
+        );
+        // Start with the fleet's marks; each call is bounded by the timeout.
+        if !gateway.sync_shared().await {
+            eprintln!("redis did not answer: deciding locally until it does");
+        }
+    }
     let listener = match llm_retry_gateway::listen(config.listen) {
         Ok(listener) => listener,
         Err(error) => {

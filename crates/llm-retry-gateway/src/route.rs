@@ -2,6 +2,7 @@
 
 use crate::config::RouteConfig;
 use crate::counts::RequestCounts;
+use crate::shared_state::{SharedState, SharedStore};
 use crate::upstream::{self, TargetService};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -19,32 +20,51 @@ pub(crate) struct Route {
     pub(crate) config: RouteConfig,
     pub(crate) failover: Failover<TargetService>,
     pub(crate) counts: Arc<RequestCounts>,
+    /// The stores shared with other replicas (none without `[shared]`).
+    pub(crate) shared: Vec<SharedStore>,
 }
 
 impl Route {
-    /// Builds the route's targets and failover.
+    /// Builds the route's targets and failover; with `shared`, each
+    /// target's retry budget and the route's failover marks are shared
+    /// with the other replicas.
     pub(crate) fn build(
         config: &RouteConfig,
         connector: &HttpsConnector<HttpConnector>,
         shutdown: &Shutdown,
         max_body: usize,
-    ) -> Result<Route, ConfigError> {
+        shared: Option<&SharedState>,
+    ) -> Result<Route, String> {
+        let mut stores = Vec::new();
+        let marks = match shared {
+            Some(shared) => {
+                let (marks, store) = shared.marks(&config.name)?;
+                stores.push(store);
+                Some(marks)
+            }
+            None => None,
+        };
         let mut targets = Vec::with_capacity(config.targets.len());
         for target in &config.targets {
-            let service = upstream::service(config, target, connector.clone())?;
-            targets.push(
-                shape(Target::new(target.name.as_str(), service), target)
-                    .rewrite(upstream::rewrite(target)),
-            );
+            let service = upstream::service(config, target, connector.clone(), shared)?;
+            stores.extend(service.shared);
+            let mut built = shape(Target::new(target.name.as_str(), service.service), target)
+                .rewrite(upstream::rewrite(target));
+            if let Some(marks) = &marks {
+                built = built.shared_marks(Arc::clone(marks));
+            }
+            targets.push(built);
         }
         let failover = settings(config, targets)
             .shutdown(shutdown.clone())
             .max_body(max_body)
-            .build()?;
+            .build()
+            .map_err(|error| error.to_string())?;
         Ok(Route {
             config: config.clone(),
             failover,
             counts: Arc::new(RequestCounts::new(&config.name)),
+            shared: stores,
         })
     }
 

@@ -2,6 +2,7 @@
 //! and the rewrite that makes a target's request from the original.
 
 use crate::config::{RouteConfig, TargetConfig};
+use crate::shared_state::{SharedState, SharedStore};
 use crate::timed::{TargetSeconds, Timed};
 use bytes::Bytes;
 use http::header::{self, HeaderName};
@@ -99,12 +100,14 @@ pub(crate) fn connector() -> Result<HttpsConnector<HttpConnector>, String> {
 /// The target's retry layer, as [`service`] builds it: refused settings
 /// are found when the config is read, with the target named.
 pub(crate) fn validate(route: &RouteConfig, target: &TargetConfig) -> Result<(), ConfigError> {
-    client_layer(route, target).map(|_| ())
+    client_layer(route, target, RetryBudget::default()).map(|_| ())
 }
 
-fn client_layer(route: &RouteConfig, target: &TargetConfig) -> Result<ClientLayer, ConfigError> {
-    // Each target's own budget, its gauge labelled `route/target`.
-    let budget = RetryBudget::default().named(format!("{}/{}", route.name, target.name));
+fn client_layer(
+    route: &RouteConfig,
+    target: &TargetConfig,
+    budget: RetryBudget,
+) -> Result<ClientLayer, ConfigError> {
     let mut policy = RetryPolicy::builder()
         .max_retries(target.max_retries)
         .max_server_wait(target.max_server_wait)
@@ -122,20 +125,40 @@ fn client_layer(route: &RouteConfig, target: &TargetConfig) -> Result<ClientLaye
     Ok(layer)
 }
 
+/// A target's service, and the store its budget shares, if it does.
+pub(crate) struct BuiltTarget {
+    pub(crate) service: TargetService,
+    pub(crate) shared: Option<SharedStore>,
+}
+
 /// The target's service: `ClientLayer` with the target's retries, quota
-/// and timeouts, timed per answer for the metrics.
+/// and timeouts, timed per answer for the metrics. With `shared`, its
+/// retry budget's counts are shared under `<route>/<target>`.
 pub(crate) fn service(
     route: &RouteConfig,
     target: &TargetConfig,
     connector: HttpsConnector<HttpConnector>,
-) -> Result<TargetService, ConfigError> {
-    let layer = client_layer(route, target)?;
+    shared: Option<&SharedState>,
+) -> Result<BuiltTarget, String> {
+    // Each target's own budget, its gauge labelled `route/target`.
+    let budget = RetryBudget::default().named(format!("{}/{}", route.name, target.name));
+    let (budget, store) = match shared {
+        Some(shared) => {
+            let (budget, store) = shared.budget(&route.name, &target.name, budget)?;
+            (budget, Some(store))
+        }
+        None => (budget, None),
+    };
+    let layer = client_layer(route, target, budget).map_err(|error| error.to_string())?;
     let client = Client::builder(TokioExecutor::new()).build(connector);
     let stack = layer
         .layer(client)
         .map_response(|response: Response<_>| response.map(axum::body::Body::new));
     let seconds = TargetSeconds::new(&route.name, &target.name);
-    Ok(BoxCloneSyncService::new(Timed::new(stack, seconds)))
+    Ok(BuiltTarget {
+        service: BoxCloneSyncService::new(Timed::new(stack, seconds)),
+        shared: store,
+    })
 }
 
 /// Makes a target's request from a copy of the original: the target's

@@ -38,11 +38,16 @@ pub struct SharedOptions {
     pub reserve: u32,
     /// What to decide while Redis does not answer.
     pub failure_mode: FailureMode,
+    /// How many replicas share the state (at least 1). While Redis does
+    /// not answer, a budget decides from its own window with the rule's
+    /// floor (`min_per_sec`) divided by it, rounded down, so the fleet's
+    /// floor stays within the rule's.
+    pub replicas: u32,
 }
 
 impl Default for SharedOptions {
     /// 5 ms a call, a sync every 100 ms, reservations kept 1 s, eight
-    /// retries in reserve, fail open.
+    /// retries in reserve, fail open, one replica.
     fn default() -> Self {
         SharedOptions {
             timeout: Duration::from_millis(5),
@@ -50,6 +55,7 @@ impl Default for SharedOptions {
             reservation_ttl: Duration::from_secs(1),
             reserve: 8,
             failure_mode: FailureMode::FailOpen,
+            replicas: 1,
         }
     }
 }
@@ -60,6 +66,7 @@ impl SharedOptions {
         SharedOptions {
             sync_interval: self.sync_interval.max(Duration::from_millis(1)),
             reserve: self.reserve.max(1),
+            replicas: self.replicas.max(1),
             ..self
         }
     }
@@ -88,6 +95,13 @@ impl SharedOptions {
         self
     }
 
+    /// Divides the floor of a budget's local decisions by `replicas` while
+    /// Redis does not answer.
+    pub fn with_replicas(mut self, replicas: u32) -> SharedOptions {
+        self.replicas = replicas;
+        self
+    }
+
     /// Decides by `mode` while Redis does not answer.
     pub fn with_failure_mode(mut self, mode: FailureMode) -> SharedOptions {
         self.failure_mode = mode;
@@ -104,9 +118,11 @@ mod tests {
         let options = SharedOptions::default()
             .with_sync_interval(Duration::ZERO)
             .with_reserve(0)
+            .with_replicas(0)
             .effective();
         assert_eq!(options.sync_interval, Duration::from_millis(1));
         assert_eq!(options.reserve, 1);
+        assert_eq!(options.replicas, 1);
         let default = SharedOptions::default();
         assert_eq!(default.effective(), default);
     }

@@ -301,3 +301,27 @@ async fn failing_closed_grants_no_retry_without_redis() {
     let budget = self::budget().with_store(Arc::new(open));
     assert!(budget.try_withdraw().is_ok());
 }
+
+/// With no Redis to reach, each of three replicas grants alone the rule's
+/// ratio of its own first attempts and a third of the floor (rounded down):
+/// 20% of 50 + ⌊10/3⌋ = 3 a second over 10 s = 40, not the 110 of one
+/// replica, so the fleet's floor stays within the rule's.
+#[tokio::test]
+async fn without_redis_the_floor_is_divided_among_the_replicas() {
+    let nowhere =
+        redis::Client::open(format!("redis://127.0.0.1:{}/", support::free_port())).unwrap();
+    let budget = RetryBudget::new(0.2, 10, S(10)).unwrap();
+    let store = RedisBudgetStore::start(
+        nowhere,
+        StateName::new("divided").unwrap(),
+        budget.rule(),
+        options().with_replicas(3),
+    )
+    .unwrap();
+    let budget = budget.with_store(Arc::new(store.clone()));
+    for _ in 0..50 {
+        budget.deposit();
+    }
+    assert!(store.is_degraded());
+    assert_eq!(drain(&budget), 10 + 30);
+}

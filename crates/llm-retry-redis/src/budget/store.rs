@@ -62,6 +62,8 @@ pub(super) struct Inner {
     /// This replica's random name in the budget's hash.
     pub(super) replica: String,
     pub(super) rule: BudgetRule,
+    /// The rule while degraded: the floor divided among the replicas.
+    local_rule: BudgetRule,
     pub(super) options: SharedOptions,
     /// Kept warm with every event, decides while degraded.
     local: LocalWindow,
@@ -109,6 +111,7 @@ impl RedisBudgetStore {
             key: name.key("budget"),
             replica: format!("{:016x}", rand::random::<u64>()),
             rule,
+            local_rule: local_rule(rule, options.replicas),
             options,
             local: LocalWindow::new(rule.window()),
             health: Health::new("budget", name),
@@ -171,13 +174,13 @@ impl BudgetStore for RedisBudgetStore {
         }
     }
 
-    fn try_withdraw(&self, now: Instant, rule: &BudgetRule) -> Result<(), WindowCounts> {
+    fn try_withdraw(&self, now: Instant, _rule: &BudgetRule) -> Result<(), WindowCounts> {
         let inner = &self.inner;
         if !inner.health.is_shared() {
             if inner.options.failure_mode == FailureMode::FailClosed {
                 return Err(inner.local.counts(now));
             }
-            inner.local.try_withdraw(now, rule)?;
+            inner.local.try_withdraw(now, &inner.local_rule)?;
             // Reported when Redis is back: late, it only makes the fleet
             // more careful.
             inner.unreported_used.fetch_add(1, Ordering::AcqRel);
@@ -214,6 +217,14 @@ impl BudgetStore for RedisBudgetStore {
             self.inner.local.counts(now)
         }
     }
+}
+
+/// `rule` with its floor divided among `replicas` (rounded down): what one
+/// replica grants alone while Redis does not answer.
+fn local_rule(rule: BudgetRule, replicas: u32) -> BudgetRule {
+    let ratio = f64::from(rule.ratio_ppm()) / 1e6;
+    // The ratio and window come from a valid rule: only the floor changes.
+    BudgetRule::new(ratio, rule.min_per_sec() / replicas.max(1), rule.window()).unwrap_or(rule)
 }
 
 impl Inner {

@@ -1,0 +1,214 @@
+//! The config file's `[shared]` table: where replicas share their retry
+//! budgets and failover marks (Redis), and what each replica does while it
+//! cannot reach it.
+
+use crate::config::ConfigError;
+use crate::duration;
+use llm_retry_redis::{FailureMode, StateName};
+use serde::Deserialize;
+use std::fmt;
+use std::ops::Range;
+use std::time::Duration;
+use toml::Spanned;
+
+/// The validated `[shared]` table: replicas that name the same Redis share
+/// each route's failover marks and each target's retry budget.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SharedConfig {
+    /// The Redis to share through. Printed only redacted.
+    pub redis_url: RedisUrl,
+    /// Bound on each Redis call, connecting included (default 5 ms).
+    pub timeout: Duration,
+    /// How often each store syncs with Redis when nothing else asks it to
+    /// (default 100 ms): other replicas learn a mark within it.
+    pub sync_interval: Duration,
+    /// How many replicas share the state (default 1). While Redis does not
+    /// answer, each replica grants retries from its own window with the
+    /// budget's floor divided by it (rounded down), so the fleet's floor
+    /// stays within the budget's.
+    pub replicas: u32,
+    /// What a replica decides while Redis does not answer.
+    pub failure_mode: FailureMode,
+}
+
+/// A Redis URL. Its `Debug` and `Display` hide the user, the password and
+/// the query (where a Unix socket URL carries its password).
+#[derive(Clone, PartialEq, Eq)]
+pub struct RedisUrl(String);
+
+impl RedisUrl {
+    /// The URL as written, password included: for the Redis client only.
+    pub(crate) fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for RedisUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&redact(&self.0))
+    }
+}
+
+impl fmt::Debug for RedisUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "RedisUrl({})", redact(&self.0))
+    }
+}
+
+/// `url` with its user and password replaced by `***` and its query (and
+/// fragment) by `?***`.
+fn redact(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let (rest, had_query) = match rest.find(['?', '#']) {
+        Some(at) => (&rest[..at], true),
+        None => (rest, false),
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(authority_end);
+    let host = match authority.rfind('@') {
+        Some(at) => format!("***@{}", &authority[at + 1..]),
+        None => authority.to_owned(),
+    };
+    let query = if had_query { "?***" } else { "" };
+    format!("{scheme}://{host}{path}{query}")
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SharedFile {
+    redis_url: Spanned<String>,
+    timeout: Option<Spanned<String>>,
+    sync_interval: Option<Spanned<String>>,
+    replicas: Option<Spanned<u32>>,
+    failure_mode: Option<Spanned<String>>,
+}
+
+/// Schemes the Redis client is built with.
+const SCHEMES: [&str; 3] = ["redis", "unix", "redis+unix"];
+
+impl SharedFile {
+    /// Validates the table; `line_of` turns a span into its line.
+    pub(crate) fn validate(
+        &self,
+        line_of: impl Fn(Range<usize>) -> Option<usize>,
+    ) -> Result<SharedConfig, ConfigError> {
+        let at = |field: &str, span: Range<usize>, problem: String| ConfigError {
+            line: line_of(span),
+            field: format!("shared.{field}"),
+            problem,
+        };
+        let url = self.redis_url.get_ref();
+        let redis_url = RedisUrl(url.clone());
+        // Problems name the redacted URL only: never a password.
+        let scheme = url.split_once("://").map(|(scheme, _)| scheme);
+        if !scheme.is_some_and(|s| SCHEMES.contains(&s)) {
+            return Err(at(
+                "redis_url",
+                self.redis_url.span(),
+                format!("{redis_url} must start with redis://, unix:// or redis+unix://"),
+            ));
+        }
+        if redis::Client::open(url.as_str()).is_err() {
+            return Err(at(
+                "redis_url",
+                self.redis_url.span(),
+                format!(
+                    "{redis_url} is not a Redis URL (redis://[user:password@]host[:port][/db])"
+                ),
+            ));
+        }
+        let duration_of = |field: &str, value: &Option<Spanned<String>>, default: Duration| {
+            value.as_ref().map_or(Ok(default), |text| {
+                duration::parse_positive(text.get_ref())
+                    .map_err(|problem| at(field, text.span(), problem))
+            })
+        };
+        let timeout = duration_of("timeout", &self.timeout, Duration::from_millis(5))?;
+        let sync_interval = duration_of(
+            "sync_interval",
+            &self.sync_interval,
+            Duration::from_millis(100),
+        )?;
+        let replicas = match &self.replicas {
+            Some(n) if *n.get_ref() == 0 => {
+                return Err(at("replicas", n.span(), "must be more than 0".to_owned()))
+            }
+            Some(n) => *n.get_ref(),
+            None => 1,
+        };
+        let failure_mode = match self.failure_mode.as_ref() {
+            None => FailureMode::FailOpen,
+            Some(mode) => match mode.get_ref().as_str() {
+                "fail_open" => FailureMode::FailOpen,
+                "fail_closed" => FailureMode::FailClosed,
+                other => {
+                    return Err(at(
+                        "failure_mode",
+                        mode.span(),
+                        format!("{other:?} is not one of fail_open, fail_closed"),
+                    ))
+                }
+            },
+        };
+        Ok(SharedConfig {
+            redis_url,
+            timeout,
+            sync_interval,
+            replicas,
+            failure_mode,
+        })
+    }
+}
+
+/// The name under which replicas share a route's failover marks: the
+/// route's name, checked as a Redis key part.
+pub(crate) fn marks_name(route: &str) -> Result<StateName, String> {
+    state_name(route)
+}
+
+/// The name under which replicas share a target's retry budget:
+/// `<route>/<target>`, as its gauge is labelled.
+pub(crate) fn budget_name(route: &str, target: &str) -> Result<StateName, String> {
+    state_name(&format!("{route}/{target}"))
+}
+
+fn state_name(name: &str) -> Result<StateName, String> {
+    StateName::new(name).map_err(|error| {
+        format!("{name:?} names shared state in Redis, with [shared] set: {error}")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redaction_hides_user_password_and_query() {
+        let cases = [
+            ("redis://:hunter2@redis:6379/0", "redis://***@redis:6379/0"),
+            ("redis://me:hunter2@redis", "redis://***@redis"),
+            ("redis://redis:6379", "redis://redis:6379"),
+            (
+                "redis+unix:///run/redis.sock?pass=hunter2",
+                "redis+unix:///run/redis.sock?***",
+            ),
+            ("redis://me:p@ss@redis/1", "redis://***@redis/1"),
+        ];
+        for (url, shown) in cases {
+            assert_eq!(RedisUrl(url.to_owned()).to_string(), shown, "{url}");
+            assert!(!format!("{:?}", RedisUrl(url.to_owned())).contains("hunter2"));
+        }
+    }
+
+    #[test]
+    fn names_are_the_route_and_route_slash_target() {
+        assert_eq!(
+            budget_name("claude", "primary").expect("valid").as_str(),
+            "claude/primary"
+        );
+        assert_eq!(marks_name("claude").expect("valid").as_str(), "claude");
+        assert!(marks_name("has space").is_err());
+        assert!(budget_name(&"r".repeat(40), &"t".repeat(30)).is_err());
+    }
+}

@@ -1,0 +1,91 @@
+//! Two gateways (two replicas) in one process sharing one real Redis
+//! through `[shared]`: a wait a provider named to one keeps the other off
+//! that target, and each target's budget is shared under its route's name.
+#![allow(clippy::unwrap_used)]
+
+#[path = "../../llm-retry-redis/tests/support/mod.rs"]
+mod redis_support;
+mod support;
+
+use llm_retry_mock::{MockServer, Reply, Route};
+use redis_support::RedisServer;
+use support::{gateway, no_env, post, rate_limited, send, target, PROMPT};
+
+/// Route `claude` over `a` (cooling down on a named wait), then `b`; with
+/// `shared` as the `[shared]` table when given.
+fn config(a: &MockServer, b: &MockServer, shared: Option<&str>) -> String {
+    let shared = shared.map_or(String::new(), |url| {
+        // Syncs are driven by the test (`sync_shared`); the tasks' own
+        // are an hour apart.
+        format!("[shared]\nredis_url = \"{url}\"\ntimeout = \"2s\"\nsync_interval = \"60m\"\n")
+    });
+    format!(
+        r#"{shared}
+[[route]]
+name = "claude"
+
+[[route.target]]
+name = "a"
+base_url = "{a}"
+cooldown = true
+
+[[route.target]]
+name = "b"
+base_url = "{b}"
+"#,
+        a = a.url(""),
+        b = b.url("")
+    )
+}
+
+#[tokio::test]
+async fn a_wait_named_to_one_replica_keeps_the_other_off_the_target() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let a = target(Route::always(rate_limited("30"))).await;
+    let b = target(Route::always(Reply::anthropic_ok("from b"))).await;
+    let shared = config(&a, &b, Some(&redis.url()));
+    let first = gateway(&shared, no_env).await;
+    let second = gateway(&shared, no_env).await;
+    let alone = gateway(&config(&a, &b, None), no_env).await;
+
+    let (head, _) = send(post(&first.url("/v1/messages"), PROMPT)).await;
+    assert_eq!(head.status, 200);
+    assert_eq!(a.request_count(), 1);
+    assert!(first.gateway.sync_shared().await);
+    assert!(second.gateway.sync_shared().await);
+
+    let (head, body) = send(post(&second.url("/v1/messages"), PROMPT)).await;
+    assert_eq!(head.status, 200);
+    assert!(String::from_utf8_lossy(&body).contains("from b"));
+    assert_eq!(a.request_count(), 1, "the second replica never sent to a");
+    assert_eq!(b.request_count(), 2);
+
+    // A gateway without [shared] learns the wait only by a refusal of its own.
+    let (head, _) = send(post(&alone.url("/v1/messages"), PROMPT)).await;
+    assert_eq!(head.status, 200);
+    assert_eq!(a.request_count(), 2);
+
+    // Every replica names the same keys: the route's marks, and each
+    // target's budget as `<route>/<target>`.
+    let mut redis_conn = redis
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let marks: Vec<String> = redis::cmd("HKEYS")
+        .arg("{llm-retry:claude}:failover")
+        .query_async(&mut redis_conn)
+        .await
+        .unwrap();
+    assert_eq!(marks, ["c:a"]);
+    for budget in ["{llm-retry:claude/a}:budget", "{llm-retry:claude/b}:budget"] {
+        let exists: bool = redis::cmd("EXISTS")
+            .arg(budget)
+            .query_async(&mut redis_conn)
+            .await
+            .unwrap();
+        assert!(exists, "{budget}");
+    }
+}

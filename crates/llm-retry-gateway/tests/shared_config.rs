@@ -1,0 +1,150 @@
+//! The `[shared]` table: what is accepted, every refusal naming its field
+//! and line, and a Redis password never printed.
+#![allow(clippy::unwrap_used)]
+
+use llm_retry_gateway::{Config, FailureMode};
+use std::time::Duration;
+
+const ROUTE: &str = r#"
+[[route]]
+name = "claude"
+
+[[route.target]]
+name = "primary"
+base_url = "http://127.0.0.1:9"
+cooldown = true
+"#;
+
+const PASSWORD: &str = "hunter2-redis";
+
+fn env(_: &str) -> Option<String> {
+    None
+}
+
+/// A config with `shared` as its `[shared]` table (line 2 on).
+fn with_shared(shared: &str) -> String {
+    format!("\n[shared]\n{shared}\n{ROUTE}")
+}
+
+#[test]
+fn a_full_shared_table_is_read_and_its_password_never_printed() {
+    let text = with_shared(&format!(
+        "redis_url = \"redis://gateway:{PASSWORD}@redis.internal:6379/2\"\n\
+         timeout = \"20ms\"\nsync_interval = \"250ms\"\nreplicas = 3\n\
+         failure_mode = \"fail_closed\""
+    ));
+    let config = Config::parse(&text, env).unwrap();
+    let shared = config.shared.as_ref().unwrap();
+    assert_eq!(shared.timeout, Duration::from_millis(20));
+    assert_eq!(shared.sync_interval, Duration::from_millis(250));
+    assert_eq!(shared.replicas, 3);
+    assert_eq!(shared.failure_mode, FailureMode::FailClosed);
+    assert_eq!(
+        shared.redis_url.to_string(),
+        "redis://***@redis.internal:6379/2"
+    );
+    let debug = format!("{config:?}");
+    assert!(debug.contains("redis.internal"), "{debug}");
+    assert!(!debug.contains(PASSWORD), "{debug}");
+    assert!(!debug.contains("gateway:"), "{debug}");
+}
+
+#[test]
+fn only_the_url_is_needed_and_without_the_table_nothing_is_shared() {
+    let config = Config::parse(&with_shared("redis_url = \"redis://127.0.0.1\""), env).unwrap();
+    let shared = config.shared.unwrap();
+    assert_eq!(shared.timeout, Duration::from_millis(5));
+    assert_eq!(shared.sync_interval, Duration::from_millis(100));
+    assert_eq!(shared.replicas, 1);
+    assert_eq!(shared.failure_mode, FailureMode::FailOpen);
+    assert!(Config::parse(ROUTE, env).unwrap().shared.is_none());
+}
+
+#[test]
+fn a_bad_shared_table_is_refused_naming_the_field_and_line() {
+    let url = format!("redis_url = \"redis://:{PASSWORD}@redis:6379\"");
+    // (the table's lines after `[shared]`, the field, its line)
+    let cases = [
+        (
+            format!("{url}\ntimeout = \"0ms\""),
+            "shared.timeout",
+            Some(4),
+        ),
+        (format!("{url}\ntimeout = \"5\""), "shared.timeout", Some(4)),
+        (
+            format!("{url}\nsync_interval = \"0s\""),
+            "shared.sync_interval",
+            Some(4),
+        ),
+        (format!("{url}\nreplicas = 0"), "shared.replicas", Some(4)),
+        (
+            format!("{url}\nfailure_mode = \"maybe\""),
+            "shared.failure_mode",
+            Some(4),
+        ),
+        (format!("{url}\npassword = \"x\""), "file", Some(4)),
+        ("timeout = \"5ms\"".to_owned(), "file", Some(2)),
+        (
+            format!("redis_url = \"http://:{PASSWORD}@redis:6379\""),
+            "shared.redis_url",
+            Some(3),
+        ),
+        (
+            format!("redis_url = \"redis://:{PASSWORD}@redis:port\""),
+            "shared.redis_url",
+            Some(3),
+        ),
+    ];
+    for (table, field, line) in cases {
+        let error = Config::parse(&with_shared(&table), env).unwrap_err();
+        assert_eq!(error.field, field, "{error}");
+        assert_eq!(error.line, line, "{error}");
+        assert!(!error.to_string().contains(PASSWORD), "{error}");
+    }
+}
+
+#[test]
+fn with_the_table_route_and_target_names_must_make_redis_names() {
+    let shared = "[shared]\nredis_url = \"redis://127.0.0.1\"\n";
+    let route = |route: &str, target: &str| {
+        format!("[[route]]\nname = \"{route}\"\n[[route.target]]\nname = \"{target}\"\nbase_url = \"http://127.0.0.1:9\"\n")
+    };
+    let long = "t".repeat(60);
+    let cases = [
+        (route("has space", "t"), "route[has space].name", Some(4)),
+        (
+            route("claude", &long),
+            &*format!("route[claude].target[{long}].name"),
+            Some(6),
+        ),
+    ];
+    for (routes, field, line) in cases {
+        assert!(Config::parse(&routes, env).is_ok(), "fine without [shared]");
+        let error = Config::parse(&format!("{shared}{routes}"), env).unwrap_err();
+        assert_eq!(error.field, field, "{error}");
+        assert_eq!(error.line, line, "{error}");
+        assert!(error.problem.contains("Redis"), "{error}");
+    }
+}
+
+/// The example config's `[shared]` table, uncommented, is accepted.
+#[test]
+fn the_example_shared_table_is_accepted_once_uncommented() {
+    let example =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/gateway.example.toml"))
+            .unwrap();
+    let start = example.find("# [shared]\n").unwrap();
+    let table: String = example[start..]
+        .lines()
+        .take_while(|line| line.starts_with("# "))
+        .map(|line| format!("{}\n", &line[2..]))
+        .collect();
+    assert!(table.contains("failure_mode"), "{table}");
+    let config = Config::parse(&format!("{table}{ROUTE}"), env).unwrap();
+    let shared = config.shared.unwrap();
+    assert_eq!(shared.replicas, 3);
+    assert_eq!(
+        shared.redis_url.to_string(),
+        "redis://***@redis.internal:6379/0"
+    );
+}
