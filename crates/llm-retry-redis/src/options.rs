@@ -21,15 +21,15 @@ pub enum FailureMode {
 #[non_exhaustive]
 pub struct SharedOptions {
     /// Bound on each Redis call, connecting included; past it the call
-    /// counts as failed.
+    /// counts as failed (at least 1 ms).
     pub timeout: Duration,
     /// How often the store reports its counts to Redis and reads the
     /// fleet's back when nothing else asks it to (at least 1 ms).
     pub sync_interval: Duration,
     /// How long a reservation lasts from the sync that made it: Redis
     /// stops counting it then (a replica that died), and the replica stops
-    /// spending it. Longer than `sync_interval`, or the reserve lapses
-    /// between syncs and retries are refused until the next.
+    /// spending it. Keep it longer than `sync_interval`: a reserve that
+    /// lapses refuses retries until the sync its refusal wakes.
     pub reservation_ttl: Duration,
     /// Retries a replica reserves ahead from the fleet's budget, so that
     /// granting one needs no round trip (at least 1). Larger: fewer round
@@ -63,8 +63,11 @@ impl Default for SharedOptions {
 impl SharedOptions {
     /// The options in force: the floors above applied.
     pub(crate) fn effective(self) -> SharedOptions {
+        let sync_interval = self.sync_interval.max(Duration::from_millis(1));
         SharedOptions {
-            sync_interval: self.sync_interval.max(Duration::from_millis(1)),
+            // A call needs some time: with none, Redis is never shared.
+            timeout: self.timeout.max(Duration::from_millis(1)),
+            sync_interval,
             reserve: self.reserve.max(1),
             replicas: self.replicas.max(1),
             ..self

@@ -224,6 +224,44 @@ async fn a_dead_redis_falls_back_to_local_counts_and_sharing_resumes() {
     assert!(budget.try_withdraw().is_err());
 }
 
+/// An outage longer than the window: the retries granted alone are past
+/// it by the time Redis answers, and are not reported (reported at once,
+/// they would refuse the fleet's retries for a whole window).
+#[tokio::test]
+async fn retries_granted_alone_longer_ago_than_the_window_are_not_reported() {
+    let Some(mut server) = RedisServer::start() else {
+        return;
+    };
+    let budget = RetryBudget::new(0.2, 10, Duration::from_millis(500)).unwrap();
+    let store = RedisBudgetStore::start(
+        server.client(),
+        StateName::new("long-outage").unwrap(),
+        budget.rule(),
+        options().with_timeout(Duration::from_millis(500)),
+    )
+    .unwrap();
+    let budget = budget.with_store(Arc::new(store.clone()));
+    assert!(store.sync().await);
+    server.kill();
+    assert!(!store.sync().await);
+    // Alone: the floor, 10/s over half a second.
+    assert_eq!(drain(&budget), 5);
+    // More than a window later (a loaded machine only makes it longer).
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    server.restart();
+    let mut resumed = false;
+    for _ in 0..100 {
+        if store.sync().await {
+            resumed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(resumed, "sharing resumed once Redis answered");
+    assert_eq!(budget.level().withdrawn, 0, "nothing stale reported");
+    assert!(budget.try_withdraw().is_ok(), "the fleet may retry at once");
+}
+
 fn local_level(deposited: u64, withdrawn: u64) -> llm_retry::budget::BudgetLevel {
     let rule = budget().rule();
     let counts = WindowCounts::new(deposited, withdrawn);

@@ -66,7 +66,7 @@ pub(super) struct Inner {
     local_rule: BudgetRule,
     pub(super) options: SharedOptions,
     /// Kept warm with every event, decides while degraded.
-    local: LocalWindow,
+    pub(super) local: LocalWindow,
     pub(super) health: Health,
     /// First attempts not yet reported (only those made while shared).
     pub(super) pending_deposits: AtomicU64,
@@ -187,6 +187,9 @@ impl BudgetStore for RedisBudgetStore {
             return Ok(());
         }
         let lapsed = inner.since_origin(now) >= inner.reserved_until.load(Ordering::Acquire);
+        // Counted as spent before it is taken from the reserve: a sync in
+        // between reports it at least once (twice at worst, never not).
+        inner.unreported_used.fetch_add(1, Ordering::AcqRel);
         let spent = if lapsed {
             Err(0)
         } else {
@@ -194,9 +197,15 @@ impl BudgetStore for RedisBudgetStore {
                 .tokens
                 .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
         };
+        if spent.is_err() {
+            // Not spent after all (a sync may have reported it: a retry
+            // too many for the fleet, never one too few).
+            let _ = inner
+                .unreported_used
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+        }
         match spent {
             Ok(before) => {
-                inner.unreported_used.fetch_add(1, Ordering::AcqRel);
                 inner.local.record_withdrawal(now);
                 if before <= u64::from(inner.options.reserve / 2).max(1) {
                     inner.wake.notify_one();

@@ -3,6 +3,7 @@
 
 use super::store::Inner;
 use crate::health::Failure;
+use llm_retry::budget::BudgetStore as _;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -30,7 +31,14 @@ impl Inner {
         // twice until the next sync (reserved and spent), never missed.
         let held = self.tokens.load(Ordering::Acquire);
         let deposited = self.pending_deposits.swap(0, Ordering::AcqRel);
-        let used = self.unreported_used.swap(0, Ordering::AcqRel);
+        // Only what the local window still holds: retries spent alone in
+        // an outage longer than the window are past it, and reported all
+        // at once they would refuse the fleet's retries for a window.
+        let in_window = self.local.counts(tokio::time::Instant::now()).withdrawn;
+        let used = self
+            .unreported_used
+            .swap(0, Ordering::AcqRel)
+            .min(in_window);
         let window = self.rule.window();
         // Ten slots of whole microseconds: the window is whole milliseconds.
         let slot_us = window.as_micros() / 10;
