@@ -2,8 +2,9 @@
 
 use tokio::time::Instant;
 
-/// The instant by which everything a retry stack does for a request must
-/// be over: its waits, its resends, its attempt in flight. A
+/// The instant past which a retry stack neither waits nor resends for a
+/// request (the attempt in flight is cut by whoever set it: the failover
+/// that put it there times its own attempt). A
 /// [`Failover`](crate::failover::Failover) puts its own deadline on every
 /// attempt's request, so a target's retry stack never sleeps past what the
 /// failover has left; the stack keeps the sooner of this and its policy's
