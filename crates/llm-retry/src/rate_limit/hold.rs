@@ -307,4 +307,57 @@ mod tests {
         assert!(!hold.served(5, now + S(5)), "the wait is over");
         assert!(!hold.corroborated());
     }
+
+    #[test]
+    fn a_hold_that_ends_now_holds_no_one() {
+        let now = Instant::now();
+        let mut hold = Hold::default();
+        hold.refused(0, now, S(10), now + S(10));
+        let end = now + S(10);
+        assert!(!hold.holds(end));
+        assert_eq!(hold.past(end, Some(end - S(1)), None), None, "over");
+    }
+
+    #[test]
+    fn doubt_lasts_exactly_a_minute() {
+        let now = Instant::now();
+        let mut hold = Hold::default();
+        hold.refused(0, now, S(1), now + S(1));
+        for order in 1..5 {
+            hold.served(order, now);
+        }
+        let at = now + DOUBT_FOR;
+        assert!(matches!(
+            hold.refused(9, at, S(5), at + S(5)),
+            Placed::Extended { .. }
+        ));
+    }
+
+    #[test]
+    fn a_spent_wait_starts_a_new_contest_with_the_new_refusal() {
+        let t0 = Instant::now();
+        for gap in [S(5), S(10)] {
+            let mut hold = Hold::default();
+            hold.refused(0, t0, S(5), t0 + S(5));
+            // The first wait is over (just, or long since): a new refusal,
+            // of the key's 10th send, puts a hold of its own.
+            let t1 = t0 + gap;
+            hold.refused(10, t1, S(30), t1 + S(30));
+            // Sends let through before the 10th say nothing against it.
+            for order in 5..10 {
+                assert!(!hold.served(order, t1));
+            }
+            assert!(hold.holds(t1), "after {gap:?}");
+        }
+    }
+
+    #[test]
+    fn the_refused_send_itself_does_not_corroborate_its_hold() {
+        let now = Instant::now();
+        let mut hold = Hold::default();
+        for _ in 0..3 {
+            hold.refused(5, now, S(5), now + S(5));
+        }
+        assert!(!hold.corroborated());
+    }
 }
