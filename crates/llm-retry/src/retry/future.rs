@@ -157,7 +157,7 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         let ctx = this.ctx;
-        let _entered = ctx.span().clone().entered();
+        let _entered = super::entered::EnteredById::enter(ctx.span());
         loop {
             let answer = match this.state.as_mut().project() {
                 StateProj::Calling { future } => match poll_bounded(

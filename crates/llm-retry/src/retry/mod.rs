@@ -5,6 +5,7 @@ pub(crate) mod account;
 mod attempt;
 mod body;
 mod carry;
+mod entered;
 pub(crate) mod future;
 mod layer;
 mod peek;
