@@ -44,6 +44,30 @@ async fn a_first_content_timeout_is_answered_as_a_timeout() {
         "{took:?}"
     );
     assert_eq!(a.request_count(), 1);
+    // The two seconds the target stalled are the target's, not the
+    // gateway's own time.
+    let overhead: f64 = head.headers["x-llm-retry-gateway-overhead-ms"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(overhead < 500.0, "{overhead} ms");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_target_cut_by_the_route_deadline_is_not_counted_as_the_gateway_s_time() {
+    let a = target(Route::always(stalls(Duration::from_secs(60)))).await;
+    let toml = one_target(&a.url(""), "", "max_retries = 0")
+        .replace("name = \"r\"\n", "name = \"r\"\ndeadline = \"2s\"\n");
+    let gw = gateway(&toml, no_env).await;
+    let (head, _) = send(post(&gw.url("/v1/messages"), PROMPT)).await;
+    assert_eq!(head.status, 504);
+    let overhead: f64 = head.headers["x-llm-retry-gateway-overhead-ms"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(overhead < 500.0, "{overhead} ms");
 }
 
 /// The answer's JSON body.
