@@ -32,10 +32,11 @@
 //! follow its rate — a shared organisation quota drained by others, a
 //! tenant limit in front, refusals at random — and the key stands down:
 //! unpaced again (or at the rate stated or configured), as without a gate,
-//! and for [`STAND_DOWN_FOR`] its refusals start or cut no rate. A share
+//! and for a minute ([`Doubt`]) its refusals start or cut no rate. A share
 //! that stays above [`ENGAGE_SHARE`] is judged so only once the cuts have
 //! halved the rate: a rate far above the key's takes a few cuts.
 
+use super::doubt::Doubt;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -91,9 +92,6 @@ pub(super) const NOISE_SHARE: f64 = 0.1;
 /// Answers to sends made since the rate was last judged that show whether
 /// its cuts helped.
 const TRIAL: u32 = 30;
-/// How long a key whose rate stood down starts no other: its refusals did
-/// not follow its rate.
-const STAND_DOWN_FOR: Duration = Duration::from_secs(60);
 
 /// A wait named to the millisecond and short: a token bucket's time to its
 /// next token.
@@ -145,9 +143,9 @@ pub(super) struct Learned {
     /// Answers to the sends made since the last change of rate: served,
     /// and refused.
     trial: (u32, u32),
-    /// When the rate last stood down: for [`STAND_DOWN_FOR`] after, the
-    /// key's refusals start or cut no rate (evidence decays).
-    stood_down_at: Option<Instant>,
+    /// The rate stood down: while in doubt, the key's refusals start or
+    /// cut no rate.
+    doubt: Doubt,
     /// The rate when the share of refusals was last judged lower (or the
     /// first rate): a share that stays high is judged only once the cuts
     /// halved it.
@@ -190,7 +188,7 @@ impl AdaptiveRate {
             refused_at: None,
             share_at_cut: None,
             trial: (0, 0),
-            stood_down_at: None,
+            doubt: Doubt::default(),
             rate_at_cut: None,
         }
     }
@@ -326,10 +324,7 @@ impl Learned {
         named_wait: Option<Duration>,
     ) -> Throttle {
         self.count_answer(true);
-        if self
-            .stood_down_at
-            .is_some_and(|at| now.saturating_duration_since(at) < STAND_DOWN_FOR)
-        {
+        if self.doubt.holds(now) {
             // Its last rate did not lower its refusals: these start or cut
             // none, stated rate or not.
             return Throttle::Kept;
@@ -452,7 +447,7 @@ impl Learned {
         let stated = self.stated;
         *self = bounds.start();
         self.stated = stated;
-        self.stood_down_at = Some(now);
+        self.doubt.proved_wrong(now);
         if let Some(per_sec) = stated {
             self.per_sec = self.per_sec.min(per_sec);
         }

@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used)]
 
 use super::*;
+use crate::rate_limit::doubt::DOUBT_FOR;
 
 /// A burst of refusals at `at` for sends that went at `sent`: evidence
 /// enough to set or cut the rate. What the burst did.
@@ -621,7 +622,7 @@ mod stand_down {
         learned.on_stated(50.0, t0);
         learned.stand_down(&UNBOUNDED, t0);
         assert!((learned.per_sec() - 50.0).abs() < 1e-9, "the stated rate");
-        let soon = t0 + STAND_DOWN_FOR - Duration::from_secs(1);
+        let soon = t0 + DOUBT_FOR - Duration::from_secs(1);
         for _ in 0..100 {
             assert_eq!(
                 learned.on_throttle(&UNBOUNDED, soon, soon, None),
@@ -633,7 +634,7 @@ mod stand_down {
             "not cut: {}",
             learned.per_sec()
         );
-        let later = t0 + STAND_DOWN_FOR;
+        let later = t0 + DOUBT_FOR;
         assert_eq!(
             learned.on_throttle(&UNBOUNDED, later, later, None),
             Throttle::Changed,

@@ -16,7 +16,7 @@
 //! off on its own, as without a gate. A ceiling is judged by the first [`TRIAL`]
 //! answers to sends that went under it: unless their overload share is
 //! under half the share it was set at, it stands down (every waiting send
-//! goes, and the key gets no ceiling for [`STAND_DOWN_FOR`]).
+//! goes, and while in [`Doubt`] the key gets no other ceiling).
 //!
 //! A key has no ceiling until then: the ceiling then starts
 //! a little under what was in flight, is never above the others in flight
@@ -34,6 +34,7 @@
 //! round after round. At the floor the provider is overloaded whatever we
 //! hold there, and resends back off as well.
 
+use super::doubt::Doubt;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -62,10 +63,6 @@ const ENGAGE_SHARE: f64 = 0.5;
 /// share's averaging spans.
 const TRIAL: u32 = 32;
 
-/// How long a key whose ceiling stood down gets no other: its overloads
-/// did not follow what it held.
-const STAND_DOWN_FOR: std::time::Duration = std::time::Duration::from_secs(60);
-
 /// One key's sends in flight, and its ceiling once it has one.
 #[derive(Debug, Default)]
 pub(super) struct Flight {
@@ -93,7 +90,7 @@ fn updated(share: u32, overloaded: bool) -> u32 {
 #[derive(Debug, Default)]
 struct Limit {
     ceiling: Option<Ceiling>,
-    stood_down_at: Option<Instant>,
+    doubt: Doubt,
 }
 
 #[derive(Debug)]
@@ -173,9 +170,7 @@ impl Flight {
         let share = self.count(true);
         let others = self.in_flight().saturating_sub(1) as f64;
         let mut limit = lock(&self.ceiling);
-        let doubted = limit
-            .stood_down_at
-            .is_some_and(|at| now.saturating_duration_since(at) < STAND_DOWN_FOR);
+        let doubted = limit.doubt.holds(now);
         let ceiling = &mut limit.ceiling;
         match ceiling.as_mut() {
             // Too few overloads to say the key holds too many of ours, or
@@ -252,7 +247,7 @@ impl Flight {
     /// stands down (true) unless their overload share is under half the
     /// share it was set at: the provider is overloaded whatever the key
     /// holds, and a ceiling only queues its sends. The key then sends as
-    /// without a gate, and gets no ceiling for [`STAND_DOWN_FOR`].
+    /// without a gate, and gets no other ceiling while in [`Doubt`].
     fn tried(&self, slots: &Arc<Semaphore>, overloaded: bool, now: Instant) -> bool {
         let mut limit = lock(&self.ceiling);
         // Only the answers to sends that went under this very ceiling.
@@ -280,7 +275,7 @@ impl Flight {
         self.state.fetch_and(!LIMITED, Ordering::AcqRel);
         c.slots.close();
         limit.ceiling = None;
-        limit.stood_down_at = Some(now);
+        limit.doubt.proved_wrong(now);
         tracing::debug!(
             "llm-retry: the key's overloads do not follow what it holds in flight; \
              it is no longer held to a ceiling"
@@ -405,6 +400,7 @@ impl Drop for InFlight {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::rate_limit::doubt::DOUBT_FOR;
 
     /// A key whose recent answers were all overloads: its next one sets a
     /// ceiling.
@@ -503,12 +499,12 @@ mod tests {
             "a waiting send goes: its ceiling's slots are closed"
         );
         // For a while the key gets no other ceiling, and meters nothing.
-        let now = sent + STAND_DOWN_FOR - std::time::Duration::from_secs(1);
+        let now = sent + DOUBT_FOR - std::time::Duration::from_secs(1);
         for _ in 0..20 {
             assert!(!platform.overloaded(now, now));
         }
         assert!(platform.slots().is_none());
-        let later = sent + STAND_DOWN_FOR;
+        let later = sent + DOUBT_FOR;
         platform.overloaded(later, later);
         let again = platform.slots().expect("a ceiling again");
         assert!(!Arc::ptr_eq(&again, &slots), "with slots of its own");
@@ -529,7 +525,7 @@ mod tests {
             slotted(&flight).overloaded(t0, t0);
         }
         assert!(flight.slots().is_none(), "stood down");
-        let later = t0 + STAND_DOWN_FOR;
+        let later = t0 + DOUBT_FOR;
         flight.overloaded(later, later);
         let next = flight.slots().unwrap();
         let send = InFlight::start(Arc::clone(&flight), Some(stale));

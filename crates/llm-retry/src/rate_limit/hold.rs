@@ -5,12 +5,12 @@
 //! what they return to its queue (the schedule, the quota slots, the
 //! waiting sends), so a second store can hold the same state.
 
+use super::doubt::Doubt;
+#[cfg(test)]
+use super::doubt::DOUBT_FOR;
 use super::error::GateError;
 use std::time::Duration;
 use tokio::time::Instant;
-
-/// How long a key doubts its holds after one was lost: evidence decays.
-const DOUBT_FOR: Duration = Duration::from_secs(60);
 
 /// Answers to later sends a contest needs before it can go against a hold.
 const CONTEST_ANSWERS: u32 = 4;
@@ -26,10 +26,9 @@ pub(super) struct Hold {
     /// The answers to the sends that left after the one whose refusal put
     /// the hold: when most of them are served, the key was not out.
     contest: Option<Contest>,
-    /// When a hold was last lost to the key's own answers: for
-    /// [`DOUBT_FOR`] after, a named wait holds the key only once later
-    /// sends were refused too.
-    doubted_at: Option<Instant>,
+    /// A hold was lost to the key's own answers: while in doubt, a named
+    /// wait holds the key only once later sends were refused too.
+    doubt: Doubt,
     /// How far holds have pushed the key's queue so far: a waiting send's
     /// quota slot moves by what was added since it was booked, so the
     /// queue keeps its order and spacing behind a hold.
@@ -120,12 +119,6 @@ impl Hold {
         self.contest.is_some_and(|c| c.won())
     }
 
-    /// Whether a hold of this key was lost to its answers lately.
-    fn doubted(&self, now: Instant) -> bool {
-        self.doubted_at
-            .is_some_and(|at| now.saturating_duration_since(at) < DOUBT_FOR)
-    }
-
     /// The refusal of the key's `order`-th send named `wait` at `now`,
     /// which holds the key until `until` (the wait, capped): the contest
     /// counts it, and the key is held unless it doubts its holds and
@@ -152,7 +145,7 @@ impl Hold {
                 refused: 0,
             }),
         };
-        if !contest.won() && self.doubted(now) {
+        if !contest.won() && self.doubt.holds(now) {
             return Placed::Doubted;
         }
         if self.until.is_some_and(|held| held >= until) {
@@ -185,7 +178,7 @@ impl Hold {
             return false;
         }
         self.contest = None;
-        self.doubted_at = Some(now);
+        self.doubt.proved_wrong(now);
         let Some(until) = self.until.filter(|until| *until > now) else {
             return false;
         };

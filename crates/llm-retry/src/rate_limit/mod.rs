@@ -69,6 +69,7 @@
 
 mod adaptive;
 mod concurrency;
+mod doubt;
 mod error;
 pub mod future;
 mod gate;
