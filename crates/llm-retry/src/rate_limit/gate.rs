@@ -300,14 +300,7 @@ impl Gate {
             .entry(key)
             .or_insert_with(|| KeyState::new(self.adaptive.as_ref(), now));
         state.last_used = now;
-        // A hold longer than the send honours or than its deadline allows:
-        // refused at once when later sends corroborated it, else it goes
-        // past the hold, as without a gate (its answer is news of the hold).
-        let past_hold = match state.hold.past(now, deadline, bounds.max_server_wait) {
-            Some(refused) if state.hold.corroborated() => return Err(refused),
-            Some(_) => true,
-            None => false,
-        };
+        let (floor, past_hold) = state.hold.admits(now, deadline, bounds.max_server_wait)?;
         // The provider said how many more its window admits: past that, a
         // send waits for the window's reset, or for a probe to learn it.
         let place = state.ledger.place(now);
@@ -317,11 +310,6 @@ impl Gate {
         };
         // Quotas are booked from the end of a hold or an exhausted window:
         // sends queued during one leave paced, not together.
-        let floor = if past_hold {
-            now
-        } else {
-            state.hold.floor(now)
-        };
         let base = floor.max(window_floor);
         // Without quotas the booked slot is the arrival: a hold or window
         // that ends early (a lost contest, news) holds it back no longer.
@@ -430,28 +418,15 @@ impl Gate {
                 state.ledger.enter(booking.place, booking.bounds.deadline);
             }
         }
-        // A hold longer than the send honours or than its deadline allows:
-        // refused at once when later sends corroborated it, else the send
-        // goes past the hold (and only the hold), as without a gate.
         let bounds = booking.bounds;
-        let past_hold = match state
+        let (floor, past_hold) = state
             .hold
-            .past(now, bounds.deadline, bounds.max_server_wait)
-        {
-            Some(refused) if state.hold.corroborated() => return Err(refused),
-            Some(_) => true,
-            None => false,
-        };
+            .admits(now, bounds.deadline, bounds.max_server_wait)?;
         let pushed = state.hold.shift().saturating_sub(booking.shift);
         let quota_slot = booking
             .quota_slot
             .checked_add(pushed)
             .unwrap_or(booking.quota_slot);
-        let floor = if past_hold {
-            now
-        } else {
-            state.hold.floor(now)
-        };
         let mut slot = floor.max(quota_slot);
         if let Place::AfterReset(at) = booking.place {
             slot = slot.max(at);

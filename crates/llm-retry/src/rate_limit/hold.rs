@@ -113,6 +113,23 @@ impl Hold {
         })
     }
 
+    /// The earliest a send with these bounds may go, as far as the hold
+    /// goes, and whether it goes past the hold: one that cannot wait it out
+    /// ([`Hold::past`]) is refused when later sends corroborated the hold,
+    /// else it goes now, as without a gate (its answer is news of the hold).
+    pub(super) fn admits(
+        &self,
+        now: Instant,
+        deadline: Option<Instant>,
+        max_server_wait: Option<Duration>,
+    ) -> Result<(Instant, bool), GateError> {
+        match self.past(now, deadline, max_server_wait) {
+            Some(refused) if self.corroborated() => Err(refused),
+            Some(_) => Ok((now, true)),
+            None => Ok((self.floor(now), false)),
+        }
+    }
+
     /// Whether later sends corroborated the hold: refused too, far more
     /// than were served.
     pub(super) fn corroborated(&self) -> bool {
