@@ -94,7 +94,7 @@ impl Hold {
     /// Why a send with this `deadline` and longest honoured wait cannot
     /// wait out the hold, if it cannot: it honours less of the named wait
     /// than is left, or the hold ends past its deadline.
-    pub(super) fn past(
+    fn past(
         &self,
         now: Instant,
         deadline: Option<Instant>,
@@ -132,7 +132,7 @@ impl Hold {
 
     /// Whether later sends corroborated the hold: refused too, far more
     /// than were served.
-    pub(super) fn corroborated(&self) -> bool {
+    fn corroborated(&self) -> bool {
         self.contest.is_some_and(|c| c.won())
     }
 
