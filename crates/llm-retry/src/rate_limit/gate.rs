@@ -27,17 +27,6 @@ use tokio::time::Instant;
 /// Rise of a learned rate that wakes the sends waiting on it.
 const WAKE_ON_RISE: f64 = 1.1;
 
-/// Set once any gate in the process counts tokens (a configured token
-/// quota, or one a provider stated): until then the retry layer does not
-/// look at request bodies for a cost estimate, so the common stack pays
-/// nothing for it.
-static SOME_GATE_COUNTS_TOKENS: AtomicBool = AtomicBool::new(false);
-
-/// Whether any gate counts tokens, so a request's cost is worth estimating.
-pub(crate) fn some_gate_counts_tokens() -> bool {
-    SOME_GATE_COUNTS_TOKENS.load(Ordering::Relaxed)
-}
-
 /// Set once any gate exists in the process: until then the retry layer
 /// keeps no request body for a gate to read the model from.
 static SOME_GATE: AtomicBool = AtomicBool::new(false);
@@ -235,9 +224,6 @@ impl Gate {
         adaptive: Option<AdaptiveRate>,
     ) -> Gate {
         SOME_GATE.store(true, Ordering::Relaxed);
-        if tokens.is_some() {
-            SOME_GATE_COUNTS_TOKENS.store(true, Ordering::Relaxed);
-        }
         Gate(Arc::new(Shared {
             paces: Paces { requests, tokens },
             adaptive,
@@ -520,7 +506,6 @@ impl Gate {
             .observe_tokens(window.per_minute, window.remaining, now)
         {
             self.tokens_stated.store(true, Ordering::Relaxed);
-            SOME_GATE_COUNTS_TOKENS.store(true, Ordering::Relaxed);
         }
     }
 

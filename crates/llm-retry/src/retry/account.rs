@@ -145,6 +145,17 @@ impl Account {
         crate::rate_limit::offer::offering(&mut self.link, bounds, f)
     }
 
+    /// A body whole before its first send (`whole` reads it): a gate below
+    /// keys the send by the model it names, and a token-paced key estimates
+    /// its cost from it. Read only once some gate exists.
+    pub(crate) fn know_body(&mut self, whole: impl FnOnce() -> Option<bytes::Bytes>) {
+        if crate::rate_limit::some_gate() {
+            if let Some(bytes) = whole() {
+                self.ensure_link().set_body(bytes);
+            }
+        }
+    }
+
     /// The request's link, made now if no gate made it yet.
     pub(crate) fn ensure_link(&mut self) -> &GateLink {
         let bounds = self.link_bounds();

@@ -70,14 +70,7 @@ impl<B> AttemptCtx<B> {
     {
         let mut account = Account::open(policy, &parts.method, &parts.uri, &parts.extensions);
         account.stamp_attempt(&mut parts.headers);
-        // A buffered body is known before its first send: a gate keys the
-        // send by the model it names, and a token-paced key estimates its
-        // cost from it (looked at only once some gate exists).
-        if crate::rate_limit::some_gate() {
-            if let Some(bytes) = body.fill_ready() {
-                account.ensure_link().set_body(bytes);
-            }
-        }
+        account.know_body(|| body.fill_ready());
         // An outer retry loop's link is not this one's gates' business (the
         // nearest loop's offer is what they take): off the first send and
         // the template of the resends alike.

@@ -130,13 +130,7 @@ where
             // The caller's request is the first send: open its account.
             let mut account =
                 Account::open(self.clone(), req.method(), req.uri(), req.extensions());
-            // As `RetryLayer` does: a token-paced key estimates the cost of
-            // the resends from the body.
-            if crate::rate_limit::some_gate_counts_tokens() {
-                if let Some(bytes) = req.body().fill_ready() {
-                    account.ensure_link().set_body(bytes);
-                }
-            }
+            account.know_body(|| req.body().fill_ready());
             let link = account.ensure_link().clone();
             clone.extensions_mut().insert(link);
             clone.extensions_mut().insert(account);
