@@ -101,13 +101,25 @@ where
 }
 
 pin_project! {
-    /// A target's call in flight, timed when it ends.
+    /// A target's call in flight, timed when it ends. A call dropped before
+    /// it ends (cut by a first-content timeout or the route's deadline) is
+    /// still the target's time, not the gateway's; only answers are in the
+    /// histogram.
     pub(crate) struct TimedFuture<F> {
         #[pin]
         inner: F,
         started: Instant,
         seconds: Arc<TargetSeconds>,
         spent: Option<UpstreamTime>,
+    }
+
+    impl<F> PinnedDrop for TimedFuture<F> {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            if let Some(spent) = this.spent.take() {
+                spent.add(this.started.elapsed());
+            }
+        }
     }
 }
 

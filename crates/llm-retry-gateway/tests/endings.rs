@@ -50,13 +50,19 @@ async fn requests_are_counted_by_how_they_ended() {
 
     // Complete, with the gateway's own time in a header.
     let (gw, _up) = route("whole", Reply::anthropic_ok("hi"), "").await;
+    let started = std::time::Instant::now();
     let (head, _) = send(post(&gw.url("/v1/messages"), PROMPT)).await;
+    let waited_ms = started.elapsed().as_secs_f64() * 1000.0;
     let overhead: f64 = head.headers["x-llm-retry-gateway-overhead-ms"]
         .to_str()
         .unwrap()
         .parse()
         .unwrap();
-    assert!(overhead >= 0.0);
+    // Inside the client's wait, which contains the gateway's.
+    assert!(
+        overhead <= waited_ms + 1.0,
+        "{overhead} ms of {waited_ms} ms"
+    );
     shows(
         &handle,
         r#"llm_retry_gateway_requests_total{route="whole",status="2xx",ending="complete"} 1"#,
