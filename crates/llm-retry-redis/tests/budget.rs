@@ -133,7 +133,8 @@ async fn the_shared_window_slides() {
     let Some(server) = RedisServer::start() else {
         return;
     };
-    let window = Duration::from_millis(100);
+    // Long enough that the syncs below end inside it on a loaded machine.
+    let window = Duration::from_secs(1);
     let rule = RetryBudget::new(0.5, 0, window).unwrap();
     let store = RedisBudgetStore::start(
         server.client(),
@@ -163,7 +164,9 @@ async fn a_lapsed_reservation_is_not_spent() {
     let Some(server) = RedisServer::start() else {
         return;
     };
-    let ttl = Duration::from_millis(50);
+    // Long enough that the spend after the sync comes inside it on a
+    // loaded machine.
+    let ttl = Duration::from_millis(500);
     let (budget, store) = replica(&server, "lapse", options().with_reservation_ttl(ttl));
     assert!(store.sync().await);
     assert_eq!(store.reserved(), 4);
@@ -294,12 +297,10 @@ async fn a_hanging_redis_costs_at_most_the_timeout() {
     // Asleep once a PING goes unanswered for 200 ms: more than 1.5 s of
     // its sleep is left.
     server.wait_until_stalled(Duration::from_millis(200));
-    let started = std::time::Instant::now();
     assert!(!store.sync().await);
-    let took = started.elapsed();
-    // At most the timeout plus a wide slack for a loaded machine; well
-    // under what is left of the server's sleep.
-    assert!(took < timeout + Duration::from_millis(900), "{took:?}");
+    // The sync gave up while the server still slept: bounded by its own
+    // timeout, not by the server's sleep (an ordering, not a clock).
+    assert!(server.stalled(), "the sync outlasted the server's sleep");
     assert!(store.is_degraded());
     // Failing open, the replica grants from its own window meanwhile.
     assert!(budget.try_withdraw().is_ok());

@@ -52,12 +52,13 @@ async fn a_mark_published_by_one_replica_is_read_by_another_and_the_later_wins()
     assert!(first.sync().await && second.sync().await && first.sync().await);
     for store in [&first, &second] {
         let cooldown = store.read("primary", MarkKind::Cooldown);
-        // 30 s from publication: at least 28 left on a slow machine.
-        assert!(matches!(left(cooldown), Some(28..=29)), "{cooldown:?}");
+        // The 30 s mark, not the 10 s one: more than 20 s left, however
+        // slow the machine.
+        assert!(matches!(left(cooldown), Some(21..=29)), "{cooldown:?}");
         assert!(cooldown.unwrap().rate_limited);
         assert!(matches!(
             left(store.read("backup", MarkKind::Unhealthy)),
-            Some(18..=19)
+            Some(11..=19)
         ));
         assert_eq!(store.read("primary", MarkKind::Unhealthy), None);
         assert_eq!(store.read("backup", MarkKind::Cooldown), None);
@@ -79,7 +80,7 @@ async fn a_mark_published_by_one_replica_is_read_by_another_and_the_later_wins()
         .await
         .unwrap();
     assert!(
-        (28_000..=30_000).contains(&ttl),
+        (20_001..=30_000).contains(&ttl),
         "the longest mark's: {ttl} ms"
     );
 }
@@ -91,14 +92,14 @@ async fn ended_marks_leave_the_replicas_and_redis() {
     };
     let (first, second) = (replica(&server, options()), replica(&server, options()));
     let soon = Mark {
-        until: Instant::now() + Duration::from_millis(100),
+        until: Instant::now() + Duration::from_secs(1),
         rate_limited: true,
     };
     first.publish("primary", MarkKind::Cooldown, soon);
     assert!(first.sync().await && second.sync().await);
     assert!(second.read("primary", MarkKind::Cooldown).is_some());
-    // At least the mark's 100 ms pass (more changes nothing).
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // At least the mark's second passes (more changes nothing).
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
     assert!(second.sync().await);
     assert_eq!(second.read("primary", MarkKind::Cooldown), None);
     let mut connection = server

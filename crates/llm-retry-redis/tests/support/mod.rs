@@ -148,6 +148,12 @@ impl RedisServer {
         }
     }
 
+    /// Whether the server does not answer a PING within 50 ms: still
+    /// asleep.
+    pub fn stalled(&self) -> bool {
+        !self.answers_ping_within(Duration::from_millis(50))
+    }
+
     fn answers_ping(&self) -> bool {
         self.answers_ping_within(Duration::from_secs(1))
     }
