@@ -66,8 +66,9 @@ pub(crate) struct Ended {
     pub(crate) counts: Arc<RequestCounts>,
     /// `None` when no answer began.
     pub(crate) status: Option<StatusCode>,
-    /// `none` when the gateway answered itself.
-    pub(crate) target: Arc<str>,
+    /// The target that answered; `None` when the gateway answered itself
+    /// (logged as `none`).
+    pub(crate) target: Option<Arc<str>>,
 }
 
 impl Ended {
@@ -77,7 +78,7 @@ impl Ended {
         if ending != Ending::Complete {
             tracing::warn!(
                 route = self.counts.route(),
-                target = &*self.target,
+                target = self.target.as_deref().unwrap_or("none"),
                 status = self.status.map(|s| s.as_u16()),
                 ending = ending.label(),
                 "request ended without its whole answer"

@@ -102,7 +102,7 @@ impl Drop for Pending {
             let ended = Ended {
                 counts,
                 status: None,
-                target: Arc::from("none"),
+                target: None,
             };
             ended.tell(Ending::ClientGone);
         }
@@ -110,15 +110,15 @@ impl Drop for Pending {
 }
 
 /// The answer to a request, the counter of the route it took (`none`
-/// before one was chosen) and the target that answered (`none` when the
+/// before one was chosen) and the target that answered (`None` when the
 /// gateway answered itself).
 async fn respond(
     shared: &Arc<Shared>,
     request: Request,
     spent: &UpstreamTime,
     pending: &mut Pending,
-) -> (Arc<RequestCounts>, Response, Arc<str>) {
-    let unrouted = |answer: Response| (Arc::clone(&shared.unrouted), answer, Arc::from("none"));
+) -> (Arc<RequestCounts>, Response, Option<Arc<str>>) {
+    let unrouted = |answer: Response| (Arc::clone(&shared.unrouted), answer, None);
     let guard = shared.in_flight.start();
     if shared.is_draining() {
         return unrouted(retry_soon(request.uri(), "draining"));
@@ -208,7 +208,7 @@ async fn respond(
     // no service type whose `Send` the compiler cannot prove in general.
     let sent: Pin<Box<dyn Future<Output = Result<Response<_>, llm_retry::BoxError>> + Send>> =
         Box::pin(route.failover.clone().oneshot(request));
-    let mut target: Arc<str> = Arc::from("none");
+    let mut target = None;
     let answer = match sent.await {
         Ok(response) => {
             let (mut head, body) = response.into_parts();
@@ -233,13 +233,13 @@ async fn respond(
 }
 
 /// The target whose answer the failover handed over: its last attempt.
-fn answered_by(report: &FailoverReport) -> Arc<str> {
+fn answered_by(report: &FailoverReport) -> Option<Arc<str>> {
     report
         .attempts
         .iter()
         .rev()
         .find(|a| !matches!(a.outcome, AttemptOutcome::Skipped(_)))
-        .map_or_else(|| Arc::from("none"), |a| Arc::clone(&a.target))
+        .map(|a| Arc::clone(&a.target))
 }
 
 /// Whether the request presents the gateway's key, compared in time that
