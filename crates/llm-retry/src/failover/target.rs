@@ -146,12 +146,16 @@ impl<S> Target<S> {
         later(own, shared.map(|m| (m.until, m.rate_limited)))
     }
 
-    /// Extends the cooldown, if the target keeps one, and shares it.
+    /// Extends the cooldown, if the target keeps one, and shares it when
+    /// that moved its end (a burst of refusals naming the same end shares
+    /// it once).
     pub(super) fn extend_cooldown(&self, until: Instant, rate_limited: bool) {
         let Some(cooldown) = &self.cooldown else {
             return;
         };
-        cooldown.extend(until, rate_limited);
+        if !cooldown.extend(until, rate_limited) {
+            return;
+        }
         if let Some(marks) = &self.marks {
             let mark = Mark {
                 until,
@@ -265,12 +269,14 @@ impl Cooldown {
     }
 
     /// Extends the cooldown to at least `until`; `rate_limited` says what
-    /// named the wait, and is kept when it sets the end.
-    pub(super) fn extend(&self, until: Instant, rate_limited: bool) {
+    /// named the wait, and is kept when it sets the end. Whether it did.
+    pub(super) fn extend(&self, until: Instant, rate_limited: bool) -> bool {
         let mut current = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if current.is_none_or(|(current, _)| current < until) {
+        let later = current.is_none_or(|(current, _)| current < until);
+        if later {
             *current = Some((until, rate_limited));
         }
+        later
     }
 }
 
