@@ -231,9 +231,7 @@ impl BudgetStore for RedisBudgetStore {
 /// `rule` with its floor divided among `replicas` (rounded down): what one
 /// replica grants alone while Redis does not answer.
 fn local_rule(rule: BudgetRule, replicas: u32) -> BudgetRule {
-    let ratio = f64::from(rule.ratio_ppm()) / 1e6;
-    // The ratio and window come from a valid rule: only the floor changes.
-    BudgetRule::new(ratio, rule.min_per_sec() / replicas.max(1), rule.window()).unwrap_or(rule)
+    rule.with_min_per_sec(rule.min_per_sec() / replicas.max(1))
 }
 
 impl Inner {

@@ -83,6 +83,15 @@ impl BudgetRule {
         self.min_per_sec
     }
 
+    /// The same rule with another floor of retries a second (the ratio and
+    /// window, already valid, kept).
+    pub fn with_min_per_sec(self, min_per_sec: u32) -> BudgetRule {
+        BudgetRule {
+            min_per_sec,
+            ..self
+        }
+    }
+
     /// `ratio × deposited + min_per_sec × window_secs`, in millionths.
     pub fn allowance_ppm(&self, deposited: u64) -> u128 {
         let window_ms = self.window.as_millis();
