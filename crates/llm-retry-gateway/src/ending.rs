@@ -161,3 +161,15 @@ where
         self.inner.size_hint()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Ending;
+
+    #[test]
+    fn every_ending_is_listed_at_its_own_place() {
+        for (place, ending) in Ending::ALL.iter().enumerate() {
+            assert_eq!(*ending as usize, place, "{}", ending.label());
+        }
+    }
+}

@@ -178,7 +178,7 @@ impl<S> Operation<S> {
                 Some(SkipReason::StateBound)
             } else if attempted >= self.config.max_target_attempts {
                 Some(SkipReason::AttemptLimit)
-            } else if self.deadline.is_some_and(|deadline| now >= deadline) {
+            } else if self.past_deadline(now) {
                 Some(SkipReason::Deadline)
             } else if self.cooling(index, &target, now) {
                 Some(SkipReason::CoolingDown)
@@ -222,10 +222,7 @@ impl<S> Operation<S> {
             let Some(result) = result else {
                 // Timed out: it may have been sent and executed.
                 self.spend(target.max_sends);
-                if self
-                    .deadline
-                    .is_some_and(|deadline| Instant::now() >= deadline)
-                {
+                if self.past_deadline(Instant::now()) {
                     self.record(&target, AttemptOutcome::Failed);
                     return self.deadline_passed();
                 }
@@ -242,7 +239,7 @@ impl<S> Operation<S> {
                         self.last_answer = Some(keep(response).await);
                     }
                     Verdict::Final => {
-                        let response = match moves_on(response).await {
+                        let mut response = match moves_on(response).await {
                             Ok(kept) => {
                                 // Before content, but maybe executed: on
                                 // to the next target, no further round.
@@ -263,7 +260,6 @@ impl<S> Operation<S> {
                             observe::failover_round_served();
                         }
                         self.report.stop = FailoverStop::Answered;
-                        let mut response = response;
                         response.extensions_mut().insert(self.report.clone());
                         return RoundEnd::Final(Ok(response));
                     }
@@ -278,10 +274,7 @@ impl<S> Operation<S> {
                         self.record(&target, AttemptOutcome::Failed);
                         failed(&target);
                         // A target's stack cut at the route's deadline.
-                        if self
-                            .deadline
-                            .is_some_and(|deadline| Instant::now() >= deadline)
-                        {
+                        if self.past_deadline(Instant::now()) {
                             return self.deadline_passed();
                         }
                         return RoundEnd::Final(Err(
@@ -527,6 +520,11 @@ impl<S> Operation<S> {
             return Err(Suppression::Shutdown);
         }
         Ok(())
+    }
+
+    /// Whether the route's deadline has come by `now`.
+    fn past_deadline(&self, now: Instant) -> bool {
+        self.deadline.is_some_and(|deadline| now >= deadline)
     }
 
     /// The deadline passed during an attempt: the last rejection, when one
