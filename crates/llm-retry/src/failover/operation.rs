@@ -46,7 +46,6 @@ pub(super) struct Ready {
 pub(super) struct Operation<S> {
     targets: Arc<[Target<S>]>,
     config: Arc<Config>,
-    started: Instant,
     deadline: Option<Instant>,
     sends_left: u32,
     report: FailoverReport,
@@ -85,14 +84,12 @@ enum Verdict {
 
 impl<S> Operation<S> {
     pub(super) fn new(targets: Arc<[Target<S>]>, config: Arc<Config>) -> Self {
-        let started = Instant::now();
         Operation {
-            deadline: config.deadline.and_then(|d| started.checked_add(d)),
+            deadline: config.deadline.and_then(|d| Instant::now().checked_add(d)),
             sends_left: config.max_upstream_sends,
             ready: vec![None; targets.len()],
             targets,
             config,
-            started,
             report: FailoverReport::new(),
             last_answer: None,
             last_error: None,
@@ -305,14 +302,13 @@ impl<S> Operation<S> {
         let judge = || {
             self.config
                 .policy
-                .judge(
+                .read(
                     &RetryState::new(),
                     Outcome::Response {
                         status: response.status(),
                         headers: response.headers(),
                         body: None,
                     },
-                    self.started.elapsed(),
                 )
                 .rejection
         };
@@ -339,11 +335,9 @@ impl<S> Operation<S> {
         // Read only where no retry stack's account decides (`certified`
         // says where).
         let judge = || {
-            self.config.policy.judge(
-                &RetryState::new(),
-                Outcome::Error(error),
-                self.started.elapsed(),
-            )
+            self.config
+                .policy
+                .read(&RetryState::new(), Outcome::Error(error))
         };
         let (sends, rejection) = match report {
             Some(report) => (
@@ -351,16 +345,16 @@ impl<S> Operation<S> {
                 certified(Some(report), || judge().rejection),
             ),
             None => {
-                let judgement = judge();
-                let unsent = judgement.rejection.is_some_and(|r| {
+                let reading = judge();
+                let unsent = reading.rejection.is_some_and(|r| {
                     matches!(r.kind, RejectionKind::NotConnected | RejectionKind::NotSent)
                 });
                 let sends = if unsent {
                     0
                 } else {
-                    u32::from(judgement.reached_upstream)
+                    u32::from(reading.reached_upstream())
                 };
-                (sends, judgement.rejection)
+                (sends, reading.rejection)
             }
         };
         self.spend(sends);

@@ -10,6 +10,7 @@ use crate::classify::{
 use crate::hint::{
     named_wait, stated_quotas, token_quota_only, ServerHint, ServerWait, Signals, WaitSource,
 };
+use crate::rate_limit::link::GateWait;
 use crate::rate_limit::KeyNews;
 use crate::report::StopReason;
 use http::{HeaderMap, StatusCode};
@@ -51,6 +52,10 @@ pub enum Decision {
         /// limit's resend that waits in a gate pacing its key is not: the
         /// gate sends no faster than the key was found to admit.
         charged: bool,
+        /// Whether the resend waits out `delay` in a rate-limit gate's queue
+        /// under the retry layer (the gate holds the key for it, or meters
+        /// the overloaded key's sends in flight) instead of sleeping first.
+        in_gate: bool,
     },
     /// Change the request and send it again at once.
     Recover(Recovery),
@@ -114,6 +119,26 @@ struct Evidence<'a> {
     may_have_executed: bool,
 }
 
+/// An outcome read, before any decision: what it shows, what it tells a
+/// gate about the key, and whether it proves the request was not executed.
+pub(crate) struct Reading<'a> {
+    evidence: Evidence<'a>,
+    /// The wait the server named for the outcome's class.
+    wait: Option<ServerWait>,
+    /// What the outcome says about the key, for a rate-limit gate.
+    pub(crate) key: KeyNews,
+    /// The outcome as a rejection, when it proves the request was not
+    /// executed: what a failover acts on.
+    pub(crate) rejection: Option<Rejection>,
+}
+
+impl Reading<'_> {
+    /// Whether the attempt reached the upstream.
+    pub(crate) fn reached_upstream(&self) -> bool {
+        self.evidence.reached_upstream
+    }
+}
+
 impl RetryPolicy {
     /// Judges an attempt's outcome for a request whose account is `state`
     /// (with the attempt already counted), `elapsed` after its first send.
@@ -122,33 +147,84 @@ impl RetryPolicy {
     /// layer, the rate-limit gate and the `tower::retry` path all act on the
     /// [`Judgement`] it returns.
     pub fn judge(&self, state: &RetryState, outcome: Outcome<'_>, elapsed: Duration) -> Judgement {
-        // A success is final whatever its headers say (see `evidence`): the
-        // common answer, unread, is judged without building the evidence of
-        // a failure.
-        if let Outcome::Response {
-            status,
-            headers,
-            body: None,
-        } = outcome
-        {
-            if classify_status(status, None) == Classification::Success {
-                return Judgement {
-                    class: Classification::Success,
-                    provider: None,
-                    hint: ServerHint::default(),
-                    key: self.served_news(Some(headers).filter(|_| state.gated())),
-                    reached_upstream: true,
-                    rejection: None,
-                    decision: Decision::Accept,
-                };
-            }
-        }
+        self.decide(state, self.read(state, outcome), elapsed)
+    }
+
+    /// The first half of [`judge`](Self::judge): what the outcome shows,
+    /// with no decision drawn. What it says about the key is decided here,
+    /// from what the gate made of the send (`state`): whether it is news
+    /// about the rate or only about tokens, and whether a named wait is the
+    /// key's or the request's.
+    pub(crate) fn read<'a>(&self, state: &RetryState, outcome: Outcome<'a>) -> Reading<'a> {
         let evidence = self.evidence(outcome);
-        let should_retry = evidence.should_retry;
         let wait = match &evidence.class {
             Classification::Retryable(kind) => self.named_wait(*kind, &evidence),
             _ => None,
         };
+        // What the outcome says about the key is its own class's news, not
+        // the request's: a rate limit the server forbids retrying still
+        // tells every other request the key's wait.
+        // Only a send a gate took needs its quota headers read.
+        let gate = state.gate();
+        let stated = evidence.headers.filter(|_| gate.is_some());
+        let key = match &evidence.base {
+            _ if !evidence.reached_upstream => KeyNews::None,
+            Classification::Success => self.served_news(stated),
+            Classification::Retryable(RetryableKind::RateLimited) => {
+                let wait = match evidence.class {
+                    Classification::Retryable(_) => wait,
+                    _ => self.named_wait(RetryableKind::RateLimited, &evidence),
+                };
+                let (window, tokens) = stated.map_or((None, None), |headers| {
+                    stated_quotas(headers, || self.now())
+                });
+                // A token quota refused the send: the headers say only its
+                // tokens ran out, or fewer are left than the send booked.
+                let booked = gate.map_or(0, |gate| gate.booked_tokens);
+                let short_of_tokens = booked > 0 && tokens.is_some_and(|t| t.remaining < booked);
+                let rate = !evidence.headers.is_some_and(token_quota_only) && !short_of_tokens;
+                KeyNews::Throttled {
+                    wait: wait.map(|w| w.duration),
+                    rate,
+                    // A send that booked its tokens, refused for tokens,
+                    // holds only its request (see `KeyNews`).
+                    holds_key: rate || booked == 0,
+                    whole_seconds: wait.is_some_and(|w| w.whole_seconds),
+                    window,
+                    tokens,
+                    final_answer: evidence.should_retry == Some(false),
+                }
+            }
+            // Too much of ours in flight at once: a concurrency signal,
+            // not a rate signal.
+            Classification::Retryable(RetryableKind::Overloaded) => KeyNews::Overloaded,
+            _ => KeyNews::None,
+        };
+        let rejection = self.rejection(&evidence);
+        Reading {
+            evidence,
+            wait,
+            key,
+            rejection,
+        }
+    }
+
+    /// The second half of [`judge`](Self::judge): what to do about an
+    /// outcome read, after the gate (if one took the send) acted on its
+    /// news (`state`).
+    pub(crate) fn decide(
+        &self,
+        state: &RetryState,
+        reading: Reading<'_>,
+        elapsed: Duration,
+    ) -> Judgement {
+        let Reading {
+            evidence,
+            wait,
+            key,
+            rejection,
+        } = reading;
+        let should_retry = evidence.should_retry;
         let hint = ServerHint { should_retry, wait };
         let decision = match &evidence.class {
             Classification::Success => Decision::Accept,
@@ -166,54 +242,11 @@ impl RetryPolicy {
                 {
                     decision
                 } else {
-                    let scope = match (kind, wait) {
-                        (RetryableKind::RateLimited, Some(_)) => WaitScope::Key,
-                        _ => WaitScope::Request,
-                    };
-                    let charged = !(*kind == RetryableKind::RateLimited && state.gate_paced());
-                    self.plan_retry(
-                        state,
-                        evidence.reached_upstream,
-                        wait,
-                        scope,
-                        charged,
-                        elapsed,
-                    )
-                    .unwrap_or_else(|refusal| Decision::Stop(refusal.into()))
+                    self.plan_retry(state, &evidence, *kind, wait, elapsed)
+                        .unwrap_or_else(|refusal| Decision::Stop(refusal.into()))
                 }
             }
         };
-        // What the outcome says about the key is its own class's news, not
-        // the request's: a rate limit the server forbids retrying still
-        // tells every other request the key's wait.
-        // Only a send a gate took needs its quota headers read.
-        let stated = evidence.headers.filter(|_| state.gated());
-        let key = match &evidence.base {
-            _ if !evidence.reached_upstream => KeyNews::None,
-            Classification::Success => self.served_news(stated),
-            Classification::Retryable(RetryableKind::RateLimited) => {
-                let wait = match evidence.class {
-                    Classification::Retryable(_) => wait,
-                    _ => self.named_wait(RetryableKind::RateLimited, &evidence),
-                };
-                let (window, tokens) = stated.map_or((None, None), |headers| {
-                    stated_quotas(headers, || self.now())
-                });
-                KeyNews::Throttled {
-                    wait: wait.map(|w| w.duration),
-                    rate: !evidence.headers.is_some_and(token_quota_only),
-                    whole_seconds: wait.is_some_and(|w| w.whole_seconds),
-                    window,
-                    tokens,
-                    final_answer: evidence.should_retry == Some(false),
-                }
-            }
-            // Too much of ours in flight at once: a concurrency signal,
-            // not a rate signal.
-            Classification::Retryable(RetryableKind::Overloaded) => KeyNews::Overloaded,
-            _ => KeyNews::None,
-        };
-        let rejection = self.rejection(&evidence);
         Judgement {
             class: evidence.class,
             provider: evidence.provider,
@@ -392,12 +425,30 @@ impl RetryPolicy {
     fn plan_retry(
         &self,
         state: &RetryState,
-        reached_upstream: bool,
+        evidence: &Evidence<'_>,
+        kind: RetryableKind,
         server_wait: Option<ServerWait>,
-        scope: WaitScope,
-        charged: bool,
         elapsed: Duration,
     ) -> Result<Decision, Refusal> {
+        let reached_upstream = evidence.reached_upstream;
+        let rate_limited = kind == RetryableKind::RateLimited;
+        let scope = match server_wait {
+            Some(_) if rate_limited => WaitScope::Key,
+            _ => WaitScope::Request,
+        };
+        // A rate limit's resend waiting in a gate that paces its key is not
+        // charged: the gate sends no faster than the key was found to admit.
+        let charged = !(rate_limited && state.gate_paced());
+        // Where the resend waits: in the gate's queue when the gate holds
+        // the key for this wait and paces its release (the resend keeps its
+        // place ahead of the sends that arrive during the hold), or when an
+        // overloaded key's in-flight ceiling meters a resend with no named
+        // wait (it waits for a slot instead of a backoff).
+        let in_gate = match state.gate().map(|gate| gate.wait) {
+            Some(GateWait::KeyHeld) => scope == WaitScope::Key && state.gate_paced(),
+            Some(GateWait::SlotMetered) => server_wait.is_none(),
+            _ => false,
+        };
         let limits = state.limits(self.limits());
         // The judged attempt is counted in `state` (a fresh state, as a
         // caller outside the layers passes, is the first send); a send
@@ -432,6 +483,7 @@ impl RetryPolicy {
             server_wait,
             scope,
             charged,
+            in_gate,
         })
     }
 }

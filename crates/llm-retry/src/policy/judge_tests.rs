@@ -196,6 +196,7 @@ fn transport_errors_are_retried_with_backoff() {
             server_wait: None,
             scope: WaitScope::Request,
             charged: true,
+            in_gate: false,
         }
     );
 }
@@ -216,6 +217,7 @@ fn quota_reset_headers_name_a_wait_only_for_rate_limits() {
             server_wait: None,
             scope: WaitScope::Request,
             charged: true,
+            in_gate: false,
         }
     );
     // On a 429 the exhausted quota's reset is the wait (here past the limit).
@@ -242,6 +244,7 @@ fn a_zero_named_wait_falls_back_to_computed_backoff() {
                 server_wait: None,
                 scope: WaitScope::Request,
                 charged: true,
+                in_gate: false,
             },
             "{zero:?}"
         );
@@ -368,6 +371,7 @@ fn a_429_that_may_not_be_retried_still_tells_the_key_its_wait() {
         crate::rate_limit::KeyNews::Throttled {
             wait: Some(Duration::from_secs(30)),
             rate: true,
+            holds_key: true,
             whole_seconds: true,
             window: None,
             tokens: None,
@@ -457,6 +461,7 @@ fn a_stream_rate_limit_the_server_forbids_retrying_still_holds_the_key() {
         crate::rate_limit::KeyNews::Throttled {
             wait: Some(Duration::from_secs(30)),
             rate: true,
+            holds_key: true,
             whole_seconds: true,
             window: None,
             tokens: None,
@@ -556,7 +561,7 @@ fn a_rate_limit_under_a_pacing_gate_is_not_charged_to_the_budget() {
     let p = policy();
     let charged = |status: u16, paced: bool| {
         let mut state = after(1);
-        state.set_gate(true, paced);
+        state.set_gate(Some(gate(paced, 0)));
         let outcome = Outcome::Response {
             status: StatusCode::from_u16(status).unwrap(),
             headers: &HeaderMap::new(),
@@ -587,7 +592,7 @@ fn a_success_through_a_gate_is_served_news_with_the_stated_window() {
         ("x-ratelimit-reset-requests", "1s"),
     ]);
     let mut gated = after(1);
-    gated.set_gate(true, false);
+    gated.set_gate(Some(gate(false, 0)));
     let key = |state: &RetryState, body: Option<&'static [u8]>| {
         let outcome = Outcome::Response {
             status: StatusCode::OK,
@@ -675,4 +680,97 @@ fn only_an_answer_proves_a_rate_limit_or_an_overload_and_only_no_answer_a_failed
         None,
         "an answer came, so a connection was made"
     );
+}
+
+fn gate(paced: bool, booked_tokens: u64) -> crate::rate_limit::link::GateSend {
+    crate::rate_limit::link::GateSend {
+        paced,
+        booked_tokens,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn the_judge_decides_whether_a_token_refusal_holds_the_key_or_the_request() {
+    use crate::rate_limit::KeyNews;
+    let p = policy();
+    let news = |h: &HeaderMap, booked: u64| {
+        let mut state = after(1);
+        state.set_gate(Some(gate(true, booked)));
+        let outcome = Outcome::Response {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            headers: h,
+            body: None,
+        };
+        match p.judge(&state, outcome, Duration::ZERO).key {
+            KeyNews::Throttled {
+                rate, holds_key, ..
+            } => (rate, holds_key),
+            other => panic!("{other:?}"),
+        }
+    };
+    let tokens_out = headers(&[
+        ("retry-after", "2"),
+        ("x-ratelimit-limit-tokens", "1000"),
+        ("x-ratelimit-remaining-tokens", "0"),
+        ("x-ratelimit-reset-tokens", "2s"),
+    ]);
+    // Only tokens ran out: no news about the rate. A send that booked
+    // its tokens waits alone; one that booked none holds the key.
+    assert_eq!(news(&tokens_out, 300), (false, false));
+    assert_eq!(news(&tokens_out, 0), (false, true));
+    // Requests left, but fewer tokens than the send booked: its own.
+    let short = headers(&[
+        ("retry-after", "2"),
+        ("x-ratelimit-limit-requests", "60"),
+        ("x-ratelimit-remaining-requests", "30"),
+        ("x-ratelimit-reset-requests", "1s"),
+        ("x-ratelimit-limit-tokens", "1000"),
+        ("x-ratelimit-remaining-tokens", "100"),
+        ("x-ratelimit-reset-tokens", "2s"),
+    ]);
+    assert_eq!(news(&short, 300), (false, false));
+    assert_eq!(
+        news(&short, 50),
+        (true, true),
+        "enough tokens: the rate's news"
+    );
+    assert_eq!(news(&headers(&[("retry-after", "2")]), 300), (true, true));
+}
+
+#[test]
+fn the_judge_sends_a_resend_to_wait_in_the_gate_only_where_the_gate_took_the_wait() {
+    use crate::rate_limit::link::GateWait;
+    let p = policy();
+    let in_gate = |status: u16, h: &HeaderMap, paced: bool, wait: GateWait| {
+        let mut state = after(1);
+        state.set_gate(Some(gate(paced, 0)));
+        state.set_gate_wait(wait);
+        let outcome = Outcome::Response {
+            status: StatusCode::from_u16(status).unwrap(),
+            headers: h,
+            body: None,
+        };
+        match p.judge(&state, outcome, Duration::ZERO).decision {
+            Decision::Retry { in_gate, .. } => in_gate,
+            other => panic!("{other:?}"),
+        }
+    };
+    let named = headers(&[("retry-after", "2")]);
+    let none = HeaderMap::new();
+    assert!(in_gate(429, &named, true, GateWait::KeyHeld));
+    assert!(
+        !in_gate(429, &named, false, GateWait::KeyHeld),
+        "a gate that only holds does not pace the release"
+    );
+    assert!(
+        !in_gate(429, &named, true, GateWait::Own),
+        "a doubted hold: the request waits its own wait"
+    );
+    assert!(in_gate(529, &none, true, GateWait::SlotMetered));
+    assert!(
+        !in_gate(529, &named, true, GateWait::SlotMetered),
+        "a named wait is slept"
+    );
+    assert!(!in_gate(529, &none, true, GateWait::Own));
 }

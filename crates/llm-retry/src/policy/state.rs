@@ -4,6 +4,7 @@ use super::judge::Judgement;
 use super::{Recovery, RecoveryAction};
 use crate::budget::Limits;
 use crate::classify::{Classification, RetryableKind};
+use crate::rate_limit::link::{GateSend, GateWait};
 use crate::report::{RetryReport, StopReason};
 use http::StatusCode;
 use std::time::Duration;
@@ -28,10 +29,8 @@ pub struct RetryState {
     /// The last send's rejection, when it was one.
     last_rejection: Option<super::Rejection>,
     recoveries: Vec<RecoveryAction>,
-    /// The last send passed a rate-limit gate that paces its key.
-    gate_paced: bool,
-    /// The last send passed a rate-limit gate.
-    gated: bool,
+    /// What a rate-limit gate made of the last send, if one took it.
+    gate: Option<GateSend>,
     /// A bound on the elapsed time tighter than the policy's `max_elapsed`:
     /// the caller's deadline, counted from the account's start.
     max_elapsed: Option<Duration>,
@@ -65,8 +64,7 @@ impl RetryState {
             rejected_sends: 0,
             last_rejection: None,
             recoveries: Vec::new(),
-            gate_paced: false,
-            gated: false,
+            gate: None,
             max_elapsed: None,
         }
     }
@@ -118,18 +116,24 @@ impl RetryState {
 
     /// Whether the last send passed a rate-limit gate that paces its key.
     pub(crate) fn gate_paced(&self) -> bool {
-        self.gate_paced
+        self.gate.is_some_and(|gate| gate.paced)
     }
 
-    /// Whether the last send passed a rate-limit gate.
-    pub(crate) fn gated(&self) -> bool {
-        self.gated
+    /// What a rate-limit gate made of the last send, if one took it.
+    pub(crate) fn gate(&self) -> Option<GateSend> {
+        self.gate
     }
 
-    /// Records whether the last send passed a gate, and whether it paces its key.
-    pub(crate) fn set_gate(&mut self, gated: bool, paced: bool) {
-        self.gated = gated;
-        self.gate_paced = paced;
+    /// Records what a gate made of the last send (`None`: none took it).
+    pub(crate) fn set_gate(&mut self, gate: Option<GateSend>) {
+        self.gate = gate;
+    }
+
+    /// Records what the gate did with the last send's outcome.
+    pub(crate) fn set_gate_wait(&mut self, wait: GateWait) {
+        if let Some(gate) = &mut self.gate {
+            gate.wait = wait;
+        }
     }
 
     /// Records the judged outcome of the last send.

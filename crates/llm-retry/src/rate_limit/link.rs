@@ -34,9 +34,14 @@ pub enum KeyNews {
         /// the key for it, up to the request's longest honoured wait.
         wait: Option<Duration>,
         /// Whether the refusal is news about the request rate. A 429 whose
-        /// headers say only a token quota is exhausted is not: the gate
-        /// holds the key but keeps its learned rate.
+        /// headers say a token quota ran out (only it, or with fewer tokens
+        /// left than the send booked) is not: the gate keeps its learned rate.
         rate: bool,
+        /// Whether the named wait is the key's: the gate holds every send
+        /// of the key (and model) for it. A token refusal of a send that
+        /// booked its tokens is the request's alone: its resend books them
+        /// again, and smaller sends keep flowing.
+        holds_key: bool,
         /// Whether the wait was named in whole seconds (`Retry-After`, an
         /// HTTP-date, Anthropic's reset): an upper bound, rounded up.
         whole_seconds: bool,
@@ -56,9 +61,10 @@ pub enum KeyNews {
 }
 
 /// What the gate does about the resend of a send it judged.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) enum GateWait {
     /// Nothing: the request waits its own wait.
+    #[default]
     Own,
     /// The key is held for all of the rate limit's named wait: a resend
     /// waits in the gate's queue.
@@ -66,6 +72,17 @@ pub(crate) enum GateWait {
     /// The overloaded key's in-flight ceiling meters the resend: it waits
     /// for a slot.
     SlotMetered,
+}
+
+/// What a gate made of a send, for the policy that judges its outcome.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct GateSend {
+    /// The gate paces the send's key (a quota or a learned rate).
+    pub(crate) paced: bool,
+    /// The tokens the send booked under its key's token quota (0: none).
+    pub(crate) booked_tokens: u64,
+    /// What the gate did about the resend, once it heard the news.
+    pub(crate) wait: GateWait,
 }
 
 /// Shared by the retry loop and the gate for one logical request.
@@ -255,9 +272,13 @@ impl GateLink {
 }
 
 impl Sent {
-    /// Whether the gate paces its key (a quota or a learned rate).
-    pub(crate) fn paced(&self) -> bool {
-        self.gate.paces()
+    /// What the gate made of the send, before its outcome is judged.
+    pub(crate) fn as_judged(&self) -> GateSend {
+        GateSend {
+            paced: self.gate.paces(),
+            booked_tokens: self.cost,
+            wait: GateWait::Own,
+        }
     }
 
     /// Hands the key what the policy made of the send's outcome (for the
@@ -280,7 +301,7 @@ impl Sent {
             key,
             at,
             order,
-            cost,
+            cost: _,
             in_flight,
         } = self;
         let in_a_row = &link.0.slotted_overloads;
@@ -306,6 +327,7 @@ impl Sent {
             KeyNews::Throttled {
                 wait,
                 rate,
+                holds_key,
                 whole_seconds,
                 window,
                 tokens,
@@ -319,21 +341,11 @@ impl Sent {
                 if let Some(window) = window.filter(|w| w.per_minute.is_some()) {
                     gate.observed_window(key, order, now, window, max_server_wait);
                 }
-                // A token quota refused the send: the headers say its
-                // tokens ran out, or fewer are left than it booked. That is
-                // no news about the request rate. A send that booked its
-                // tokens (its key books them) holds only its request: its
-                // resend books them again, and small sends keep flowing;
-                // else the key is held as for any named wait.
-                let short_of_tokens = cost > 0 && tokens.is_some_and(|t| t.remaining < cost);
-                let for_tokens = !rate || short_of_tokens;
-                let request_only = for_tokens && cost > 0;
                 // The hold before the rate: a whole-second wait is rounded
                 // only on a key with a rate before this refusal's news
                 // about the rate (one its headers just stated counts).
-                let held = wait.is_some_and(|wait| {
-                    let held = !request_only
-                        && gate.hold(key, order, now, wait, max_server_wait, whole_seconds);
+                let held = wait.filter(|_| holds_key).is_some_and(|wait| {
+                    let held = gate.hold(key, order, now, wait, max_server_wait, whole_seconds);
                     // Its resend waits in the queue: no sooner than its own
                     // wait, whatever later answers say of the key's.
                     if held {
@@ -341,7 +353,7 @@ impl Sent {
                     }
                     held
                 });
-                if !for_tokens {
+                if rate {
                     gate.throttled(key, at, now, wait, final_answer);
                 }
                 if held {

@@ -13,9 +13,9 @@ use crate::classify::Classification;
 use crate::deadline::Deadline;
 use crate::error::{BoxError, RetryError};
 use crate::hooks::{RecoveryEvent, RetryEvent};
-use crate::policy::{CredentialsFuture, Decision, Outcome, Recovery, RecoveryAction, WaitScope};
+use crate::policy::{CredentialsFuture, Decision, Outcome, Recovery, RecoveryAction};
 use crate::policy::{RetryPolicy, RetryState};
-use crate::rate_limit::link::{GateLink, GateWait};
+use crate::rate_limit::link::{GateLink, Sent};
 use crate::rate_limit::offer::LinkBounds;
 use crate::recover::{rewrite_body, BodyEdit};
 use crate::replay::ReplayBody;
@@ -180,23 +180,21 @@ impl Account {
             Outcome::Error(e) => (None, Some(e)),
         };
         let sent = self.link.as_ref().and_then(GateLink::take_sent);
-        let gated = sent.is_some();
-        let paced = sent.as_ref().is_some_and(|sent| sent.paced());
-        self.state.set_gate(gated, paced);
+        self.state.set_gate(sent.as_ref().map(Sent::as_judged));
         // Read once: the judgement and an immediate stop's report agree.
         let elapsed = self.state.elapsed();
-        let judgement = self.policy.judge(&self.state, outcome, elapsed);
-        // The gate below (if any) learns what the answer meant for its key:
-        // a 429's named wait holds the key.
-        let gate_wait = match (sent, &self.link) {
-            (Some(sent), Some(link)) => {
-                let limit = self.policy.limits().max_server_wait;
-                sent.report(link, judgement.key, Instant::now(), limit)
-            }
-            _ => GateWait::Own,
-        };
+        let reading = self.policy.read(&self.state, outcome);
+        // The gate below (if any) acts on what the answer meant for its
+        // key (a 429's named wait holds the key), before the decision,
+        // which says where the resend waits.
+        if let (Some(sent), Some(link)) = (sent, &self.link) {
+            let limit = self.policy.limits().max_server_wait;
+            let wait = sent.report(link, reading.key, Instant::now(), limit);
+            self.state.set_gate_wait(wait);
+        }
+        let judgement = self.policy.decide(&self.state, reading, elapsed);
         self.state.record_outcome(status, &judgement);
-        let (delay, server_wait, charged, scope) = match judgement.decision {
+        let (delay, server_wait, charged, in_gate) = match judgement.decision {
             Decision::Accept => {
                 return Step::Finish(self.finish_after(StopReason::Succeeded, elapsed))
             }
@@ -208,23 +206,11 @@ impl Account {
                 delay,
                 server_wait,
                 charged,
-                scope,
-            } => (delay, server_wait, charged, scope),
+                in_gate,
+                ..
+            } => (delay, server_wait, charged, in_gate),
         };
-        // The key's wait, with a pacing gate below that now holds the key
-        // for it: the resend waits in the gate's queue, where it keeps its
-        // place ahead of the sends that arrive during the hold and leaves
-        // paced, instead of sleeping here and joining the queue behind them.
-        // A gate that only holds does not pace the release: the request
-        // sleeps its own spread wait, as without a gate.
-        // An overload with no wait named, on a key whose in-flight ceiling
-        // meters the resend: it waits for a slot (first in, first out,
-        // within the deadline) instead of a backoff.
-        let sleep = match (scope, gate_wait) {
-            (WaitScope::Key, GateWait::KeyHeld) if paced => Duration::ZERO,
-            (_, GateWait::SlotMetered) if server_wait.is_none() => Duration::ZERO,
-            _ => delay,
-        };
+        let sleep = if in_gate { Duration::ZERO } else { delay };
         // Prepare first: a resend that cannot happen spends no budget.
         if let Err(stop) = resend.prepare() {
             return Step::Finish(self.finish(stop));
