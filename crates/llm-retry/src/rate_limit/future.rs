@@ -80,9 +80,6 @@ pin_project! {
         Readying,
         Calling {
             #[pin] future: F,
-            // The attempt's time limit, counted from its send.
-            // Boxed: only with an attempt timeout, and the future stays small.
-            timeout: Option<Pin<Box<Sleep>>>,
             // Counts the send in flight, when no retry loop above judges it.
             in_flight: Option<InFlight>,
         },
@@ -275,8 +272,9 @@ where
                     // the send counts in flight until then. Without one, it
                     // counts until its answer comes.
                     let link = this.gate.as_ref().and_then(|t| Some((t, t.link.as_ref()?)));
-                    let mut timeout = None;
                     if let (Some((ticket, link)), Some(counted)) = (link, in_flight.take()) {
+                        // The retry loop times the attempt from here.
+                        link.mark_called();
                         let booking = &ticket.booking;
                         link.sent(
                             &ticket.gate,
@@ -286,30 +284,13 @@ where
                             booking.stated_cost(),
                             counted,
                         );
-                        timeout = link
-                            .attempt_timeout()
-                            .map(|d| Box::pin(tokio::time::sleep(d)));
                     }
-                    this.state.set(State::Calling {
-                        future,
-                        timeout,
-                        in_flight,
-                    });
+                    this.state.set(State::Calling { future, in_flight });
                 }
-                StateProj::Calling {
-                    future,
-                    timeout,
-                    in_flight,
-                } => {
-                    if let Poll::Ready(response) = future.poll(cx) {
-                        in_flight.take();
-                        return Poll::Ready(response.map_err(Into::into));
-                    }
-                    if let Some(timeout) = timeout {
-                        ready!(timeout.as_mut().poll(cx));
-                        return Poll::Ready(Err(Box::new(super::link::attempt_cut())));
-                    }
-                    return Poll::Pending;
+                StateProj::Calling { future, in_flight } => {
+                    let response = ready!(future.poll(cx));
+                    in_flight.take();
+                    return Poll::Ready(response.map_err(Into::into));
                 }
             }
         }

@@ -93,8 +93,12 @@ struct Shared {
     deadline: Option<Instant>,
     max_server_wait: Duration,
     attempt_timeout: Option<Duration>,
-    /// A gate took the last attempt: it times the attempt from its send.
+    /// A gate took the last attempt: the attempt's time counts from the
+    /// gate's call of the stack under it, not from its queue.
     gated: AtomicBool,
+    /// When the gate called the stack under it for the last attempt
+    /// (recorded only under an attempt timeout).
+    called: Mutex<Option<Instant>>,
     /// A gate took the link from the retry loop's offer (not only from the
     /// request's extensions).
     offered: AtomicBool,
@@ -143,6 +147,7 @@ impl GateLink {
             max_server_wait: bounds.max_server_wait,
             attempt_timeout: bounds.attempt_timeout,
             gated: AtomicBool::new(false),
+            called: Mutex::new(None),
             offered: AtomicBool::new(false),
             sent: Mutex::new(None),
             estimate: Mutex::default(),
@@ -192,9 +197,19 @@ impl GateLink {
         })
     }
 
-    /// The longest an attempt may take from its send to its response head.
-    pub(super) fn attempt_timeout(&self) -> Option<Duration> {
-        self.0.attempt_timeout
+    /// The gate called the stack under it for the attempt: the attempt's
+    /// time counts from now (recorded only where an attempt timeout
+    /// counts it, so the common send reads no clock).
+    pub(super) fn mark_called(&self) {
+        if self.0.attempt_timeout.is_some() {
+            *lock(&self.0.called) = Some(Instant::now());
+        }
+    }
+
+    /// When a gate called the stack under it for the attempt in flight,
+    /// if it did yet.
+    pub(crate) fn called(&self) -> Option<Instant> {
+        *lock(&self.0.called)
     }
 
     /// A gate took the attempt: time spent queued in it is not the attempt's.
@@ -212,14 +227,16 @@ impl GateLink {
         self.0.offered.load(Ordering::Relaxed)
     }
 
-    /// Clears the mark before an attempt is called.
+    /// Clears the marks before an attempt is called.
     pub(crate) fn reset_gated(&self) {
-        self.0.gated.store(false, Ordering::Relaxed);
+        if self.0.gated.swap(false, Ordering::Relaxed) && self.0.attempt_timeout.is_some() {
+            *lock(&self.0.called) = None;
+        }
     }
 
-    /// Whether a gate took the attempt in flight (and times it from its
-    /// send). A layer between may call the gate later than the retry layer
-    /// called it, so this is asked when the attempt's own time is up.
+    /// Whether a gate took the attempt in flight (its time counts from the
+    /// gate's call). A layer between may call the gate later than the retry
+    /// layer called it, so this is asked when the attempt's own time is up.
     pub(crate) fn gated(&self) -> bool {
         self.0.gated.load(Ordering::Relaxed)
     }

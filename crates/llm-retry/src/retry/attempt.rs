@@ -151,11 +151,30 @@ impl<B> AttemptCtx<B> {
         tokio::time::Instant::now().checked_add(timeout)
     }
 
-    /// Whether a gate under this layer took the attempt in flight: then the
-    /// gate times it from its send, not from its queue, and this layer's
-    /// own attempt timer stands down.
+    /// Whether a gate under this layer took the attempt in flight.
     pub(super) fn attempt_gated(&self) -> bool {
         self.account.link.as_ref().is_some_and(GateLink::gated)
+    }
+
+    /// The attempt's bound `until` has come: the later bound that holds
+    /// instead, if a gate under this layer took the attempt. Its time counts
+    /// from the gate's call of the stack under it, not from its queue: a
+    /// send still queued is not cut before `timeout` from now, and one
+    /// called at `t` not before `t + timeout`.
+    pub(super) fn attempt_moved(
+        &self,
+        until: tokio::time::Instant,
+    ) -> Option<tokio::time::Instant> {
+        let link = self.account.link.as_ref().filter(|link| link.gated())?;
+        let timeout = self.account.policy.limits().attempt_timeout?;
+        let now = tokio::time::Instant::now();
+        if now < until {
+            return None;
+        }
+        match link.called() {
+            None => now.checked_add(timeout),
+            Some(called) => called.checked_add(timeout).filter(|&end| end > now),
+        }
     }
 
     /// Time left before the request's deadline.

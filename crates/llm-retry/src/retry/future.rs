@@ -163,13 +163,13 @@ where
                 StateProj::Calling { future } => match poll_bounded(
                     {
                         let polled = ctx.offering(|| future.poll(cx)).map_err(Into::into);
-                        if polled.is_pending()
-                            && this.attempt_until.is_some()
-                            && ctx.attempt_gated()
-                        {
-                            // A gate below took the attempt: it times it from its send.
-                            *this.attempt_until = None;
-                            *this.attempt_timer = None;
+                        if let (true, Some(until)) = (polled.is_pending(), *this.attempt_until) {
+                            // A gate below took the attempt: its time counts
+                            // from the gate's call, so the bound may move.
+                            if let Some(later) = ctx.attempt_moved(until) {
+                                *this.attempt_until = Some(later);
+                                *this.attempt_timer = None;
+                            }
                         }
                         polled
                     },

@@ -14,8 +14,9 @@
 //! - refresh credentials asynchronously: tower sends the stored request
 //!   before a hook's future could finish, so a hook that does not answer at
 //!   once ends the request with [`StopReason::RecoveryFailed`];
-//! - bound the attempt in flight by the deadline (put a timeout layer
-//!   under it); `attempt_timeout` applies only through a gate below;
+//! - bound the attempt in flight by the deadline or by `attempt_timeout`
+//!   (put a timeout layer under it, or under the gate so that the time
+//!   queued there does not count);
 //! - tag the first attempt: tower sends the caller's request itself, so a
 //!   rate-limit gate below hears from the second attempt on, the
 //!   [attempt header](crate::RetryPolicyBuilder::attempt_header) starts at
