@@ -20,8 +20,9 @@ fn one_a_second() -> RateLimitLayer {
 async fn a_hold_moves_the_quota_queue_back_in_order_and_spacing() {
     // 60 a minute, one at a time. The first send is refused half a second
     // later with `retry-after: 5`; the two queued behind it (due at 1 s
-    // and 2 s) move back behind the hold, still a second apart, and a
-    // send arriving during the hold queues behind them, not ahead.
+    // and 2 s) move back to the hold's end (5.5 s), still a second apart
+    // and with no burst (the 429 said the bucket is empty), and a send
+    // arriving during the hold queues behind them, not ahead.
     let upstream = Upstream::slow(Duration::from_millis(500), |seen| {
         if seen.path == "/first" {
             refused_for(5)
@@ -44,9 +45,9 @@ async fn a_hold_moves_the_quota_queue_back_in_order_and_spacing() {
         upstream.sends(),
         [
             ("/first".into(), 0),
-            ("/q1".into(), 6_000),
-            ("/q2".into(), 7_000),
-            ("/late".into(), 8_000)
+            ("/q1".into(), 5_500),
+            ("/q2".into(), 6_500),
+            ("/late".into(), 7_500)
         ]
     );
 }

@@ -254,7 +254,7 @@ where
                             Err("rate limit future polled after completion".into()),
                         );
                     };
-                    // A send is dated by its booked slot (the schedule it
+                    // A send is dated by its booked slot (the pace it
                     // went under), or by now when it also waited for a slot
                     // in flight: news of a send held back is news.
                     let at = match (*this.waited_for_slot, this.gate.as_ref()) {

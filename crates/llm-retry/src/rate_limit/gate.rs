@@ -1,9 +1,10 @@
 //! The shared gate: per-key pacing of every send, first in, first out.
 //!
-//! Three things can hold a send back, and its time is the latest of them:
-//! a hold (a 429 named a wait, which is a fact about the key), the quotas
-//! (fixed GCRA slots, booked when the send arrives), and a learned rate
-//! (a ticket in the key's [`Schedule`], whose time follows the rate as it
+//! What can hold a send back, and its time is the latest of them: a hold
+//! (a 429 named a wait, which is a fact about the key), the provider's
+//! window, the token quotas (GCRA slots, booked when the send arrives), and
+//! the key's one request pace (a ticket in its [`Pacer`](super::pacer::Pacer), at the configured
+//! quota's or the learned rate's pace, whose time follows the pace as it
 //! changes). A waiting send checks again when its time comes, or earlier
 //! when the learned rate rises enough to be worth waking for.
 
@@ -13,8 +14,8 @@ use super::error::GateError;
 use super::gcra::Pace;
 use super::hold::{Hold, Placed};
 use super::keys::{Keys, Sweepable};
+use super::pacer::Pace as RequestPace;
 use super::quota_book::{Paces, QuotaBook};
-use super::schedule::Schedule;
 use super::window::{Ledger, Place};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -55,6 +56,25 @@ pub(super) struct Shared {
     key_hasher: std::hash::RandomState,
 }
 
+impl Shared {
+    /// A key's request pace under the configured quota and its `learned`
+    /// rate: whichever is slower (a configured quota keeps its burst).
+    fn request_pace(&self, learned: Option<&Learned>) -> Option<RequestPace> {
+        let configured = self.paces.requests.map(|pace| RequestPace {
+            interval: pace.per_unit,
+            burst: pace.capacity,
+        });
+        let learned = learned.map(|rate| RequestPace {
+            interval: rate.interval(),
+            burst: 1,
+        });
+        match (configured, learned) {
+            (Some(c), Some(l)) if l.interval > c.interval => Some(l),
+            (configured, learned) => configured.or(learned),
+        }
+    }
+}
+
 impl std::ops::Deref for Gate {
     type Target = Shared;
 
@@ -72,7 +92,7 @@ struct KeyState {
     quotas: QuotaBook,
     /// A wait the provider named for the key, and the evidence about it.
     hold: Hold,
-    /// The learned rate and its schedule, in adaptive mode.
+    /// The learned rate, in adaptive mode.
     learned: Option<LearnedKey>,
     /// When a send last used the key (the sweep drops the oldest first).
     last_used: Instant,
@@ -88,30 +108,30 @@ struct KeyState {
 #[derive(Debug)]
 struct LearnedKey {
     rate: Learned,
-    schedule: Schedule,
     /// The rate when the waiting sends were last woken for a rise.
     woken_at_rate: f64,
 }
 
 impl KeyState {
-    fn new(adaptive: Option<&AdaptiveRate>, now: Instant) -> KeyState {
+    fn new(gate: &Shared, now: Instant) -> KeyState {
         static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+        let learned = gate.adaptive.as_ref().map(|bounds| {
+            let rate = bounds.start();
+            LearnedKey {
+                woken_at_rate: rate.per_sec(),
+                rate,
+            }
+        });
+        let pace = gate.request_pace(learned.as_ref().map(|l| &l.rate));
         KeyState {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            quotas: QuotaBook::default(),
+            quotas: QuotaBook::new(now, pace),
             hold: Hold::default(),
             last_used: now,
             ledger: Ledger::default(),
             woken: Arc::new(Notify::new()),
             flight: Arc::default(),
-            learned: adaptive.map(|bounds| {
-                let rate = bounds.start();
-                LearnedKey {
-                    woken_at_rate: rate.per_sec(),
-                    rate,
-                    schedule: Schedule::new(now),
-                }
-            }),
+            learned,
         }
     }
 
@@ -136,10 +156,6 @@ impl Sweepable for KeyState {
             && !self.hold.holds(now)
             && self.ledger.idle(now)
             && self.flight.in_flight() == 0
-            && self
-                .learned
-                .as_ref()
-                .is_none_or(|l| l.schedule.next_time(l.rate.interval()) <= now)
     }
 
     fn last_used(&self) -> Instant {
@@ -152,13 +168,11 @@ impl Sweepable for KeyState {
 pub(super) struct Booking {
     /// When the send may go, as last computed.
     pub(super) slot: Instant,
-    /// Its quota slot when booked, and the key's shift then.
-    quota_slot: Instant,
+    /// Its configured token quota slot when booked, and the key's shift then.
+    token_slot: Instant,
     shift: Duration,
-    /// Its ticket in the learned schedule.
+    /// Its ticket in the key's pacer.
     ticket: Option<u64>,
-    /// Its number among the key's quota bookings.
-    seq: u64,
     /// Its place among the key's sends, once let through.
     pub(super) order: u64,
     /// Its place in the provider's window: a share it took (given back if
@@ -282,9 +296,7 @@ impl Gate {
         // Amortized O(1): a sweep only when the map has doubled (one that
         // drops this key, idle, only means it is made anew below).
         keys.make_room(now);
-        let state = keys
-            .entry(key)
-            .or_insert_with(|| KeyState::new(self.adaptive.as_ref(), now));
+        let state = keys.entry(key).or_insert_with(|| KeyState::new(self, now));
         state.last_used = now;
         let (floor, past_hold) = state.hold.admits(now, deadline, bounds.max_server_wait)?;
         // The provider said how many more its window admits: past that, a
@@ -297,26 +309,24 @@ impl Gate {
         // Quotas are booked from the end of a hold or an exhausted window:
         // sends queued during one leave paced, not together.
         let base = floor.max(window_floor);
-        // Without quotas the booked slot is the arrival: a hold or window
-        // that ends early (a lost contest, news) holds it back no longer.
-        let quota_slot = if self.paces.any() {
-            base.max(state.quotas.slot(&self.paces, cost, base))
+        // Without a token quota the booked slot is the arrival: a hold or
+        // window that ends early (a lost contest, news) holds it back no
+        // longer.
+        let token_slot = if self.paces.tokens.is_some() {
+            base.max(state.quotas.token_slot(&self.paces, cost, base))
         } else {
             now
         };
-        let mut slot = quota_slot.max(base);
-        // Room the provider stated lets the send past the learned schedule.
+        let mut slot = token_slot.max(base);
+        // Room the provider stated, or a send past a hold, skips a learned
+        // pace (a configured quota still paces it).
         let in_room = base <= now && state.quotas.take_room();
-        let ticket = state
-            .learned
-            .as_mut()
-            .filter(|_| !in_room && !past_hold)
-            .map(|l| {
-                let interval = l.rate.interval();
-                let ticket = l.schedule.take(now, interval);
-                slot = slot.max(l.schedule.time_of(ticket, interval));
-                ticket
-            });
+        let ticketless = (in_room || past_hold) && self.paces.requests.is_none();
+        let ticket = state.quotas.pace.filter(|_| !ticketless).map(|pace| {
+            let ticket = state.quotas.pacer.take(now, base, pace);
+            slot = slot.max(state.quotas.pacer.time_of(ticket, pace.interval));
+            ticket
+        });
         let stated = state
             .quotas
             .stated_slot(cost, now, base)
@@ -328,8 +338,8 @@ impl Gate {
             slot = slot.max(at);
         }
         if deadline.is_some_and(|deadline| slot > deadline) {
-            if let Some(l) = &mut state.learned {
-                l.schedule.untake();
+            if ticket.is_some() {
+                state.quotas.pacer.untake();
             }
             return Err(GateError::PastDeadline { wait: slot - now });
         }
@@ -345,20 +355,19 @@ impl Gate {
         if let Some((cost, _)) = stated {
             state.quotas.book_stated(cost, now);
         }
-        let seq = state.quotas.book(&self.paces, cost, quota_slot, released);
+        state.quotas.book_tokens(&self.paces, cost, token_slot);
         state.ledger.enter(place, deadline);
         if let Some(l) = &mut state.learned {
             l.rate.on_send(now);
-            if let (Some(ticket), true) = (ticket, released) {
-                l.schedule.release(ticket, now);
-            }
+        }
+        if let (Some(ticket), true) = (ticket, released) {
+            state.quotas.pacer.release(ticket, now);
         }
         let mut booking = Booking {
             slot,
-            quota_slot,
+            token_slot,
             shift: state.hold.shift(),
             ticket,
-            seq,
             order: 0,
             place,
             stated,
@@ -409,11 +418,11 @@ impl Gate {
             .hold
             .admits(now, bounds.deadline, bounds.max_server_wait)?;
         let pushed = state.hold.shift().saturating_sub(booking.shift);
-        let quota_slot = booking
-            .quota_slot
+        let token_slot = booking
+            .token_slot
             .checked_add(pushed)
-            .unwrap_or(booking.quota_slot);
-        let mut slot = floor.max(quota_slot);
+            .unwrap_or(booking.token_slot);
+        let mut slot = floor.max(token_slot);
         if let Place::AfterReset(at) = booking.place {
             slot = slot.max(at);
         }
@@ -423,9 +432,11 @@ impl Gate {
         if let Some(at) = booking.bounds.not_before {
             slot = slot.max(at);
         }
-        // A ticket's time counts from the hold's end: not past it.
-        if let (Some(l), Some(ticket), false) = (&state.learned, booking.ticket, past_hold) {
-            slot = slot.max(l.schedule.time_of(ticket, l.rate.interval()));
+        // A ticket's time counts from the hold's end: not past it (unless
+        // a configured quota paces it).
+        let ticketed = !past_hold || self.paces.requests.is_some();
+        if let (Some(pace), Some(ticket), true) = (state.quotas.pace, booking.ticket, ticketed) {
+            slot = slot.max(state.quotas.pacer.time_of(ticket, pace.interval));
         }
         // A probe's turn is no firm slot (see `reserve_send`).
         let firm = slot;
@@ -443,10 +454,9 @@ impl Gate {
             return Ok(Check::WaitUntil(deadline.map_or(slot, |d| slot.min(d))));
         }
 
-        if let (Some(l), Some(ticket)) = (&mut state.learned, booking.ticket) {
-            l.schedule.release(ticket, now);
+        if let Some(ticket) = booking.ticket {
+            state.quotas.pacer.release(ticket, now);
         }
-        state.quotas.sent(booking.seq);
         // It goes (as the window's next probe, if it waited for one).
         state.let_go(booking);
         Ok(Check::Go)
@@ -454,9 +464,9 @@ impl Gate {
 
     /// A booked send will never be sent: dropped or refused while it
     /// waited for its turn, or past its turn while it waited for a slot in
-    /// flight (`released`). What it took is given up: its place in the
-    /// schedule and its quota slot while it was queued, and in either case
-    /// its window share and the tokens it booked.
+    /// flight (`released`). What it took is given up: its ticket and its
+    /// configured tokens while it was queued, and in either case its window
+    /// share and the stated tokens it booked.
     pub(super) fn abandon(&self, key: u64, booking: &Booking, now: Instant) {
         let took_share = matches!(booking.place, Place::Took(_));
         if booking.released && booking.stated.is_none() && !took_share {
@@ -477,11 +487,11 @@ impl Gate {
             state.ledger.give_back(booking.place);
             return;
         }
-        state.quotas.give_up(booking.seq);
+        state.quotas.refund_tokens(&self.paces, booking.cost, now);
         // The window's share it took goes back, if the window still stands.
         state.ledger.leave(booking.place, true);
-        if let (Some(l), Some(ticket)) = (&mut state.learned, booking.ticket) {
-            l.schedule.abandon(ticket, now, l.rate.interval());
+        if let Some(ticket) = booking.ticket {
+            state.quotas.pacer.abandon(ticket);
         }
     }
 
@@ -561,9 +571,7 @@ impl Gate {
         // Amortized O(1): a sweep only when the map has doubled (one that
         // drops this key, idle, only means it is made anew below).
         keys.make_room(now);
-        let state = keys
-            .entry(key)
-            .or_insert_with(|| KeyState::new(self.adaptive.as_ref(), now));
+        let state = keys.entry(key).or_insert_with(|| KeyState::new(self, now));
         // The queue behind the quotas starts at the hold's end now, in the
         // same order and spacing: it moves back by the hold's extension.
         let pushed = match state.hold.refused(order, now, wait, until) {
@@ -578,8 +586,8 @@ impl Gate {
             state.restate_window(None, now);
         }
         state.quotas.push_back(&self.paces, now, pushed, until);
-        if let Some(l) = &mut state.learned {
-            l.schedule.rebase(l.rate.interval(), until);
+        if let Some(pace) = state.quotas.pace {
+            state.quotas.pacer.rebase(pace.interval, until, true);
         }
         full
     }
@@ -587,7 +595,7 @@ impl Gate {
     /// Adaptive mode: a send that went at `sent` was answered 429, naming
     /// `named_wait` or not. One decrease per congestion event: the 429s of
     /// sends that went before it belong to it. The queue moves to the new
-    /// rate at once (the schedule is re-based), so a 429 for a later send
+    /// rate at once (the pacer is re-based), so a 429 for a later send
     /// is news.
     pub(super) fn throttled(
         &self,
@@ -701,8 +709,8 @@ impl Gate {
             tracing::debug!("llm-retry: the key serves sends after a 429: its hold ends");
             crate::observe::gate_stood_down("hold");
             // The waiting sends look again: their slots moved forward.
-            if let Some(l) = &mut state.learned {
-                l.schedule.rebase(l.rate.interval(), now);
+            if let Some(pace) = state.quotas.pace {
+                state.quotas.pacer.rebase(pace.interval, now, false);
             }
             state.woken.notify_waiters();
         }
@@ -724,7 +732,7 @@ impl Gate {
     }
 
     /// Lets `update` change the key's learned rate; a change re-bases the
-    /// schedule, and a rise worth it wakes the waiting sends.
+    /// pacer, and a rise worth it wakes the waiting sends.
     fn learn_in(
         &self,
         state: &mut KeyState,
@@ -741,7 +749,11 @@ impl Gate {
             return;
         }
         tracing::debug!(rate_per_sec = after, "llm-retry: learned rate changed");
-        l.schedule.rebase(l.rate.interval(), floor);
+        let pace = self.request_pace(Some(&l.rate));
+        state.quotas.pace = pace;
+        if let Some(pace) = pace {
+            state.quotas.pacer.rebase(pace.interval, floor, false);
+        }
         if after < before {
             l.woken_at_rate = after;
         } else if after >= l.woken_at_rate * WAKE_ON_RISE {

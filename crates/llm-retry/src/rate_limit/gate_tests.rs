@@ -12,10 +12,12 @@ const BOUNDS: AdaptiveRate = AdaptiveRate {
 async fn a_key_is_idle_only_once_nothing_of_it_reaches_past_now() {
     let now = Instant::now();
     let later = now + Duration::from_secs(1);
-    let fresh = || KeyState::new(None, now);
+    let plain = Gate::new(None, None, None);
+    let learning = Gate::new(None, None, Some(BOUNDS));
+    let fresh = || KeyState::new(&plain, now);
     assert!(fresh().idle(now), "a key nothing has used");
     assert!(
-        KeyState::new(Some(&BOUNDS), now).idle(now),
+        KeyState::new(&learning, now).idle(now),
         "a learned key with no send queued"
     );
 
@@ -24,13 +26,11 @@ async fn a_key_is_idle_only_once_nothing_of_it_reaches_past_now() {
     assert!(!held.idle(now));
     assert!(held.idle(later), "the hold is over");
 
-    let mut paced = fresh();
-    let pace = Pace::per_minute(60, 1).unwrap();
-    let paces = super::super::quota_book::Paces {
-        requests: Some(pace),
-        tokens: None,
-    };
-    paced.quotas.book(&paces, 0, now, true);
+    let quota = Gate::new(Pace::per_minute(60, 1), None, None);
+    let mut paced = KeyState::new(&quota, now);
+    let pace = paced.quotas.pace.unwrap();
+    let ticket = paced.quotas.pacer.take(now, now, pace);
+    paced.quotas.pacer.release(ticket, now);
     assert!(!paced.idle(now));
     assert!(paced.idle(later));
 
@@ -57,12 +57,13 @@ async fn a_key_is_idle_only_once_nothing_of_it_reaches_past_now() {
     drop(send);
     assert!(flying.idle(now));
 
-    let mut queued = KeyState::new(Some(&BOUNDS), now);
+    let mut queued = KeyState::new(&learning, now);
     let learned = queued.learned.as_mut().unwrap();
     learned.rate.on_stated(1.0, now);
-    let interval = learned.rate.interval();
-    learned.schedule.take(now, interval);
-    learned.schedule.take(now, interval);
+    let pace = learning.request_pace(Some(&learned.rate)).unwrap();
+    queued.quotas.pace = Some(pace);
+    queued.quotas.pacer.take(now, now, pace);
+    queued.quotas.pacer.take(now, now, pace);
     assert!(!queued.idle(now), "a second send is booked a second on");
     assert!(
         !queued.idle(later),

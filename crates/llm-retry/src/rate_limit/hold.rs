@@ -2,7 +2,7 @@
 //! answers since either corroborate it or contest it.
 //!
 //! Data and pure transitions on the caller's instant: the gate applies
-//! what they return to its queue (the schedule, the quota slots, the
+//! what they return to its queue (the pacer, the token slots, the
 //! waiting sends), so a second store can hold the same state.
 
 use super::doubt::Doubt;

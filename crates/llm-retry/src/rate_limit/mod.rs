@@ -80,9 +80,8 @@ mod keys;
 mod layer;
 pub(crate) mod link;
 pub(crate) mod offer;
+mod pacer;
 mod quota_book;
-mod refund;
-mod schedule;
 mod service;
 mod window;
 

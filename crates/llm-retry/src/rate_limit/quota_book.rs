@@ -1,9 +1,9 @@
-//! A key's quota bookings: the configured quotas' slots (with what may be
-//! given back), and the quotas its provider states (a token bucket, and
-//! the room its request quota has left).
+//! A key's quota bookings: its request pacer, the configured token quota's
+//! slots, and the quotas its provider states (a token bucket, and the room
+//! its request quota has left).
 
 use super::gcra::{Pace, Tat};
-use super::refund::Refunds;
+use super::pacer::{Pace as RequestPace, Pacer};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -25,12 +25,14 @@ impl Paces {
 }
 
 /// One key's bookings under its quotas.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct QuotaBook {
-    requests: Tat,
+    /// Its sends' tickets at the key's request pace.
+    pub(super) pacer: Pacer,
+    /// That pace: the configured quota's or the learned rate's, whichever
+    /// is slower (`None`: the key's requests are not paced).
+    pub(super) pace: Option<RequestPace>,
     tokens: Tat,
-    /// Configured-quota bookings that may still be given back.
-    refunds: Refunds,
     /// The token quota the provider's answers state, once one did: the
     /// same bucket as a configured quota's, resynced to each statement.
     stated_tokens: Option<(Pace, Tat)>,
@@ -40,50 +42,44 @@ pub(super) struct QuotaBook {
 }
 
 impl QuotaBook {
-    /// The earliest slot the configured quotas give a send of `cost`
-    /// tokens at `now`.
-    pub(super) fn slot(&self, paces: &Paces, cost: u64, now: Instant) -> Instant {
-        let mut slot = now;
-        if let Some(pace) = &paces.requests {
-            slot = slot.max(self.requests.slot(pace, now, 1));
+    pub(super) fn new(now: Instant, pace: Option<RequestPace>) -> QuotaBook {
+        QuotaBook {
+            pacer: Pacer::new(now),
+            pace,
+            tokens: Tat::default(),
+            stated_tokens: None,
+            stated_room: 0,
         }
-        if let Some(pace) = &paces.tokens {
-            slot = slot.max(self.tokens.slot(pace, now, cost));
-        }
-        slot
     }
 
-    /// Books a send of `cost` tokens at `slot`; `released` when it goes at
-    /// once. Returns its number, to give it back by.
-    pub(super) fn book(&mut self, paces: &Paces, cost: u64, slot: Instant, released: bool) -> u64 {
-        let before = [self.requests, self.tokens];
-        if let Some(pace) = &paces.requests {
-            self.requests.book(pace, slot, 1);
-        }
+    /// The earliest slot the configured token quota gives a send of `cost`
+    /// tokens at `now`.
+    pub(super) fn token_slot(&self, paces: &Paces, cost: u64, now: Instant) -> Instant {
+        paces
+            .tokens
+            .as_ref()
+            .map_or(now, |pace| self.tokens.slot(pace, now, cost))
+    }
+
+    /// Books a send of `cost` tokens at `slot` under the configured quota.
+    pub(super) fn book_tokens(&mut self, paces: &Paces, cost: u64, slot: Instant) {
         if let Some(pace) = &paces.tokens {
             self.tokens.book(pace, slot, cost);
         }
-        self.refunds.book(before, released)
     }
 
-    /// The booking `seq` went: it can no longer be given back.
-    pub(super) fn sent(&mut self, seq: u64) {
-        self.refunds.sent(seq);
-    }
-
-    /// The booking `seq` never will go: its slots come back when it was
-    /// the tail of the queue (else once the bookings behind it do).
-    pub(super) fn give_up(&mut self, seq: u64) {
-        if let Some([requests, tokens]) = self.refunds.give_up(seq) {
-            self.requests = requests;
-            self.tokens = tokens;
+    /// A send that booked `cost` configured tokens never went: they come
+    /// back, up to a full bucket.
+    pub(super) fn refund_tokens(&mut self, paces: &Paces, cost: u64, now: Instant) {
+        if let Some(pace) = &paces.tokens {
+            self.tokens.refund(pace, cost, now);
         }
     }
 
-    /// A hold until `until` pushed the queue back by `pushed`: the slots
-    /// booked move with it, and the quotas admit nothing more before
-    /// `until` than one period's worth (the 429 said the upstream's
-    /// bucket is empty).
+    /// A hold until `until` pushed the queue back by `pushed`: the tokens
+    /// booked move with it, and the quota admits nothing more before
+    /// `until` than one period's worth (the 429 said the upstream's bucket
+    /// is empty).
     pub(super) fn push_back(
         &mut self,
         paces: &Paces,
@@ -91,14 +87,9 @@ impl QuotaBook {
         pushed: Duration,
         until: Instant,
     ) {
-        if let Some(pace) = &paces.requests {
-            self.requests.push_back(pace, now, pushed, until);
-        }
         if let Some(pace) = &paces.tokens {
             self.tokens.push_back(pace, now, pushed, until);
         }
-        let paces = [paces.requests.as_ref(), paces.tokens.as_ref()];
-        self.refunds.push_back(paces, now, pushed, until);
     }
 
     /// Takes one send's room under the stated request quota, if any is
@@ -160,7 +151,8 @@ impl QuotaBook {
 
     /// Nothing booked reaches past `now`.
     pub(super) fn idle(&self, now: Instant) -> bool {
-        self.requests.idle(now)
+        self.pace
+            .is_none_or(|pace| self.pacer.next_time(pace.interval) <= now)
             && self.tokens.idle(now)
             && self
                 .stated_tokens
@@ -178,7 +170,7 @@ mod tests {
     /// A key whose provider stated 60 000 tokens a minute (one a
     /// millisecond), `remaining` of them left at `now`.
     fn stated(remaining: u64, now: Instant) -> QuotaBook {
-        let mut book = QuotaBook::default();
+        let mut book = QuotaBook::new(now, None);
         assert!(
             book.observe_tokens(60_000, remaining, now),
             "the first statement"
