@@ -103,8 +103,8 @@ async fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
         );
         prop_assert!(pair[1].at - pair[0].at >= PERIOD, "one a period: {pair:?}");
     }
-    // A 429 also says the upstream's bucket is empty: the key is free one
-    // period after its hold at the earliest.
+    // After a 429's hold the key is free again: the next send goes when it
+    // ends (the hold leaves no burst), within one period of it.
     for (n, ms) in holds {
         if let Some(sent) = seen.iter().find(|s| arrival(&s.path) == n) {
             held_until = held_until.max(start + sent.at + Duration::from_millis(ms) + PERIOD);
