@@ -28,16 +28,6 @@ use tokio::time::Instant;
 /// Rise of a learned rate that wakes the sends waiting on it.
 const WAKE_ON_RISE: f64 = 1.1;
 
-/// Set once any gate exists in the process: until then the retry layer
-/// keeps no request body for a gate to read the model from.
-static SOME_GATE: AtomicBool = AtomicBool::new(false);
-
-/// Whether any gate exists, so a whole request body is worth handing over
-/// (a gate keys by the model it names).
-pub(crate) fn some_gate() -> bool {
-    SOME_GATE.load(Ordering::Relaxed)
-}
-
 /// Per-key pacing state shared by every clone of one [`RateLimitLayer`](super::RateLimitLayer):
 /// one pointer, so a send's future carries its gate for one word.
 #[derive(Clone)]
@@ -237,7 +227,6 @@ impl Gate {
         tokens: Option<Pace>,
         adaptive: Option<AdaptiveRate>,
     ) -> Gate {
-        SOME_GATE.store(true, Ordering::Relaxed);
         Gate(Arc::new(Shared {
             paces: Paces { requests, tokens },
             adaptive,

@@ -141,7 +141,7 @@ pub(crate) struct Sent {
 }
 
 impl GateLink {
-    pub(crate) fn new(bounds: super::offer::LinkBounds) -> GateLink {
+    pub(crate) fn new(bounds: super::offer::LinkBounds, body: Option<Bytes>) -> GateLink {
         GateLink(Arc::new(Shared {
             deadline: bounds.deadline,
             max_server_wait: bounds.max_server_wait,
@@ -150,7 +150,11 @@ impl GateLink {
             called: Mutex::new(None),
             offered: AtomicBool::new(false),
             sent: Mutex::new(None),
-            estimate: Mutex::default(),
+            estimate: Mutex::new(Estimate {
+                body,
+                cost: None,
+                model: None,
+            }),
             slotted_overloads: std::sync::atomic::AtomicU32::new(0),
             not_before: Mutex::new(None),
         }))

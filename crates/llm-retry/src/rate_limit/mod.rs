@@ -86,7 +86,6 @@ mod service;
 mod window;
 
 pub use error::GateError;
-pub(crate) use gate::some_gate;
 pub use key::{RateKey, TokenCost};
 pub use layer::{Quotas, RateLimitLayer};
 pub use link::KeyNews;

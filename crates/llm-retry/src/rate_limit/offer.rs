@@ -23,6 +23,7 @@
 
 use super::link::GateLink;
 use crate::budget::Limits;
+use bytes::Bytes;
 use std::cell::Cell;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -48,6 +49,8 @@ impl LinkBounds {
 struct Offer {
     bounds: LinkBounds,
     link: Option<GateLink>,
+    /// The request body, whole, for the link when a gate makes it.
+    body: Option<Bytes>,
 }
 
 thread_local! {
@@ -59,6 +62,7 @@ thread_local! {
 struct Restore<'a> {
     outer: Option<Offer>,
     link: &'a mut Option<GateLink>,
+    body: &'a mut Option<Bytes>,
 }
 
 impl Drop for Restore<'_> {
@@ -68,15 +72,17 @@ impl Drop for Restore<'_> {
         // restore, and must not panic here.
         if let Ok(Some(ours)) = OFFERED.try_with(|cell| cell.replace(outer)) {
             *self.link = ours.link;
+            *self.body = ours.body;
         }
     }
 }
 
 /// Runs `call` (the inner service's `call` for one attempt) with `link`
 /// offered to the gate it reaches; afterwards `link` is the link a gate
-/// made, if it made one.
+/// made, if it made one, holding `body` (taken then).
 pub(crate) fn offering<T>(
     link: &mut Option<GateLink>,
+    body: &mut Option<Bytes>,
     bounds: LinkBounds,
     call: impl FnOnce() -> T,
 ) -> T {
@@ -84,11 +90,12 @@ pub(crate) fn offering<T>(
         cell.replace(Some(Offer {
             bounds,
             link: link.take(),
+            body: body.take(),
         }))
     });
     match offered {
         Ok(outer) => {
-            let _restore = Restore { outer, link };
+            let _restore = Restore { outer, link, body };
             call()
         }
         // The thread's locals are gone (it is exiting): no gate can take
@@ -103,10 +110,9 @@ pub(super) fn take() -> Option<GateLink> {
     OFFERED
         .try_with(|cell| {
             let mut offer = cell.take()?;
-            let bounds = offer.bounds;
-            let link = offer
-                .link
-                .get_or_insert_with(|| GateLink::new(bounds))
+            let Offer { bounds, link, body } = &mut offer;
+            let link = link
+                .get_or_insert_with(|| GateLink::new(*bounds, body.take()))
                 .clone();
             cell.set(Some(offer));
             Some(link)
@@ -127,10 +133,10 @@ mod tests {
     fn an_offer_lasts_for_its_call_and_nested_offers_take_turns() {
         assert!(take().is_none(), "no offer outside a call");
         let (mut outer, mut inner) = (None, None);
-        offering(&mut outer, bounds(), || {
+        offering(&mut outer, &mut None, bounds(), || {
             let first = take().expect("offered");
             assert!(first.same(&take().expect("still offered")), "made once");
-            offering(&mut inner, bounds(), || {
+            offering(&mut inner, &mut None, bounds(), || {
                 let nested = take().expect("offered");
                 assert!(!nested.same(&first), "the nearest retry loop's link");
             });
@@ -141,7 +147,7 @@ mod tests {
         assert!(!outer.same(&inner));
         // A link already made is offered again, not made anew.
         let mut again = Some(outer.clone());
-        offering(&mut again, bounds(), || {
+        offering(&mut again, &mut None, bounds(), || {
             assert!(outer.same(&take().expect("offered")));
         });
         assert!(again.is_some_and(|link| link.same(&outer)));
@@ -151,7 +157,7 @@ mod tests {
     fn a_call_that_panics_takes_its_offer_with_it() {
         let mut link = None;
         let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            offering(&mut link, bounds(), || {
+            offering(&mut link, &mut None, bounds(), || {
                 let _ = take();
                 panic!("the inner service panicked");
             })
@@ -164,7 +170,7 @@ mod tests {
     #[test]
     fn a_call_that_meets_no_gate_makes_no_link() {
         let mut link = None;
-        offering(&mut link, bounds(), || ());
+        offering(&mut link, &mut None, bounds(), || ());
         assert!(link.is_none());
     }
 }

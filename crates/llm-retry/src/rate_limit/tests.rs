@@ -79,8 +79,8 @@ fn a_link_shows_its_bounds_and_nothing_of_the_request() {
         .max_server_wait(Duration::from_secs(7))
         .build()
         .unwrap();
-    let link = link::GateLink::new(super::offer::LinkBounds::new(policy.limits(), None));
-    link.set_body(Bytes::from_static(b"secret prompt"));
+    let bounds = super::offer::LinkBounds::new(policy.limits(), None);
+    let link = link::GateLink::new(bounds, Some(Bytes::from_static(b"secret prompt")));
     let debug = format!("{link:?}");
     assert!(
         debug.starts_with("GateLink") && debug.contains("max_server_wait: 7s"),

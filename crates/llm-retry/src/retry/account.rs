@@ -74,6 +74,8 @@ pub(crate) struct Account {
     /// Shared with a rate-limit gate under the retry path, once a gate
     /// made it (or a recovery or a token estimate needed it first).
     pub(crate) link: Option<GateLink>,
+    /// The whole request body, for the link a gate makes: offered with it.
+    body: Option<bytes::Bytes>,
     /// Nothing of the request outlives it (`None`: beyond any clock).
     deadline: Option<Instant>,
     span: Span,
@@ -116,6 +118,7 @@ impl Account {
             policy,
             state,
             link: None,
+            body: None,
             deadline,
             span,
         }
@@ -135,31 +138,35 @@ impl Account {
     {
         let bounds = self.link_bounds();
         let _entered = self.span.enter();
-        crate::rate_limit::offer::offering(&mut self.link, bounds, || service.call(request))
+        let call = || service.call(request);
+        crate::rate_limit::offer::offering(&mut self.link, &mut self.body, bounds, call)
     }
 
     /// Runs `f` (a poll of the attempt in flight) offering the link, as
     /// [`call`](Self::call) does.
     pub(crate) fn offering<T>(&mut self, f: impl FnOnce() -> T) -> T {
         let bounds = self.link_bounds();
-        crate::rate_limit::offer::offering(&mut self.link, bounds, f)
+        crate::rate_limit::offer::offering(&mut self.link, &mut self.body, bounds, f)
     }
 
-    /// A body whole before its first send (`whole` reads it): a gate below
-    /// keys the send by the model it names, and a token-paced key estimates
-    /// its cost from it. Read only once some gate exists.
-    pub(crate) fn know_body(&mut self, whole: impl FnOnce() -> Option<bytes::Bytes>) {
-        if crate::rate_limit::some_gate() {
-            if let Some(bytes) = whole() {
-                self.ensure_link().set_body(bytes);
-            }
+    /// A body whole before its first send, or as a recovery rewrote it: a
+    /// gate below keys the send by the model it names, and a token-paced
+    /// key estimates its cost from it. Handed to the link, or offered with
+    /// it to the gate that makes it.
+    pub(crate) fn know_body(&mut self, whole: Option<bytes::Bytes>) {
+        match (&self.link, whole) {
+            (Some(link), Some(bytes)) => link.set_body(bytes),
+            (None, whole) => self.body = whole,
+            (Some(_), None) => {}
         }
     }
 
     /// The request's link, made now if no gate made it yet.
     pub(crate) fn ensure_link(&mut self) -> &GateLink {
         let bounds = self.link_bounds();
-        self.link.get_or_insert_with(|| GateLink::new(bounds))
+        let body = &mut self.body;
+        self.link
+            .get_or_insert_with(|| GateLink::new(bounds, body.take()))
     }
 
     pub(crate) fn span(&self) -> &Span {
@@ -307,7 +314,7 @@ impl Account {
             Err(error) => return self.recovery_failed(action, error.to_string()),
         };
         // A token-paced key books the next sends at the new body's cost.
-        self.ensure_link().set_body(rewritten.clone());
+        self.know_body(Some(rewritten.clone()));
         let replaced = resend.body().replaced_with(rewritten);
         resend.set_body(replaced);
         // The length changed; the client derives the new one from the body.

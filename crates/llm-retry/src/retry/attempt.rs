@@ -70,7 +70,7 @@ impl<B> AttemptCtx<B> {
     {
         let mut account = Account::open(policy, &parts.method, &parts.uri, &parts.extensions);
         account.stamp_attempt(&mut parts.headers);
-        account.know_body(|| body.fill_ready());
+        account.know_body(body.fill_ready());
         // An outer retry loop's link is not this one's gates' business (the
         // nearest loop's offer is what they take): off the first send and
         // the template of the resends alike.

@@ -131,7 +131,7 @@ where
             // The caller's request is the first send: open its account.
             let mut account =
                 Account::open(self.clone(), req.method(), req.uri(), req.extensions());
-            account.know_body(|| req.body().fill_ready());
+            account.know_body(req.body().fill_ready());
             let link = account.ensure_link().clone();
             clone.extensions_mut().insert(link);
             clone.extensions_mut().insert(account);
