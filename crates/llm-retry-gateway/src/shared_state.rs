@@ -5,7 +5,7 @@
 use crate::shared_config::{budget_name, marks_name, SharedConfig};
 use llm_retry::budget::RetryBudget;
 use llm_retry::failover::SharedMarks;
-use llm_retry_redis::{RedisBudgetStore, RedisTargetMarks, SharedOptions};
+use llm_retry_redis::{RedisBudgetStore, RedisTargetMarks, SharedOptions, StateName};
 use std::sync::Arc;
 
 /// The Redis client and the options every store of one gateway uses.
@@ -13,6 +13,8 @@ use std::sync::Arc;
 pub(crate) struct SharedState {
     client: redis::Client,
     options: SharedOptions,
+    /// The namespace of every key.
+    namespace: String,
 }
 
 /// One store a route started, kept to sync it on demand.
@@ -43,7 +45,17 @@ impl SharedState {
             .with_sync_interval(config.sync_interval)
             .with_replicas(config.replicas)
             .with_failure_mode(config.failure_mode);
-        Ok(SharedState { client, options })
+        Ok(SharedState {
+            client,
+            options,
+            namespace: config.namespace.clone(),
+        })
+    }
+
+    /// `name` in the configured namespace (checked with the config).
+    fn in_namespace(&self, name: StateName) -> Result<StateName, String> {
+        name.in_namespace(&self.namespace)
+            .map_err(|error| format!("shared.namespace: {error}"))
     }
 
     /// `budget` with its counts shared under `<route>/<target>`.
@@ -53,7 +65,7 @@ impl SharedState {
         target: &str,
         budget: RetryBudget,
     ) -> Result<(RetryBudget, SharedStore), String> {
-        let name = budget_name(route, target)?;
+        let name = self.in_namespace(budget_name(route, target)?)?;
         let store = RedisBudgetStore::start(self.client.clone(), name, budget.rule(), self.options)
             .map_err(|error| {
                 format!(
@@ -69,7 +81,7 @@ impl SharedState {
 
     /// The failover marks of `route`, shared under its name.
     pub(crate) fn marks(&self, route: &str) -> Result<(Arc<dyn SharedMarks>, SharedStore), String> {
-        let name = marks_name(route)?;
+        let name = self.in_namespace(marks_name(route)?)?;
         let store =
             RedisTargetMarks::start(self.client.clone(), name, self.options).map_err(|error| {
                 format!("route[{route}]: shared failover marks ({:?})", error.kind())
