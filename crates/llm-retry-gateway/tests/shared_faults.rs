@@ -193,3 +193,42 @@ async fn a_hung_redis_delays_no_send() {
     assert_eq!(b.request_count(), 2 * EACH, "each retried once on b");
     println!("per request, Redis answering: {answering:?}; Redis hung: {hung:?}");
 }
+
+/// A Redis call may take up to `timeout` to count as failed; until then a
+/// replica spends the retries it holds in reserve. Held longer than a
+/// reservation lasts by default (1 s), with a timeout longer still, the
+/// replica must still spend them: its retries are served, none refused
+/// for a reservation that lapsed while the sync that would renew it hung.
+#[tokio::test]
+async fn a_hang_longer_than_a_reservation_refuses_no_retry() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    const RETRIED: usize = 3;
+    let upstream =
+        target(Route::sequence((0..RETRIED).flat_map(|_| {
+            [Reply::status(503), Reply::anthropic_ok("served")]
+        })))
+        .await;
+    // Syncs only when asked or woken; each waits up to 30 s.
+    let table = format!(
+        "[shared]\nredis_url = \"{}\"\ntimeout = \"30s\"\nsync_interval = \"60m\"\n",
+        redis.url()
+    );
+    let replica = gateway(
+        &one_target(&upstream.url(""), &table, "max_retries = 1"),
+        no_env,
+    )
+    .await;
+    assert!(replica.gateway.sync_shared().await, "Redis answers");
+    let _sleeper = redis.send_without_waiting("DEBUG SLEEP 60");
+    redis.wait_until_stalled(Duration::from_millis(200));
+    // Past the default reservation's second (longer changes nothing).
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    for n in 0..RETRIED {
+        let (head, _) = send(post(&replica.url("/v1/messages"), PROMPT)).await;
+        assert_eq!(head.status, 200, "request {n}: its retry was refused");
+    }
+    assert!(redis.stalled(), "Redis woke before the requests ended");
+    assert_eq!(upstream.request_count(), 2 * RETRIED);
+}
