@@ -15,15 +15,17 @@
 //!   nothing it started lives on: no task (timers live in tasks or in the
 //!   futures their callers dropped) and no copy of a request body.
 //!
-//! The last composition is three gateway replicas sharing their retry
-//! budgets and failover marks through a real Redis (`soak_redis`), which
-//! is killed, restarted and hung (`DEBUG SLEEP`) mid-run; no answer or
-//! error may then mention Redis. It needs `redis-server` (skipped, saying
-//! so, without one unless `LLM_RETRY_REQUIRE_REDIS` is set, as under CI).
+//! The last two compositions share state through a real Redis
+//! (`soak_redis`), which is killed, restarted and hung (`DEBUG SLEEP`)
+//! mid-run: three gateway replicas sharing their retry budgets and
+//! failover marks, and two `RetryLayer` stacks sharing their budget. No
+//! answer or error may mention Redis. They need `redis-server` (skipped,
+//! saying so, without one unless `LLM_RETRY_REQUIRE_REDIS` is set, as
+//! under CI).
 //!
 //! `SOAK_REQUESTS` sets the requests per composition (default 3,400: 17,000
 //! in all, over five compositions, and a quarter as many through each of
-//! the two gateway compositions); the documented large run is
+//! the gateway and the Redis compositions); the documented large run is
 //! `SOAK_REQUESTS=250000`.
 #![allow(clippy::unwrap_used)]
 
@@ -561,13 +563,16 @@ fn sane_faults() -> Vec<(u32, Reply)> {
 }
 
 fn policy() -> llm_retry::RetryPolicy {
+    policy_builder().build().unwrap()
+}
+
+/// The soak's policy, to be built, with its own budget or another.
+fn policy_builder() -> llm_retry::RetryPolicyBuilder {
     fast_policy()
         .max_retries(MAX_RETRIES)
         .max_elapsed(MAX_ELAPSED)
         .max_server_wait(Duration::from_secs(5))
         .attempt_timeout(ATTEMPT_TIMEOUT)
-        .build()
-        .unwrap()
 }
 
 /// A reqwest client with `RetryMiddleware` (the `ClientLayer` stack), as a
@@ -803,8 +808,33 @@ async fn every_request_ends_once_with_only_bytes_the_upstream_sent() {
         );
     }
 
+    let upstream = mock().await;
+    if let Some(mut redis) = redis_support::RedisServer::start() {
+        let started = std::time::Instant::now();
+        let layers = soak_redis::SharedLayers::start(&redis);
+        let url = upstream.url("/v1/messages");
+        let (ended, faults) = tokio::join!(
+            crowd(layers.service(), &url, n / 4),
+            soak_redis::faults(&mut redis, &layers, n / 4),
+        );
+        drop(layers);
+        all.push((
+            "2 RetryLayers sharing Redis",
+            check(
+                Composition::reports("2 RetryLayers sharing Redis"),
+                &ended,
+                &upstream,
+            ),
+        ));
+        nothing_left("2 RetryLayers sharing Redis", upstream).await;
+        println!(
+            "2 RetryLayers sharing Redis: {faults:?}, {:?} of real time",
+            started.elapsed()
+        );
+    }
+
     for (name, totals) in &all {
-        println!("{name:<26} {totals:?}");
+        println!("{name:<28} {totals:?}");
     }
     // Every composition serves: the mix answers a fifth of first sends with
     // a 200, so a composition serving none has stopped sending.
