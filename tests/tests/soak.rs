@@ -15,11 +15,23 @@
 //!   nothing it started lives on: no task (timers live in tasks or in the
 //!   futures their callers dropped) and no copy of a request body.
 //!
+//! The last two compositions share state through a real Redis
+//! (`soak_redis`), which is killed, restarted and hung (`DEBUG SLEEP`)
+//! mid-run: three gateway replicas sharing their retry budgets and
+//! failover marks, and two `RetryLayer` stacks sharing their budget. No
+//! answer or error may mention Redis. They need `redis-server` (skipped,
+//! saying so, without one unless `LLM_RETRY_REQUIRE_REDIS` is set, as
+//! under CI).
+//!
 //! `SOAK_REQUESTS` sets the requests per composition (default 3,400: 17,000
-//! in all, over five compositions, and a quarter as many through the
-//! gateway); the documented large run is `SOAK_REQUESTS=250000`.
+//! in all, over five compositions, and a quarter as many through each of
+//! the gateway and the Redis compositions); the documented large run is
+//! `SOAK_REQUESTS=250000`.
 #![allow(clippy::unwrap_used)]
 
+#[path = "../../crates/llm-retry-redis/tests/support/mod.rs"]
+mod redis_support;
+mod soak_redis;
 mod support;
 
 use bytes::Bytes;
@@ -302,6 +314,14 @@ where
                         }
                     }
                     Err(error) => {
+                        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&*error);
+                        while let Some(error) = source {
+                            assert!(
+                                !soak_redis::mentions_redis(error.to_string().as_bytes()),
+                                "request {id}'s error names Redis: {error}"
+                            );
+                            source = error.source();
+                        }
                         let error = error
                             .downcast::<RetryError>()
                             .expect("every error is one RetryError");
@@ -487,6 +507,13 @@ fn check_body(
     let name = through.name;
     let served = report.last_status == Some(http::StatusCode::OK);
     let last = replies.last().and_then(Option::as_ref);
+    let got = match body {
+        Ok(bytes) | Err((bytes, _)) => bytes,
+    };
+    assert!(
+        !soak_redis::mentions_redis(got),
+        "{name}: request {id}'s answer names Redis"
+    );
     match body {
         Ok(bytes) => {
             if served {
@@ -536,13 +563,16 @@ fn sane_faults() -> Vec<(u32, Reply)> {
 }
 
 fn policy() -> llm_retry::RetryPolicy {
+    policy_builder().build().unwrap()
+}
+
+/// The soak's policy, to be built, with its own budget or another.
+fn policy_builder() -> llm_retry::RetryPolicyBuilder {
     fast_policy()
         .max_retries(MAX_RETRIES)
         .max_elapsed(MAX_ELAPSED)
         .max_server_wait(Duration::from_secs(5))
         .attempt_timeout(ATTEMPT_TIMEOUT)
-        .build()
-        .unwrap()
 }
 
 /// A reqwest client with `RetryMiddleware` (the `ClientLayer` stack), as a
@@ -622,17 +652,20 @@ attempt_timeout = "2s"
     let service = tower::service_fn(move |request: http::Request<Counted>| {
         let client = client.clone();
         async move {
-            let mut response = client.request(request).await?;
-            // The gateway keeps its reports; the client sees statuses. A
-            // stand-in report carries what the checks below read.
-            let mut report =
-                llm_retry::policy::RetryState::new().report(llm_retry::StopReason::Succeeded);
-            report.last_status = Some(response.status());
-            response.extensions_mut().insert(report);
-            Ok::<_, BoxError>(response)
+            let response = client.request(request).await?;
+            Ok::<_, BoxError>(stand_in_report(response))
         }
     });
     (service, addr, Stop { stop, serving })
+}
+
+/// The gateway keeps its reports; the client sees statuses. A stand-in
+/// report carries what the checks read.
+fn stand_in_report<B>(mut response: http::Response<B>) -> http::Response<B> {
+    let mut report = llm_retry::policy::RetryState::new().report(llm_retry::StopReason::Succeeded);
+    report.last_status = Some(response.status());
+    response.extensions_mut().insert(report);
+    response
 }
 
 /// Stops a gateway started by [`through_gateway`].
@@ -744,8 +777,64 @@ async fn every_request_ends_once_with_only_bytes_the_upstream_sent() {
     stop.now().await;
     nothing_left("gateway", upstream).await;
 
+    let upstream = mock().await;
+    if let Some(mut redis) = redis_support::RedisServer::start() {
+        let started = std::time::Instant::now();
+        let replicas = soak_redis::SharedGateways::start(&upstream, &redis).await;
+        let (ended, faults) = tokio::join!(
+            crowd(
+                replicas.service(),
+                "http://replicas.invalid/v1/messages",
+                n / 4
+            ),
+            soak_redis::faults(&mut redis, &replicas, n / 4),
+        );
+        replicas.stop().await;
+        all.push((
+            "3 gateways sharing Redis",
+            check(
+                Composition {
+                    reports: false,
+                    ..Composition::reports("3 gateways sharing Redis")
+                },
+                &ended,
+                &upstream,
+            ),
+        ));
+        nothing_left("3 gateways sharing Redis", upstream).await;
+        println!(
+            "3 gateways sharing Redis: {faults:?}, {:?} of real time",
+            started.elapsed()
+        );
+    }
+
+    let upstream = mock().await;
+    if let Some(mut redis) = redis_support::RedisServer::start() {
+        let started = std::time::Instant::now();
+        let layers = soak_redis::SharedLayers::start(&redis);
+        let url = upstream.url("/v1/messages");
+        let (ended, faults) = tokio::join!(
+            crowd(layers.service(), &url, n / 4),
+            soak_redis::faults(&mut redis, &layers, n / 4),
+        );
+        drop(layers);
+        all.push((
+            "2 RetryLayers sharing Redis",
+            check(
+                Composition::reports("2 RetryLayers sharing Redis"),
+                &ended,
+                &upstream,
+            ),
+        ));
+        nothing_left("2 RetryLayers sharing Redis", upstream).await;
+        println!(
+            "2 RetryLayers sharing Redis: {faults:?}, {:?} of real time",
+            started.elapsed()
+        );
+    }
+
     for (name, totals) in &all {
-        println!("{name:<26} {totals:?}");
+        println!("{name:<28} {totals:?}");
     }
     // Every composition serves: the mix answers a fifth of first sends with
     // a 200, so a composition serving none has stopped sending.

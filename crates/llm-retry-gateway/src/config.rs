@@ -155,7 +155,7 @@ struct File {
     header_read_timeout: Option<Spanned<String>>,
     stream_idle_timeout: Option<Spanned<String>>,
     client_key_env: Option<Spanned<String>>,
-    shared: Option<SharedFile>,
+    shared: Option<Spanned<SharedFile>>,
     #[serde(default, rename = "route")]
     routes: Vec<Spanned<RouteFile>>,
 }
@@ -338,7 +338,7 @@ impl Config {
         let shared = file
             .shared
             .as_ref()
-            .map(|shared| shared.validate(line_of))
+            .map(|shared| shared.get_ref().validate(shared.span(), line_of, &env))
             .transpose()?;
         if file.routes.is_empty() {
             return Err(ConfigError {

@@ -4,7 +4,7 @@
 
 use crate::config::ConfigError;
 use crate::duration;
-use llm_retry_redis::{FailureMode, StateName};
+use llm_retry_redis::{FailureMode, StateName, DEFAULT_NAMESPACE};
 use serde::Deserialize;
 use std::fmt;
 use std::ops::Range;
@@ -16,8 +16,12 @@ use toml::Spanned;
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct SharedConfig {
-    /// The Redis to share through. Printed only redacted.
+    /// The Redis to share through, from `redis_url` or from the
+    /// environment variable `redis_url_env` names. Printed only redacted.
     pub redis_url: RedisUrl,
+    /// The namespace of every key (`{<namespace>:<name>}:…`; default
+    /// `llm-retry`): fleets sharing one Redis keep apart by it.
+    pub namespace: String,
     /// Bound on each Redis call, connecting included (default 5 ms).
     pub timeout: Duration,
     /// How often each store syncs with Redis when nothing else asks it to
@@ -77,47 +81,90 @@ fn redact(url: &str) -> String {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct SharedFile {
-    redis_url: Spanned<String>,
+    redis_url: Option<Spanned<String>>,
+    redis_url_env: Option<Spanned<String>>,
+    namespace: Option<Spanned<String>>,
     timeout: Option<Spanned<String>>,
     sync_interval: Option<Spanned<String>>,
     replicas: Option<Spanned<u32>>,
     failure_mode: Option<Spanned<String>>,
 }
 
-/// Schemes the Redis client is built with.
-const SCHEMES: [&str; 3] = ["redis", "unix", "redis+unix"];
+/// Schemes the Redis client is built with (`rediss`: TLS, through rustls
+/// and the system's roots).
+const SCHEMES: [&str; 4] = ["redis", "rediss", "unix", "redis+unix"];
 
 impl SharedFile {
-    /// Validates the table; `line_of` turns a span into its line.
+    /// Validates the table, written at `table`; `line_of` turns a span
+    /// into its line, `env` reads `redis_url_env`.
     pub(crate) fn validate(
         &self,
+        table: Range<usize>,
         line_of: impl Fn(Range<usize>) -> Option<usize>,
+        env: &impl Fn(&str) -> Option<String>,
     ) -> Result<SharedConfig, ConfigError> {
         let at = |field: &str, span: Range<usize>, problem: String| ConfigError {
             line: line_of(span),
             field: format!("shared.{field}"),
             problem,
         };
-        let url = self.redis_url.get_ref();
-        let redis_url = RedisUrl(url.clone());
+        let (field, span, url) =
+            match (&self.redis_url, &self.redis_url_env) {
+                (Some(url), None) => ("redis_url", url.span(), url.get_ref().clone()),
+                (None, Some(var)) => match env(var.get_ref()).filter(|url| !url.is_empty()) {
+                    Some(url) => ("redis_url_env", var.span(), url),
+                    None => {
+                        return Err(at(
+                            "redis_url_env",
+                            var.span(),
+                            format!("the environment variable {} is not set", var.get_ref()),
+                        ))
+                    }
+                },
+                (Some(url), Some(_)) => {
+                    return Err(at(
+                        "redis_url",
+                        url.span(),
+                        "set redis_url or redis_url_env, not both".to_owned(),
+                    ))
+                }
+                (None, None) => return Err(at(
+                    "redis_url",
+                    table,
+                    "is required (or redis_url_env, naming an environment variable that holds it)"
+                        .to_owned(),
+                )),
+            };
+        let redis_url = RedisUrl(url);
         // Problems name the redacted URL only: never a password.
-        let scheme = url.split_once("://").map(|(scheme, _)| scheme);
+        let scheme = redis_url.0.split_once("://").map(|(scheme, _)| scheme);
         if !scheme.is_some_and(|s| SCHEMES.contains(&s)) {
             return Err(at(
-                "redis_url",
-                self.redis_url.span(),
-                format!("{redis_url} must start with redis://, unix:// or redis+unix://"),
-            ));
-        }
-        if redis::Client::open(url.as_str()).is_err() {
-            return Err(at(
-                "redis_url",
-                self.redis_url.span(),
+                field,
+                span,
                 format!(
-                    "{redis_url} is not a Redis URL (redis://[user:password@]host[:port][/db])"
+                    "{redis_url} must start with redis://, rediss://, unix:// or redis+unix://"
                 ),
             ));
         }
+        if redis::Client::open(redis_url.0.as_str()).is_err() {
+            return Err(at(
+                field,
+                span,
+                format!(
+                    "{redis_url} is not a Redis URL (redis[s]://[user:password@]host[:port][/db])"
+                ),
+            ));
+        }
+        let namespace = match &self.namespace {
+            None => DEFAULT_NAMESPACE.to_owned(),
+            Some(namespace) => {
+                let checked = StateName::new("probe")
+                    .and_then(|name| name.in_namespace(namespace.get_ref()))
+                    .map_err(|error| at("namespace", namespace.span(), error.to_string()))?;
+                checked.namespace().to_owned()
+            }
+        };
         let duration_of = |field: &str, value: &Option<Spanned<String>>, default: Duration| {
             value.as_ref().map_or(Ok(default), |text| {
                 duration::parse_positive(text.get_ref())
@@ -153,6 +200,7 @@ impl SharedFile {
         };
         Ok(SharedConfig {
             redis_url,
+            namespace,
             timeout,
             sync_interval,
             replicas,

@@ -5,14 +5,17 @@
 use crate::shared_config::{budget_name, marks_name, SharedConfig};
 use llm_retry::budget::RetryBudget;
 use llm_retry::failover::SharedMarks;
-use llm_retry_redis::{RedisBudgetStore, RedisTargetMarks, SharedOptions};
+use llm_retry_redis::{RedisBudgetStore, RedisTargetMarks, SharedOptions, StateName};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The Redis client and the options every store of one gateway uses.
 #[derive(Debug, Clone)]
 pub(crate) struct SharedState {
     client: redis::Client,
     options: SharedOptions,
+    /// The namespace of every key.
+    namespace: String,
 }
 
 /// One store a route started, kept to sync it on demand.
@@ -32,6 +35,20 @@ impl SharedStore {
     }
 }
 
+/// How long a replica's reserved retries last: at least the default (1 s),
+/// and long enough that the sync after the one that reserved them (which
+/// starts within `sync_interval` of that one's answer, itself within
+/// `timeout`) has failed, at `timeout` more, before they lapse. Shorter,
+/// a Redis that hangs would have the replica refuse the retries it holds,
+/// neither spending them nor yet deciding alone, until that sync failed.
+fn reservation_ttl(options: &SharedOptions) -> Duration {
+    let next_sync_failed = options
+        .timeout
+        .saturating_mul(2)
+        .saturating_add(options.sync_interval);
+    options.reservation_ttl.max(next_sync_failed)
+}
+
 impl SharedState {
     /// The client for `config`'s Redis (no connection is made yet). Errors
     /// never carry the URL.
@@ -43,7 +60,18 @@ impl SharedState {
             .with_sync_interval(config.sync_interval)
             .with_replicas(config.replicas)
             .with_failure_mode(config.failure_mode);
-        Ok(SharedState { client, options })
+        let options = options.with_reservation_ttl(reservation_ttl(&options));
+        Ok(SharedState {
+            client,
+            options,
+            namespace: config.namespace.clone(),
+        })
+    }
+
+    /// `name` in the configured namespace (checked with the config).
+    fn in_namespace(&self, name: StateName) -> Result<StateName, String> {
+        name.in_namespace(&self.namespace)
+            .map_err(|error| format!("shared.namespace: {error}"))
     }
 
     /// `budget` with its counts shared under `<route>/<target>`.
@@ -53,7 +81,7 @@ impl SharedState {
         target: &str,
         budget: RetryBudget,
     ) -> Result<(RetryBudget, SharedStore), String> {
-        let name = budget_name(route, target)?;
+        let name = self.in_namespace(budget_name(route, target)?)?;
         let store = RedisBudgetStore::start(self.client.clone(), name, budget.rule(), self.options)
             .map_err(|error| {
                 format!(
@@ -69,11 +97,31 @@ impl SharedState {
 
     /// The failover marks of `route`, shared under its name.
     pub(crate) fn marks(&self, route: &str) -> Result<(Arc<dyn SharedMarks>, SharedStore), String> {
-        let name = marks_name(route)?;
+        let name = self.in_namespace(marks_name(route)?)?;
         let store =
             RedisTargetMarks::start(self.client.clone(), name, self.options).map_err(|error| {
                 format!("route[{route}]: shared failover marks ({:?})", error.kind())
             })?;
         Ok((Arc::new(store.clone()), SharedStore::Marks(store)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reservation_outlives_the_next_syncs_failure() {
+        let options = |timeout_ms, interval_ms| {
+            SharedOptions::default()
+                .with_timeout(Duration::from_millis(timeout_ms))
+                .with_sync_interval(Duration::from_millis(interval_ms))
+        };
+        // The defaults (5 ms, 100 ms): the default second.
+        assert_eq!(reservation_ttl(&options(5, 100)), Duration::from_secs(1));
+        assert_eq!(
+            reservation_ttl(&options(2_000, 100)),
+            Duration::from_millis(4_100)
+        );
     }
 }

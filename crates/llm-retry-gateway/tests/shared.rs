@@ -89,3 +89,38 @@ async fn a_wait_named_to_one_replica_keeps_the_other_off_the_target() {
         assert!(exists, "{budget}");
     }
 }
+
+/// With `namespace`, every key sits under it, inside the hash tag.
+#[tokio::test]
+async fn a_namespace_holds_every_key() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let a = target(Route::always(rate_limited("30"))).await;
+    let b = target(Route::always(Reply::anthropic_ok("from b"))).await;
+    let shared = config(&a, &b, Some(&redis.url()))
+        .replace("[shared]\n", "[shared]\nnamespace = \"team-a\"\n");
+    let replica = gateway(&shared, no_env).await;
+    let (head, _) = send(post(&replica.url("/v1/messages"), PROMPT)).await;
+    assert_eq!(head.status, 200);
+    assert!(replica.gateway.sync_shared().await);
+    let mut redis_conn = redis
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let mut keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut redis_conn)
+        .await
+        .unwrap();
+    keys.sort();
+    assert_eq!(
+        keys,
+        [
+            "{team-a:claude/a}:budget",
+            "{team-a:claude/b}:budget",
+            "{team-a:claude}:failover"
+        ]
+    );
+}

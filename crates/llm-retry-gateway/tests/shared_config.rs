@@ -78,12 +78,33 @@ fn a_bad_shared_table_is_refused_naming_the_field_and_line() {
         ),
         (format!("{url}\nreplicas = 0"), "shared.replicas", Some(4)),
         (
+            format!("{url}\nnamespace = \"team:a\""),
+            "shared.namespace",
+            Some(4),
+        ),
+        (
+            format!("{url}\nnamespace = \"\""),
+            "shared.namespace",
+            Some(4),
+        ),
+        (
+            format!("{url}\nredis_url_env = \"REDIS_URL\""),
+            "shared.redis_url",
+            Some(3),
+        ),
+        (
+            "redis_url_env = \"UNSET\"".to_owned(),
+            "shared.redis_url_env",
+            Some(3),
+        ),
+        (
             format!("{url}\nfailure_mode = \"maybe\""),
             "shared.failure_mode",
             Some(4),
         ),
         (format!("{url}\npassword = \"x\""), "file", Some(4)),
-        ("timeout = \"5ms\"".to_owned(), "file", Some(2)),
+        // Without a URL: the table's line.
+        ("timeout = \"5ms\"".to_owned(), "shared.redis_url", Some(2)),
         (
             format!("redis_url = \"http://:{PASSWORD}@redis:6379\""),
             "shared.redis_url",
@@ -143,8 +164,57 @@ fn the_example_shared_table_is_accepted_once_uncommented() {
     let config = Config::parse(&format!("{table}{ROUTE}"), env).unwrap();
     let shared = config.shared.unwrap();
     assert_eq!(shared.replicas, 3);
+    assert_eq!(shared.namespace, "llm-retry");
     assert_eq!(
         shared.redis_url.to_string(),
         "redis://***@redis.internal:6379/0"
     );
+}
+
+/// The Redis URL, password included, from the environment: read, used,
+/// never printed; problems with it name the variable's line and the
+/// redacted URL only.
+#[test]
+fn the_url_may_come_from_the_environment() {
+    fn from_env(var: &str) -> Option<String> {
+        match var {
+            "REDIS_URL" => Some(format!("rediss://gateway:{PASSWORD}@redis.internal:6380/1")),
+            "BAD_REDIS_URL" => Some(format!("http://gateway:{PASSWORD}@redis.internal")),
+            "EMPTY" => Some(String::new()),
+            _ => None,
+        }
+    }
+    let config = Config::parse(
+        &with_shared("redis_url_env = \"REDIS_URL\"\nnamespace = \"team-a.prod\""),
+        from_env,
+    )
+    .unwrap();
+    let shared = config.shared.as_ref().unwrap();
+    assert_eq!(
+        shared.redis_url.to_string(),
+        "rediss://***@redis.internal:6380/1"
+    );
+    assert_eq!(shared.namespace, "team-a.prod");
+    assert!(!format!("{config:?}").contains(PASSWORD));
+    for var in ["BAD_REDIS_URL", "EMPTY"] {
+        let error = Config::parse(
+            &with_shared(&format!("redis_url_env = \"{var}\"")),
+            from_env,
+        )
+        .unwrap_err();
+        assert_eq!(error.field, "shared.redis_url_env", "{error}");
+        assert_eq!(error.line, Some(3), "{error}");
+        assert!(!error.to_string().contains(PASSWORD), "{error}");
+    }
+}
+
+/// `rediss://` (TLS) is built in; the namespace defaults to `llm-retry`.
+#[test]
+fn tls_urls_are_accepted_and_the_namespace_has_a_default() {
+    let config = Config::parse(
+        &with_shared("redis_url = \"rediss://redis.internal:6380\""),
+        env,
+    )
+    .unwrap();
+    assert_eq!(config.shared.unwrap().namespace, "llm-retry");
 }

@@ -7,8 +7,9 @@
 //! unhealthy marks ([`RedisTargetMarks`]), so a target one replica sets
 //! aside is skipped by all.
 //!
-//! Every key is hash-tagged by its [`StateName`] (`{llm-retry:<name>}:…`), so
-//! one name's keys share a cluster slot, and carries a TTL. Every Redis call
+//! Every key is hash-tagged by its [`StateName`] (`{<namespace>:<name>}:…`,
+//! the namespace [`DEFAULT_NAMESPACE`] unless chosen), so one name's keys
+//! share a cluster slot, and carries a TTL. Every Redis call
 //! is bounded by [`SharedOptions::timeout`]; past it, or on an error, a
 //! store decides from local state ([`FailureMode::FailOpen`], the default)
 //! or refuses what needs the shared state ([`FailureMode::FailClosed`]),
@@ -26,5 +27,5 @@ mod task;
 
 pub use budget::RedisBudgetStore;
 pub use failover::RedisTargetMarks;
-pub use key::{InvalidName, StateName};
+pub use key::{InvalidName, StateName, DEFAULT_NAMESPACE};
 pub use options::{FailureMode, SharedOptions};

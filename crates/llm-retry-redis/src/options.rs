@@ -28,8 +28,11 @@ pub struct SharedOptions {
     pub sync_interval: Duration,
     /// How long a reservation lasts from the sync that made it: Redis
     /// stops counting it then (a replica that died), and the replica stops
-    /// spending it. Keep it longer than `sync_interval`: a reserve that
-    /// lapses refuses retries until the sync its refusal wakes.
+    /// spending it. Keep it longer than `sync_interval` plus twice
+    /// `timeout`: a reserve that lapses refuses retries until the sync its
+    /// refusal wakes, and while Redis hangs, until a call has timed out
+    /// (the replica then decides alone), so a shorter one has a hung Redis
+    /// cost retries the replica held.
     pub reservation_ttl: Duration,
     /// Retries a replica reserves ahead from the fleet's budget, so that
     /// granting one needs no round trip (at least 1). Larger: fewer round

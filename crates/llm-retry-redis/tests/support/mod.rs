@@ -30,6 +30,8 @@ pub struct RedisServer {
     child: Option<Child>,
     port: u16,
     dir: PathBuf,
+    /// The TLS port, when the server also listens with TLS.
+    tls_port: Option<u16>,
 }
 
 impl RedisServer {
@@ -65,9 +67,51 @@ impl RedisServer {
             child: None,
             port,
             dir,
+            tls_port: None,
         };
         server.restart();
         Some(server)
+    }
+
+    /// Starts a server that also listens with TLS, on a second port, with
+    /// a certificate for 127.0.0.1 signed by a throwaway CA (`ca_file`),
+    /// both made by the `openssl` tool. Without `redis-server` or `openssl`,
+    /// as [`start`](RedisServer::start) does without `redis-server`.
+    pub fn start_tls() -> Option<RedisServer> {
+        let tool = Command::new("openssl")
+            .arg("version")
+            .stdout(Stdio::null())
+            .status();
+        if tool.is_err() {
+            assert!(
+                std::env::var_os(REQUIRED).is_none(),
+                "openssl is not installed, and {REQUIRED} is set: the TLS test makes \
+                 its certificates with it (Debian: apt-get install openssl)"
+            );
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED: openssl is not installed, so this test of TLS to Redis did not run"
+            );
+            return None;
+        }
+        let mut server = RedisServer::start()?;
+        make_certificates(&server.dir);
+        server.tls_port = Some(free_port());
+        server.restart();
+        Some(server)
+    }
+
+    /// `rediss://127.0.0.1:<TLS port>/` (of a server from `start_tls`).
+    pub fn tls_url(&self) -> String {
+        format!(
+            "rediss://127.0.0.1:{}/",
+            self.tls_port.expect("started with TLS")
+        )
+    }
+
+    /// The CA the TLS certificate is signed by, in PEM.
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.join("ca.crt")
     }
 
     /// The port a client can reach and the server (once restarted) uses.
@@ -94,7 +138,19 @@ impl RedisServer {
     /// Starts a fresh server, empty, on the same port, and waits for PING.
     pub fn restart(&mut self) {
         self.kill();
-        let spawned = Command::new("redis-server")
+        let mut command = Command::new("redis-server");
+        if let Some(tls_port) = self.tls_port {
+            let file = |name: &str| self.dir.join(name);
+            command
+                .args(["--tls-port", &tls_port.to_string(), "--tls-cert-file"])
+                .arg(file("server.crt"))
+                .arg("--tls-key-file")
+                .arg(file("server.key"))
+                .arg("--tls-ca-cert-file")
+                .arg(file("ca.crt"))
+                .args(["--tls-auth-clients", "no"]);
+        }
+        let spawned = command
             .args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .args(["--enable-debug-command", "yes"])
@@ -176,6 +232,74 @@ impl Drop for RedisServer {
         self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// Runs `openssl` in `dir` with `args`; panics, saying why, if it fails.
+fn openssl(dir: &std::path::Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("openssl runs");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A CA (`ca.crt`) and, signed by it, a certificate for 127.0.0.1
+/// (`server.crt`, `server.key`), in `dir`: P-256 keys, valid two days.
+fn make_certificates(dir: &std::path::Path) {
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    let mut ca = vec!["req", "-x509"];
+    ca.extend(ec);
+    ca.extend(["-keyout", "ca.key", "-out", "ca.crt", "-days", "2"]);
+    ca.extend(["-subj", "/CN=llm-retry test CA"]);
+    openssl(dir, &ca);
+    let mut request = vec!["req"];
+    request.extend(ec);
+    request.extend([
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=127.0.0.1",
+    ]);
+    openssl(dir, &request);
+    std::fs::write(
+        dir.join("server.ext"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n\
+         keyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n",
+    )
+    .expect("write the certificate's extensions");
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.crt",
+            "-days",
+            "2",
+            "-extfile",
+            "server.ext",
+        ],
+    );
 }
 
 /// A port nothing listens on right now.
