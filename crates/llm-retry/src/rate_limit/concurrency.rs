@@ -199,6 +199,14 @@ impl Flight {
                 tracing::debug!(limit, "llm-retry: key overloaded, in-flight ceiling set");
                 limit >= METERS_FROM
             }
+            // Overloaded with nothing else of ours in flight: what the key
+            // holds is not what overloads it, and a ceiling only queues its
+            // sends (it would sink to one at a time under overloads that
+            // come whatever the load).
+            Some(_) if others < 1.0 => {
+                self.stand_down(&mut limit, now);
+                false
+            }
             Some(c) => {
                 let mut limit = c.limit.min(others.max(1.0));
                 if sent > c.quiet_until {
@@ -270,18 +278,24 @@ impl Flight {
             c.trial = None;
             return false;
         }
-        // Every waiting send goes (without a slot); sends in flight end
-        // uncounted.
+        self.stand_down(&mut limit, now);
+        true
+    }
+
+    /// The key's overloads do not follow what it holds in flight: every
+    /// waiting send goes (without a slot), sends in flight end uncounted,
+    /// and the key gets no other ceiling while in [`Doubt`].
+    fn stand_down(&self, limit: &mut Limit, now: Instant) {
         self.state.fetch_and(!LIMITED, Ordering::AcqRel);
-        c.slots.close();
-        limit.ceiling = None;
+        if let Some(c) = limit.ceiling.take() {
+            c.slots.close();
+        }
         limit.doubt.proved_wrong(now);
         tracing::debug!(
             "llm-retry: the key's overloads do not follow what it holds in flight; \
              it is no longer held to a ceiling"
         );
         crate::observe::gate_stood_down("ceiling");
-        true
     }
 
     /// As if the key's recent answers were all overloads: its next one
@@ -443,6 +457,28 @@ mod tests {
             flight.overloaded(sent, Instant::now());
         }
         assert!(flight.slots().is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_overload_with_nothing_else_in_flight_stands_the_ceiling_down() {
+        let sent = Instant::now();
+        let flight = Arc::new(overloaded_often());
+        let crowd = start(&flight, 10);
+        flight.overloaded(sent, sent);
+        assert!(flight.slots().is_some(), "a ceiling is set");
+        drop(crowd);
+        let alone = slotted(&flight);
+        assert!(flight.slots().is_some(), "a send alone, not yet answered");
+        assert!(
+            !alone.overloaded(sent, sent),
+            "its resend waits for no slot"
+        );
+        assert!(flight.slots().is_none(), "overloaded alone: no ceiling");
+        let later = sent + std::time::Duration::from_secs(1);
+        let _more = start(&flight, 10);
+        flight.overloaded_often();
+        flight.overloaded(later, later);
+        assert!(flight.slots().is_none(), "and none while in doubt");
     }
 
     /// A send that goes under the key's ceiling, with a slot.

@@ -162,10 +162,17 @@ impl Hold {
                 refused: 0,
             }),
         };
+        let later = order > contest.order;
         if !contest.won() && self.doubt.holds(now) {
             return Placed::Doubted;
         }
         if self.until.is_some_and(|held| held >= until) {
+            // The provider's latest word on the key is what a request must
+            // honour to wait the hold out: a later send's shorter wait
+            // replaces an absurd one that put the hold.
+            if later {
+                self.asked = Some((now, wait));
+            }
             return Placed::Covered;
         }
         self.asked = Some((now, wait));
@@ -257,6 +264,30 @@ mod tests {
         assert_eq!(hold.past(now + S(15), None, Some(S(45))), None);
         assert!(matches!(
             hold.past(now + S(15), None, Some(S(45) - Duration::from_millis(1))),
+            Some(GateError::HeldTooLong { .. })
+        ));
+    }
+
+    #[test]
+    fn a_later_send_s_shorter_wait_is_what_a_request_must_honour() {
+        // An absurd wait (capped at 5 s) holds the key; later sends are
+        // refused naming a second. They corroborate the hold, and a request
+        // that honours 5 s waits it out instead of failing on the absurd one.
+        let now = Instant::now();
+        let mut hold = Hold::default();
+        hold.refused(0, now, S(1 << 40), now + S(5));
+        assert!(matches!(hold.admits(now, None, Some(S(5))), Ok((_, true))));
+        hold.refused(1, now, S(1), now + S(1));
+        hold.refused(2, now, S(1), now + S(1));
+        assert!(hold.corroborated());
+        assert_eq!(hold.admits(now, None, Some(S(5))), Ok((now + S(5), false)));
+        // A refusal of the send that put the hold, or of one before it,
+        // is no later word.
+        let mut early = Hold::default();
+        early.refused(7, now, S(1 << 40), now + S(5));
+        early.refused(3, now, S(1), now + S(1));
+        assert!(matches!(
+            early.past(now, None, Some(S(5))),
             Some(GateError::HeldTooLong { .. })
         ));
     }
