@@ -1,5 +1,6 @@
 //! Conversions between reqwest's request and response types and `http`'s.
 
+use crate::last_uri::LastUri;
 use bytes::Bytes;
 use http_body::Body;
 use llm_retry::ReplayBody;
@@ -26,8 +27,9 @@ pub(crate) struct Origin {
 /// A reqwest request as the retry engine sees it, and what rebuilds it.
 pub(crate) fn to_http(
     mut request: reqwest::Request,
+    last_uri: &LastUri,
 ) -> Result<(http::Request<reqwest::Body>, Origin), http::uri::InvalidUri> {
-    let uri = http::Uri::try_from(request.url().as_str())?;
+    let uri = last_uri.of(request.url())?;
     let body = request.body_mut().take().unwrap_or_default();
     // Bytes (a string, a `Vec`, JSON): reqwest can clone it. No body at
     // all is the empty bytes.

@@ -83,6 +83,7 @@
 mod attempt;
 mod convert;
 mod error;
+mod last_uri;
 mod middleware;
 
 pub use error::{report, reqwest_error, retry_error};
