@@ -60,15 +60,24 @@ pub(crate) fn to_reqwest(
     if parts.uri != origin.uri {
         let request = http::Request::from_parts(parts, body);
         let mut rebuilt = reqwest::Request::try_from(request)?;
-        *rebuilt.timeout_mut() = origin.timeout;
+        set_timeout(&mut rebuilt, origin.timeout);
         return Ok(rebuilt);
     }
     let mut rebuilt = reqwest::Request::new(parts.method, origin.url.clone());
     *rebuilt.headers_mut() = parts.headers;
     *rebuilt.version_mut() = parts.version;
     *rebuilt.body_mut() = Some(body);
-    *rebuilt.timeout_mut() = origin.timeout;
+    set_timeout(&mut rebuilt, origin.timeout);
     Ok(rebuilt)
+}
+
+/// Gives `request` the caller's per-request timeout, if it had one. A
+/// fresh request has none, and asking for its slot would build the
+/// request's config map just to write `None` into it.
+fn set_timeout(request: &mut reqwest::Request, timeout: Option<Duration>) {
+    if let Some(timeout) = timeout {
+        *request.timeout_mut() = Some(timeout);
+    }
 }
 
 /// One attempt's body for reqwest. When every byte of it is known (the
