@@ -1,13 +1,21 @@
 //! [`LastUri`]: the `http::Uri` of the URL a client called last, so a
 //! client that calls one endpoint again and again parses it once.
 
+use std::fmt;
 use std::sync::Mutex;
 
 /// The URL of the last request and its `http::Uri`, shared by every
 /// request through one middleware.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub(crate) struct LastUri {
     last: Mutex<Option<(reqwest::Url, http::Uri)>>,
+}
+
+/// Shows nothing of the URL: its query may hold a key (`?key=…`).
+impl fmt::Debug for LastUri {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("LastUri")
+    }
 }
 
 impl LastUri {
@@ -53,6 +61,16 @@ mod tests {
             let uri = last.of(&url(s)).unwrap();
             assert_eq!(uri.to_string(), s);
         }
+    }
+
+    #[test]
+    fn its_debug_output_shows_no_url() {
+        let last = LastUri::default();
+        last.of(&url("https://api.example.com/v1/models?key=secret-123"))
+            .unwrap();
+        let shown = format!("{last:?}");
+        assert!(!shown.contains("secret-123"), "{shown}");
+        assert!(!shown.contains("example"), "{shown}");
     }
 
     #[test]
