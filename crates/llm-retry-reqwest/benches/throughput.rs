@@ -160,14 +160,15 @@ fn main() {
             .into_iter()
             .filter(|(name, _)| name.contains(only.as_str()))
             .collect();
-        // THROUGHPUT_WORKLOAD=success (or 503) runs one workload alone.
+        // THROUGHPUT_WORKLOAD=success (or 503, or slow) runs one workload
+        // alone: no name contains another's.
         let workload_filter = std::env::var("THROUGHPUT_WORKLOAD").unwrap_or_default();
         let workloads = [
             ("success", "/ok", requests),
             ("10 % 503", "/mix", requests),
             // An upstream that takes 20 ms to answer (LLM APIs take
             // longer): the client's CPU is no longer the bottleneck.
-            ("success, 20 ms upstream", "/slow", requests / 4),
+            ("slow upstream (20 ms)", "/slow", requests / 4),
         ];
         for (workload, path, requests) in workloads {
             if !workload.contains(workload_filter.as_str()) {

@@ -1,10 +1,8 @@
 //! [`NextAttempt`]: one attempt, as a tower service over the rest of the
 //! middleware chain.
 
-use crate::convert::{self, Origin};
-use bytes::Bytes;
+use crate::convert::{self, AttemptBody, Origin};
 use http::Extensions;
-use http_body::Body;
 use reqwest_middleware::Next;
 use std::future::Future;
 use std::pin::Pin;
@@ -53,11 +51,7 @@ impl<'a> NextAttempt<'a> {
     }
 }
 
-impl<'a, B> Service<http::Request<B>> for NextAttempt<'a>
-where
-    B: Body<Data = Bytes> + Send + Sync + 'static,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
+impl<'a> Service<http::Request<AttemptBody>> for NextAttempt<'a> {
     type Response = http::Response<reqwest::Body>;
     type Error = reqwest_middleware::Error;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send + 'a>>;
@@ -68,7 +62,7 @@ where
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+    fn call(&mut self, request: http::Request<AttemptBody>) -> Self::Future {
         let next = self.next.clone();
         let shared = Arc::clone(&self.shared);
         let request = convert::to_reqwest(request, &shared.origin);

@@ -57,14 +57,21 @@
 //! waits included, is bounded by the policy's
 //! [`max_elapsed`](llm_retry::RetryPolicyBuilder::max_elapsed).
 //!
+//! # Redirects and refused streams
+//!
+//! A body reqwest can clone (bytes: a string, a `Vec`, JSON) reaches
+//! reqwest as the same bytes on every attempt, shared, not copied. reqwest
+//! itself then follows a `307`/`308` redirect of it (by the client's
+//! redirect policy) and, with its `http2` feature, resends it on an HTTP/2
+//! refused stream; the engine sees one attempt. A streamed body reaches
+//! reqwest as a stream until the engine holds all of it (its resends go as
+//! bytes); a `307`/`308` of a streamed send is handed over as it came.
+//!
 //! # Limits
 //!
-//! Each attempt reaches reqwest with a streaming body (the engine's replay
-//! body), so reqwest itself does not follow a `307`/`308` redirect of it
-//! nor resend it on an HTTP/2 refused stream; a `307`/`308` is handed over
-//! as it came (LLM APIs do not redirect their POSTs). Extensions written by
-//! the middleware below an attempt that was cancelled (an attempt timeout)
-//! are not handed back; those of the last attempt that finished are.
+//! Extensions written by the middleware below an attempt that was
+//! cancelled (an attempt timeout) are not handed back; those of the last
+//! attempt that finished are.
 //!
 //! # Feature flags
 //!
@@ -76,6 +83,7 @@
 mod attempt;
 mod convert;
 mod error;
+mod last_uri;
 mod middleware;
 
 pub use error::{report, reqwest_error, retry_error};

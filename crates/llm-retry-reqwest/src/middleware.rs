@@ -4,12 +4,14 @@
 use crate::attempt::NextAttempt;
 use crate::convert;
 use crate::error;
+use crate::last_uri::LastUri;
 use bytes::Bytes;
 use http::Extensions;
 use http_body::Body;
 use llm_retry::stream_guard::StreamGuardLayer;
 use llm_retry::{BoxError, ClientLayer, RetryLayer, RetryPolicy, RetryReport};
 use reqwest_middleware::{Middleware, Next};
+use std::sync::Arc;
 use tower::{Layer, ServiceExt};
 
 /// Retries a reqwest client's LLM API calls with the llm-retry engine.
@@ -61,6 +63,8 @@ use tower::{Layer, ServiceExt};
 #[derive(Debug, Clone)]
 pub struct RetryMiddleware {
     stack: Stack,
+    /// Shared by clones, which share the budget and gate too.
+    last_uri: Arc<LastUri>,
 }
 
 #[derive(Debug, Clone)]
@@ -84,6 +88,7 @@ impl From<ClientLayer> for RetryMiddleware {
     fn from(layer: ClientLayer) -> Self {
         RetryMiddleware {
             stack: Stack::Client(layer),
+            last_uri: Arc::default(),
         }
     }
 }
@@ -103,6 +108,7 @@ impl RetryMiddleware {
                 retry: layer,
                 stream_guard: StreamGuardLayer::new(),
             },
+            last_uri: Arc::default(),
         }
     }
 
@@ -123,8 +129,8 @@ impl Middleware for RetryMiddleware {
         extensions: &mut Extensions,
         next: Next<'_>,
     ) -> reqwest_middleware::Result<reqwest::Response> {
-        let (request, origin) =
-            convert::to_http(request).map_err(reqwest_middleware::Error::middleware)?;
+        let (request, origin) = convert::to_http(request, &self.last_uri)
+            .map_err(reqwest_middleware::Error::middleware)?;
         let attempt = NextAttempt::new(next, origin, extensions.clone());
         let result = match &self.stack {
             Stack::Client(layer) => finish(layer.layer(attempt.clone()).oneshot(request).await),

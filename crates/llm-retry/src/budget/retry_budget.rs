@@ -29,10 +29,12 @@ use tokio::time::Instant;
 /// until its whole slot leaves the window: for between 0.9 and 1 window.
 ///
 /// Cloning is cheap and clones share the budget. By default the counts sit
-/// in a [`LocalWindow`], behind a `std::sync::Mutex` held for an O(1),
-/// allocation-free critical section that never spans an `.await`;
-/// uncontended it costs two atomic operations. [`RetryBudget::with_store`]
-/// moves them to a store shared by replicas. The
+/// in a [`LocalWindow`]: a deposit adds to its slot's atomic counter, with
+/// no lock (the first deposit past a slot's end, once a tenth of the
+/// window, moves the window on under a `std::sync::Mutex`); a withdrawal
+/// or a reading takes that lock for an O(1), allocation-free critical
+/// section that never spans an `.await`. [`RetryBudget::with_store`] moves
+/// the counts to a store shared by replicas. The
 /// [admission](RetryBudget::try_admit_wait) of waiting retries is lock-free.
 #[derive(Debug, Clone)]
 pub struct RetryBudget {

@@ -5,7 +5,6 @@
 use super::config::BudgetRule;
 use super::window::SlotRing;
 use std::fmt;
-use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -48,14 +47,17 @@ pub trait BudgetStore: fmt::Debug + Send + Sync {
     fn counts(&self, now: Instant) -> WindowCounts;
 }
 
-/// The counts of one process: a sliding window of ten slots behind a
-/// `std::sync::Mutex` held for an O(1), allocation-free critical section.
-/// An event counts until its whole slot leaves the window (for between 0.9
-/// and 1 window). The default store of every [`RetryBudget`](super::RetryBudget);
-/// a shared store may keep one to fall back on.
+/// The counts of one process: a sliding window of ten slots. A deposit
+/// adds to its slot's atomic counter without a lock (the first one past a
+/// slot's end moves the window on, under a `std::sync::Mutex`); a
+/// withdrawal or a reading takes that lock for an O(1), allocation-free
+/// critical section. An event counts until its whole slot leaves the
+/// window (for between 0.9 and 1 window). The default store of every
+/// [`RetryBudget`](super::RetryBudget); a shared store may keep one to fall
+/// back on.
 #[derive(Debug)]
 pub struct LocalWindow {
-    ring: Mutex<SlotRing>,
+    ring: SlotRing,
 }
 
 impl LocalWindow {
@@ -67,46 +69,35 @@ impl LocalWindow {
 
     pub(super) fn starting_at(origin: Instant, window: Duration) -> LocalWindow {
         LocalWindow {
-            ring: Mutex::new(SlotRing::new(origin, window)),
+            ring: SlotRing::new(origin, window),
         }
     }
 
     /// Records a retry at `now` whatever the counts: for a shared store
     /// whose own grant keeps its fallback window warm.
     pub fn record_withdrawal(&self, now: Instant) {
-        self.with_ring(now, |ring| ring.withdraw());
-    }
-
-    /// Runs `f` on the ring moved to `now`, under the lock.
-    fn with_ring<T>(&self, now: Instant, f: impl FnOnce(&mut SlotRing) -> T) -> T {
-        // Nothing in the critical section panics (all arithmetic saturates),
-        // so a poisoned lock still guards consistent counts.
-        let mut ring = self.ring.lock().unwrap_or_else(PoisonError::into_inner);
-        ring.advance(now);
-        f(&mut ring)
+        self.ring.turn(now).withdraw();
     }
 }
 
 impl BudgetStore for LocalWindow {
+    #[inline]
     fn deposit(&self, now: Instant) {
-        self.with_ring(now, |ring| ring.deposit());
+        self.ring.deposit(now);
     }
 
     fn try_withdraw(&self, now: Instant, rule: &BudgetRule) -> Result<(), WindowCounts> {
-        self.with_ring(now, |ring| {
-            let (deposited, withdrawn) = ring.totals();
-            if rule.grants(withdrawn, deposited) {
-                ring.withdraw();
-                return Ok(());
-            }
-            Err(WindowCounts::new(deposited, withdrawn))
-        })
+        let mut ring = self.ring.turn(now);
+        let (deposited, withdrawn) = ring.totals();
+        if rule.grants(withdrawn, deposited) {
+            ring.withdraw();
+            return Ok(());
+        }
+        Err(WindowCounts::new(deposited, withdrawn))
     }
 
     fn counts(&self, now: Instant) -> WindowCounts {
-        self.with_ring(now, |ring| {
-            let (deposited, withdrawn) = ring.totals();
-            WindowCounts::new(deposited, withdrawn)
-        })
+        let (deposited, withdrawn) = self.ring.turn(now).totals();
+        WindowCounts::new(deposited, withdrawn)
     }
 }

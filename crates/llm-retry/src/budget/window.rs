@@ -1,30 +1,53 @@
-//! Counts over a sliding window, kept in a ring of fixed time slots.
+//! Counts over a sliding window, kept in a ring of fixed time slots: first
+//! attempts counted without a lock, retries and the ring's turns under one.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 use tokio::time::Instant;
 
 /// Slots per window. An event counts while its slot is one of the newest
 /// `SLOTS`: for between nine tenths of the window and the whole window.
 pub(super) const SLOTS: u32 = 10;
+const RING: usize = SLOTS as usize;
 
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-struct Slot {
-    deposited: u64,
-    withdrawn: u64,
-}
-
-/// Deposits and withdrawals of the last `SLOTS` slots, with running sums so
-/// every operation is O(1).
+/// Deposits and withdrawals of the last `SLOTS` slots.
+///
+/// Slot `n` (counted from `origin`) lives at index `n % SLOTS`. A deposit
+/// whose `now` falls in the newest slot, or before it, adds to the newest
+/// slot's atomic counter and takes no lock: the lock is taken only by the
+/// first deposit past the newest slot's end (once a slot, a tenth of the
+/// window), by withdrawals and by readings.
+///
+/// Invariant: `head` moves forward only under `locked`, and only after the
+/// slots it moves over are emptied. A deposit that reads `head` therefore
+/// adds to a slot still in the window, or, if the ring has since turned a
+/// whole window past it, to one emptied before its add (the deposit then
+/// counts from a newer slot, as a stale `now` does) or after (it expires).
 #[derive(Debug)]
 pub(super) struct SlotRing {
     origin: Instant,
     /// At least 1; a window beyond `u64` nanoseconds (584 years) saturates.
     slot_nanos: u64,
-    slots: [Slot; SLOTS as usize],
     /// Number of the newest slot, counted from `origin`.
+    head: AtomicU64,
+    /// First attempts of each slot.
+    deposits: [AtomicU64; RING],
+    /// Retries of each slot, and their sum.
+    locked: Mutex<Withdrawals>,
+}
+
+#[derive(Debug, Default)]
+struct Withdrawals {
+    slots: [u64; RING],
+    total: u64,
+}
+
+/// The ring under its lock, moved to the time it was taken at.
+pub(super) struct Turned<'a> {
+    ring: &'a SlotRing,
+    withdrawals: MutexGuard<'a, Withdrawals>,
     head: u64,
-    deposited: u64,
-    withdrawn: u64,
 }
 
 impl SlotRing {
@@ -37,113 +60,100 @@ impl SlotRing {
             slot_nanos: u64::try_from(window.as_nanos() / u128::from(SLOTS))
                 .unwrap_or(u64::MAX)
                 .max(1),
-            slots: [Slot::default(); SLOTS as usize],
-            head: 0,
-            deposited: 0,
-            withdrawn: 0,
+            head: AtomicU64::new(0),
+            deposits: Default::default(),
+            locked: Mutex::new(Withdrawals::default()),
         }
     }
 
-    /// Moves the window forward to `now`, expiring whole slots.
-    ///
-    /// A `now` older than the newest slot (a caller that read the clock
-    /// before another caller took the lock) counts as the newest slot: the
-    /// ring's clock never runs backwards.
-    pub(super) fn advance(&mut self, now: Instant) {
-        // In `u64` nanoseconds (saturating after 584 years): one division
-        // instead of a 128-bit one on every deposit.
-        let elapsed = now.saturating_duration_since(self.origin);
-        let nanos = elapsed
-            .as_secs()
-            .saturating_mul(1_000_000_000)
-            .saturating_add(u64::from(elapsed.subsec_nanos()));
-        let slot = nanos / self.slot_nanos;
-        if slot <= self.head {
+    /// Records a deposit at `now`. Lock-free unless `now` is past the newest
+    /// slot; a `now` older than the newest slot counts as the newest slot.
+    #[inline]
+    pub(super) fn deposit(&self, now: Instant) {
+        let head = self.head.load(Ordering::Acquire);
+        // The end of the newest slot, in nanoseconds since `origin`: a
+        // multiplication, where finding `now`'s slot would be a division.
+        if self.nanos(now) < head.saturating_add(1).saturating_mul(self.slot_nanos) {
+            // Relaxed: the counter alone is shared; readers take the lock.
+            self.deposits[index(head)].fetch_add(1, Ordering::Relaxed);
             return;
         }
-        let expired = (slot - self.head).min(u64::from(SLOTS));
-        for n in 1..=expired {
-            let index = self.index(self.head.saturating_add(n));
-            let old = std::mem::take(&mut self.slots[index]);
-            self.deposited = self.deposited.saturating_sub(old.deposited);
-            self.withdrawn = self.withdrawn.saturating_sub(old.withdrawn);
+        let turned = self.turn(now);
+        self.deposits[index(turned.head)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Takes the lock and moves the window forward to `now`, expiring
+    /// whole slots. A `now` older than the newest slot (a caller that read
+    /// the clock before another caller moved the ring) counts as the newest
+    /// slot: the ring's clock never runs backwards.
+    pub(super) fn turn(&self, now: Instant) -> Turned<'_> {
+        // Nothing under the lock panics (all arithmetic saturates), so a
+        // poisoned lock still guards consistent counts.
+        let mut withdrawals = self.locked.lock().unwrap_or_else(PoisonError::into_inner);
+        // Written only under the lock, which this thread holds.
+        let head = self.head.load(Ordering::Relaxed);
+        let slot = self.nanos(now) / self.slot_nanos;
+        if slot <= head {
+            return Turned {
+                ring: self,
+                withdrawals,
+                head,
+            };
         }
-        self.head = slot;
+        let expired = (slot - head).min(u64::from(SLOTS));
+        for n in 1..=expired {
+            let index = index(head.saturating_add(n));
+            self.deposits[index].store(0, Ordering::Relaxed);
+            let old = std::mem::take(&mut withdrawals.slots[index]);
+            withdrawals.total = withdrawals.total.saturating_sub(old);
+        }
+        // Release: a deposit that reads the new head finds its slot
+        // already emptied, and adds after the emptying.
+        self.head.store(slot, Ordering::Release);
+        Turned {
+            ring: self,
+            withdrawals,
+            head: slot,
+        }
     }
 
-    /// Records a deposit in the newest slot.
-    pub(super) fn deposit(&mut self) {
-        let index = self.index(self.head);
-        let slot = &mut self.slots[index];
-        slot.deposited = slot.deposited.saturating_add(1);
-        self.deposited = self.deposited.saturating_add(1);
+    /// `now` in `u64` nanoseconds since `origin` (saturating after 584
+    /// years, and at 0 before `origin`).
+    #[inline]
+    fn nanos(&self, now: Instant) -> u64 {
+        let elapsed = now.saturating_duration_since(self.origin);
+        elapsed
+            .as_secs()
+            .saturating_mul(1_000_000_000)
+            .saturating_add(u64::from(elapsed.subsec_nanos()))
     }
+}
 
+impl Turned<'_> {
     /// Records a withdrawal in the newest slot.
     pub(super) fn withdraw(&mut self) {
-        let index = self.index(self.head);
-        let slot = &mut self.slots[index];
-        slot.withdrawn = slot.withdrawn.saturating_add(1);
-        self.withdrawn = self.withdrawn.saturating_add(1);
+        let index = index(self.head);
+        let withdrawals = &mut *self.withdrawals;
+        withdrawals.slots[index] = withdrawals.slots[index].saturating_add(1);
+        withdrawals.total = withdrawals.total.saturating_add(1);
     }
 
-    /// `(deposited, withdrawn)` in the window.
+    /// `(deposited, withdrawn)` in the window. Deposits made while this is
+    /// read are counted or not, each as a whole.
     pub(super) fn totals(&self) -> (u64, u64) {
-        (self.deposited, self.withdrawn)
+        let deposited = self.ring.deposits.iter().fold(0u64, |sum, slot| {
+            sum.saturating_add(slot.load(Ordering::Relaxed))
+        });
+        (deposited, self.withdrawals.total)
     }
+}
 
-    fn index(&self, slot: u64) -> usize {
-        // Below SLOTS, so the cast is exact.
-        (slot % u64::from(SLOTS)) as usize
-    }
+#[inline]
+fn index(slot: u64) -> usize {
+    // Below SLOTS, so the cast is exact.
+    (slot % u64::from(SLOTS)) as usize
 }
 
 #[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-    use super::*;
-
-    const MS: fn(u64) -> Duration = Duration::from_millis;
-
-    /// Steps of (time since origin in ms, deposits, withdrawals) and the
-    /// totals expected after each, for a 1 s window of 100 ms slots.
-    #[test]
-    fn whole_slots_expire_as_time_moves() {
-        let t0 = Instant::now();
-        let mut ring = SlotRing::new(t0, MS(1000));
-        let steps: [(u64, u64, u64, (u64, u64)); 9] = [
-            (0, 3, 1, (3, 1)),
-            (99, 1, 0, (4, 1)),
-            (100, 2, 2, (6, 3)),
-            (999, 0, 0, (6, 3)),
-            // Slot 0 (0–99 ms) leaves the window at 1000 ms.
-            (1000, 0, 0, (2, 2)),
-            (1099, 1, 0, (3, 2)),
-            (1100, 0, 0, (1, 0)),
-            // A stale reading counts as the newest slot.
-            (500, 1, 0, (2, 0)),
-            // A jump past the whole window empties it.
-            (60_000, 0, 0, (0, 0)),
-        ];
-        for (at, deposits, withdrawals, totals) in steps {
-            ring.advance(t0 + MS(at));
-            (0..deposits).for_each(|_| ring.deposit());
-            (0..withdrawals).for_each(|_| ring.withdraw());
-            assert_eq!(ring.totals(), totals, "at {at} ms");
-        }
-        assert!(ring.slots.iter().all(|s| *s == Slot::default()));
-    }
-
-    #[test]
-    fn a_far_future_instant_saturates() {
-        let t0 = Instant::now();
-        let mut ring = SlotRing::new(t0, MS(10));
-        ring.deposit();
-        // 2^60 s is about 10^21 slots of 1 ms: more than a u64 counts.
-        ring.advance(t0.checked_add(Duration::from_secs(1 << 60)).unwrap());
-        ring.deposit();
-        assert_eq!(ring.totals(), (1, 0));
-        ring.advance(t0);
-        assert_eq!(ring.totals(), (1, 0));
-    }
-}
+#[path = "window_tests.rs"]
+mod tests;
