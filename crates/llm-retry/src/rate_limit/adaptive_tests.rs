@@ -599,6 +599,23 @@ mod stand_down {
     }
 
     #[test]
+    fn refusals_at_random_to_a_quarter_stand_it_down_too() {
+        // One answer in four refused, whatever the rate: each judgement
+        // after the burst sees about the same share, however the cuts
+        // went. Compared with the share the burst engaged at (most
+        // answers), any share looks lower: only a share halved is help.
+        // Spread at random: some judgements see fewer, which must not
+        // read as the cuts helping.
+        let (stood_down, rate) = after_burst(|n| {
+            let x = u64::from(n).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
+            x % 100 < 25
+        });
+        let at = stood_down.expect("stood down");
+        assert!(at < 300, "after {at} answers");
+        assert!(rate.is_infinite(), "unpaced again: {rate}");
+    }
+
+    #[test]
     fn the_odd_refusal_of_a_rate_at_capacity_does_not() {
         // A probe past the key's room now and then: one in fifty.
         let (stood_down, rate) = after_burst(|n| n % 50 == 49);
