@@ -44,6 +44,9 @@ struct Contest {
     until: Instant,
     served: u32,
     refused: u32,
+    /// Of the refusals, those that named a wait at least as long as the
+    /// contest's (capped alike): corroboration of the wait itself.
+    long: u32,
 }
 
 impl Contest {
@@ -60,6 +63,14 @@ impl Contest {
     /// key is out.
     fn won(&self) -> bool {
         self.refused >= 2 && self.refused >= self.served.saturating_mul(3)
+    }
+
+    /// Whether later sends were refused for as long, three for each answer
+    /// that was not: the wait is the key's, not one answer's (a bogus
+    /// `Retry-After` among short ones is not).
+    fn long_won(&self) -> bool {
+        let others = self.served.saturating_add(self.refused - self.long);
+        self.long >= 2 && self.long >= others.saturating_mul(3)
     }
 }
 
@@ -124,7 +135,10 @@ impl Hold {
         max_server_wait: Option<Duration>,
     ) -> Result<(Instant, bool), GateError> {
         match self.past(now, deadline, max_server_wait) {
-            Some(refused) if self.corroborated() => Err(refused),
+            Some(refused @ GateError::HeldTooLong { .. }) if self.wait_corroborated() => {
+                Err(refused)
+            }
+            Some(refused @ GateError::PastDeadline { .. }) if self.corroborated() => Err(refused),
             Some(_) => Ok((now, true)),
             None => Ok((self.floor(now), false)),
         }
@@ -134,6 +148,13 @@ impl Hold {
     /// than were served.
     fn corroborated(&self) -> bool {
         self.contest.is_some_and(|c| c.won())
+    }
+
+    /// Whether later sends corroborated the wait itself: refused for as
+    /// long, far more than answered otherwise. Only then does a request
+    /// that honours less fail at once.
+    fn wait_corroborated(&self) -> bool {
+        self.contest.is_some_and(|c| c.long_won())
     }
 
     /// The refusal of the key's `order`-th send named `wait` at `now`,
@@ -151,6 +172,7 @@ impl Hold {
             Some(contest) if contest.until > now => {
                 if order > contest.order {
                     contest.refused = contest.refused.saturating_add(1);
+                    contest.long += u32::from(until >= contest.until);
                 }
                 contest.until = contest.until.max(until);
                 contest
@@ -160,6 +182,7 @@ impl Hold {
                 until,
                 served: 0,
                 refused: 0,
+                long: 0,
             }),
         };
         let later = order > contest.order;
@@ -289,6 +312,30 @@ mod tests {
         assert!(matches!(
             early.past(now, None, Some(S(5))),
             Some(GateError::HeldTooLong { .. })
+        ));
+    }
+
+    #[test]
+    fn only_refusals_as_long_corroborate_a_wait_a_request_cannot_honour() {
+        let now = Instant::now();
+        // A bogus wait among short ones: the key is refused, but not for
+        // as long. A request honouring 5 s goes past it, as without a gate.
+        let mut bogus = Hold::default();
+        bogus.refused(0, now, S(1 << 40), now + S(5));
+        for order in 1..4 {
+            bogus.refused(order, now, S(1 << 40), now + S(1));
+        }
+        assert!(bogus.corroborated(), "the key is refused");
+        assert!(matches!(bogus.admits(now, None, Some(S(5))), Ok((_, true))));
+        // Later sends told the same: the wait is the key's, and a request
+        // that honours less fails at once.
+        let mut out = Hold::default();
+        out.refused(0, now, S(1 << 40), now + S(5));
+        out.refused(1, now, S(1 << 40), now + S(5));
+        out.refused(2, now, S(1 << 40), now + S(5));
+        assert!(matches!(
+            out.admits(now, None, Some(S(5))),
+            Err(GateError::HeldTooLong { .. })
         ));
     }
 
