@@ -12,7 +12,7 @@ use crate::route::StateBound;
 use crate::timed::UpstreamTime;
 use crate::upstream::strip_unforwarded;
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::response::Response;
 use http::{HeaderMap, HeaderValue, StatusCode};
 use http_body_util::BodyExt;
@@ -53,7 +53,8 @@ const STATE_PATHS: [&str; 6] = [
 /// request: everything to the answer's head but the targets' calls.
 const OVERHEAD_HEADER: &str = "x-llm-retry-gateway-overhead-ms";
 
-pub(crate) async fn forward(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+/// A request through the routes: its answer, counted by how it ends.
+pub(crate) async fn forward(shared: Arc<Shared>, request: Request) -> Response {
     let started = Instant::now();
     let spent = UpstreamTime::default();
     let mut pending = Pending(Some(Arc::clone(&shared.unrouted)));
