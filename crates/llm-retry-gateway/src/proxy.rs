@@ -81,16 +81,40 @@ pub(crate) async fn forward(shared: Arc<Shared>, request: Request) -> Response {
 }
 
 /// `took` in milliseconds with three decimals (`0.042`), written without
-/// a float or a heap string.
+/// a float, a heap string, the formatting machinery or 128-bit division.
 fn millis_header(took: std::time::Duration) -> HeaderValue {
-    use std::io::Write;
-    let micros = took.as_micros();
-    let mut text = [0u8; 48];
-    let mut cursor = std::io::Cursor::new(&mut text[..]);
-    // 48 bytes hold any u128 of milliseconds and its fraction.
-    let _ = write!(cursor, "{}.{:03}", micros / 1000, micros % 1000);
-    let len = usize::try_from(cursor.position()).unwrap_or(0);
-    HeaderValue::from_bytes(&text[..len]).unwrap_or(HeaderValue::from_static("0.000"))
+    // Whole seconds (20 digits at most), milliseconds, point, 3 decimals.
+    let mut text = [0u8; 27];
+    let mut at = text.len();
+    let secs = took.as_secs();
+    put_digits(
+        &mut text,
+        &mut at,
+        u64::from(took.subsec_micros() % 1000),
+        3,
+    );
+    at -= 1;
+    text[at] = b'.';
+    let millis = u64::from(took.subsec_millis());
+    if secs == 0 {
+        put_digits(&mut text, &mut at, millis, 1);
+    } else {
+        put_digits(&mut text, &mut at, millis, 3);
+        put_digits(&mut text, &mut at, secs, 1);
+    }
+    HeaderValue::from_bytes(&text[at..]).unwrap_or(HeaderValue::from_static("0.000"))
+}
+
+/// Writes `n` in decimal, at least `min` digits (zero-padded), right to
+/// left ending at `at`, and moves `at` to its first digit.
+fn put_digits(text: &mut [u8], at: &mut usize, mut n: u64, min: usize) {
+    let mut written = 0;
+    while n > 0 || written < min {
+        *at -= 1;
+        text[*at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        written += 1;
+    }
 }
 
 /// A request whose answer has not begun: counted as abandoned by the
@@ -268,18 +292,25 @@ fn same(a: &[u8], b: &[u8]) -> bool {
 /// encoded slash or backslash, no empty segment, so an upstream that
 /// normalises paths cannot be walked out of the target's base path.
 fn safe_path(path: &str) -> bool {
-    let lower = path.to_ascii_lowercase();
-    if lower.contains("%2e")
-        || lower.contains("%2f")
-        || lower.contains("%5c")
-        || path.contains('\\')
-    {
+    if path.contains('\\') || has_encoded_dot_or_slash(path.as_bytes()) {
         return false;
     }
     path.starts_with('/')
         && path[1..].split('/').enumerate().all(|(i, segment)| {
             segment != "." && segment != ".." && (!segment.is_empty() || i == 0)
         })
+}
+
+/// Whether `path` holds `%2e`, `%2f` or `%5c` in either case, looked for
+/// without a lowered copy.
+fn has_encoded_dot_or_slash(path: &[u8]) -> bool {
+    path.windows(3).any(|w| {
+        w[0] == b'%'
+            && matches!(
+                (w[1], w[2].to_ascii_lowercase()),
+                (b'2', b'e' | b'f') | (b'5', b'c')
+            )
+    })
 }
 
 /// The gateway's answer when the failover could hand over no upstream
@@ -330,6 +361,9 @@ mod tests {
             "/v1/chat/completions",
             "/v1/messages/count_tokens",
             "/",
+            "/v1/files/a%20b",
+            "/v1/x%2",
+            "/v1/x%",
         ] {
             assert!(safe_path(good), "{good}");
         }
@@ -340,6 +374,10 @@ mod tests {
             "/v1/%2E%2E/files",
             "/v1%2fmessages",
             "/v1\\\\messages",
+            "/v1/%2E%2e/files",
+            "/v1/%5Cfiles",
+            "/v1/%5cfiles",
+            "/v1/x%2Fy",
             "/v1//messages",
             "v1/messages",
             "/v1/messages/..",
@@ -356,6 +394,10 @@ mod tests {
             (Duration::from_nanos(999), "0.000"),
             (Duration::from_micros(42), "0.042"),
             (Duration::from_micros(1_234_567), "1234.567"),
+            (Duration::from_micros(1_000), "1.000"),
+            (Duration::from_micros(10_005), "10.005"),
+            (Duration::from_micros(60_000_042), "60000.042"),
+            (Duration::from_micros(1_000_000), "1000.000"),
             (Duration::MAX, "18446744073709551615999.999"),
         ] {
             assert_eq!(millis_header(took), text);
