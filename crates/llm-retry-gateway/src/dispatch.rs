@@ -55,7 +55,7 @@ impl Dispatch {
         B::Error: Into<BoxError>,
     {
         let shared = Arc::clone(&self.shared);
-        Box::pin(async move { Ok(dispatch(shared, request.map(Body::new)).await) })
+        Box::pin(async move { Ok(dispatch(shared, request).await) })
     }
 }
 
@@ -91,7 +91,11 @@ where
     }
 }
 
-async fn dispatch(shared: Arc<Shared>, mut request: Request<Body>) -> Response {
+async fn dispatch<B>(shared: Arc<Shared>, mut request: Request<B>) -> Response
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
     mark_sensitive(request.headers_mut());
     // At `debug` only: disabled, the span costs a check of its callsite.
     let span = tracing::debug_span!(
@@ -116,7 +120,7 @@ async fn dispatch(shared: Arc<Shared>, mut request: Request<Body>) -> Response {
 }
 
 /// One of the gateway's own pages: `GET` (and `HEAD`) only.
-fn own(request: &Request<Body>, page: impl FnOnce() -> Response) -> Response {
+fn own<B>(request: &Request<B>, page: impl FnOnce() -> Response) -> Response {
     if request.method() == Method::GET || request.method() == Method::HEAD {
         return page();
     }

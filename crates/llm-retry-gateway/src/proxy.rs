@@ -12,15 +12,15 @@ use crate::route::StateBound;
 use crate::timed::UpstreamTime;
 use crate::upstream::strip_unforwarded;
 use axum::body::Body;
-use axum::extract::Request;
 use axum::response::Response;
+use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode};
-use http_body_util::BodyExt;
-use http_body_util::Full;
+use http_body_util::{BodyExt, Either, Full, Limited};
 use llm_retry::downstream::mark_give_up;
 use llm_retry::failover::{
-    AttemptOutcome, FailoverError, FailoverErrorKind, FailoverReport, FailoverStop,
+    AttemptOutcome, FailoverBody, FailoverError, FailoverErrorKind, FailoverReport, FailoverStop,
 };
+use llm_retry::BoxError;
 use llm_retry::RetryReport;
 use serde::Deserialize;
 use std::future::Future;
@@ -53,8 +53,16 @@ const STATE_PATHS: [&str; 6] = [
 /// request: everything to the answer's head but the targets' calls.
 const OVERHEAD_HEADER: &str = "x-llm-retry-gateway-overhead-ms";
 
+/// An answer's body before how it ends is told: an upstream's, counted in
+/// flight and under the stream idle timeout, or one the gateway made.
+type Answered = Either<Counted<Idle<FailoverBody<Body>>>, Body>;
+
 /// A request through the routes: its answer, counted by how it ends.
-pub(crate) async fn forward(shared: Arc<Shared>, request: Request) -> Response {
+pub(crate) async fn forward<B>(shared: Arc<Shared>, request: http::Request<B>) -> Response
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
     let started = Instant::now();
     let spent = UpstreamTime::default();
     let mut pending = Pending(Some(Arc::clone(&shared.unrouted)));
@@ -74,10 +82,7 @@ pub(crate) async fn forward(shared: Arc<Shared>, request: Request) -> Response {
         status: Some(answer.status()),
         target,
     };
-    answer.map(|body| {
-        let body = body.map_err(axum::Error::into_inner);
-        Body::new(EndingBody::new(body, ended, is_stream))
-    })
+    answer.map(|body| Body::new(EndingBody::new(body, ended, is_stream)))
 }
 
 /// `took` in milliseconds with three decimals (`0.042`), written without
@@ -137,13 +142,20 @@ impl Drop for Pending {
 /// The answer to a request, the counter of the route it took (`none`
 /// before one was chosen) and the target that answered (`None` when the
 /// gateway answered itself).
-async fn respond(
+async fn respond<B>(
     shared: &Arc<Shared>,
-    request: Request,
+    request: http::Request<B>,
     spent: &UpstreamTime,
     pending: &mut Pending,
-) -> (Arc<RequestCounts>, Response, Option<Arc<str>>) {
-    let unrouted = |answer: Response| (Arc::clone(&shared.unrouted), answer, None);
+) -> (Arc<RequestCounts>, Response<Answered>, Option<Arc<str>>)
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    let unrouted = |answer: Response| {
+        let answer = answer.map(Either::Right);
+        (Arc::clone(&shared.unrouted), answer, None)
+    };
     let guard = shared.in_flight.start();
     if shared.is_draining() {
         return unrouted(retry_soon(request.uri(), "draining"));
@@ -174,11 +186,11 @@ async fn respond(
     }
     let body = match tokio::time::timeout(
         shared.body_timeout,
-        axum::body::to_bytes(body, shared.max_body),
+        Limited::new(body, shared.max_body).collect(),
     )
     .await
     {
-        Ok(Ok(body)) => body,
+        Ok(Ok(body)) => body.to_bytes(),
         Ok(Err(_)) => {
             let answer = error(
                 &parts.uri,
@@ -249,10 +261,10 @@ async fn respond(
             }
             strip_unforwarded(&mut head.headers);
             let idle = shared.stream_idle_timeout;
-            let body = Body::new(Counted::new(Idle::new(body, idle), guard));
-            Response::from_parts(head, body)
+            let body = Counted::new(Idle::new(body, idle), guard);
+            Response::from_parts(head, Either::Left(body))
         }
-        Err(failure) => failed(&uri, &failure),
+        Err(failure) => failed(&uri, &failure).map(Either::Right),
     };
     (Arc::clone(&route.counts), answer, target)
 }
