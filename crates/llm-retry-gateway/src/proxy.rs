@@ -238,13 +238,12 @@ where
         parts.extensions.insert(StateBound);
     }
     pending.0 = Some(Arc::clone(&route.counts));
-    parts.extensions.insert(spent.clone());
     let uri = parts.uri.clone();
     let request = http::Request::from_parts(parts, Full::new(body));
     // Boxed as a plain `Send` future: the handler's own future then holds
     // no service type whose `Send` the compiler cannot prove in general.
     let sent: Pin<Box<dyn Future<Output = Result<Response<_>, llm_retry::BoxError>> + Send>> =
-        Box::pin(route.failover.clone().oneshot(request));
+        Box::pin(spent.timing(route.failover.clone().oneshot(request)));
     let mut target = None;
     let answer = match sent.await {
         Ok(response) => {
