@@ -1,28 +1,22 @@
 //! [`Gateway`]: the routes, the axum router, and serving with a drain.
 
 use crate::config::Config;
+use crate::dispatch::Dispatch;
 use crate::inflight::InFlight;
-use crate::proxy;
 use crate::route::Route;
 use crate::shared_state::SharedState;
-use axum::body::Body;
-use axum::routing::{any, get};
+use axum::response::{IntoResponse, Response};
 use axum::Router;
 use http::StatusCode;
-use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
 use llm_retry::failover::Shutdown;
 use metrics_exporter_prometheus::PrometheusHandle;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tower::ServiceExt;
-use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
-use tower_http::trace::TraceLayer;
 
 /// A gateway built from a [`Config`]: serve it with [`Gateway::serve`], or
 /// mount [`Gateway::router`] in an axum app of your own.
@@ -142,20 +136,10 @@ impl Gateway {
     }
 
     /// The gateway's routes as an axum router: `/healthz`, `/metrics`, and
-    /// every other path through the routes.
+    /// every other path through the routes; the same service
+    /// [`serve`](Gateway::serve) runs.
     pub fn router(&self) -> Router {
-        Router::new()
-            .route("/healthz", get(healthz))
-            .route("/metrics", get(metrics))
-            .fallback(any(proxy::forward))
-            .with_state(Arc::clone(&self.shared))
-            .layer(TraceLayer::new_for_http())
-            .layer(SetSensitiveRequestHeadersLayer::new([
-                http::header::AUTHORIZATION,
-                http::HeaderName::from_static("x-api-key"),
-                http::HeaderName::from_static("api-key"),
-                http::header::COOKIE,
-            ]))
+        Router::new().fallback_service(Dispatch::new(Arc::clone(&self.shared)))
     }
 
     /// Starts draining: new requests get `503` with `retry-after`, waiting
@@ -179,7 +163,7 @@ impl Gateway {
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        let router = self.router();
+        let service = Dispatch::new(Arc::clone(&self.shared));
         let mut connections = auto::Builder::new(TokioExecutor::new());
         connections
             .http1()
@@ -224,11 +208,7 @@ impl Gateway {
             if let Err(error) = tcp.set_nodelay(true) {
                 tracing::debug!(%error, "TCP_NODELAY not set on an accepted connection");
             }
-            let service = TowerToHyperService::new(
-                router
-                    .clone()
-                    .map_request(|request: http::Request<Incoming>| request.map(Body::new)),
-            );
+            let service = service.clone();
             let connections = connections.clone();
             let watcher = graceful.watcher();
             tasks.spawn(async move {
@@ -262,21 +242,19 @@ async fn accept_failed(error: &std::io::Error) {
     tokio::time::sleep(Duration::from_secs(1)).await;
 }
 
-async fn healthz(
-    axum::extract::State(shared): axum::extract::State<Arc<Shared>>,
-) -> (StatusCode, &'static str) {
+/// `/healthz`: `ok`, or `503` once draining.
+pub(crate) fn healthz(shared: &Shared) -> Response {
     if shared.is_draining() {
-        (StatusCode::SERVICE_UNAVAILABLE, "draining")
+        (StatusCode::SERVICE_UNAVAILABLE, "draining").into_response()
     } else {
-        (StatusCode::OK, "ok")
+        (StatusCode::OK, "ok").into_response()
     }
 }
 
-async fn metrics(
-    axum::extract::State(shared): axum::extract::State<Arc<Shared>>,
-) -> (StatusCode, String) {
+/// `/metrics`: the Prometheus text, when a recorder was handed over.
+pub(crate) fn metrics(shared: &Shared) -> Response {
     match shared.metrics.get() {
-        Some(handle) => (StatusCode::OK, handle.render()),
-        None => (StatusCode::NOT_FOUND, "metrics are not enabled".to_owned()),
+        Some(handle) => (StatusCode::OK, handle.render()).into_response(),
+        None => (StatusCode::NOT_FOUND, "metrics are not enabled").into_response(),
     }
 }

@@ -58,10 +58,15 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let mut this = self.project();
-        match this.inner.poll_frame(cx) {
+        match this.inner.as_mut().poll_frame(cx) {
             Poll::Ready(frame) => {
-                if let Some(next) = Instant::now().checked_add(*this.timeout) {
-                    this.timer.as_mut().reset(next);
+                // A body that ended needs no timer: resetting one that was
+                // never polled would register it, only to drop it.
+                let more = matches!(frame, Some(Ok(_))) && !this.inner.is_end_stream();
+                if more {
+                    if let Some(next) = Instant::now().checked_add(*this.timeout) {
+                        this.timer.as_mut().reset(next);
+                    }
                 }
                 Poll::Ready(frame.map(|frame| frame.map_err(Into::into)))
             }

@@ -36,6 +36,7 @@ mod answer;
 mod config;
 mod counts;
 pub mod demo;
+mod dispatch;
 mod duration;
 mod ending;
 mod gateway;

@@ -12,15 +12,15 @@ use crate::route::StateBound;
 use crate::timed::UpstreamTime;
 use crate::upstream::strip_unforwarded;
 use axum::body::Body;
-use axum::extract::{Request, State};
 use axum::response::Response;
+use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode};
-use http_body_util::BodyExt;
-use http_body_util::Full;
+use http_body_util::{BodyExt, Either, Full, Limited};
 use llm_retry::downstream::mark_give_up;
 use llm_retry::failover::{
-    AttemptOutcome, FailoverError, FailoverErrorKind, FailoverReport, FailoverStop,
+    AttemptOutcome, FailoverBody, FailoverError, FailoverErrorKind, FailoverReport, FailoverStop,
 };
+use llm_retry::BoxError;
 use llm_retry::RetryReport;
 use serde::Deserialize;
 use std::future::Future;
@@ -53,7 +53,16 @@ const STATE_PATHS: [&str; 6] = [
 /// request: everything to the answer's head but the targets' calls.
 const OVERHEAD_HEADER: &str = "x-llm-retry-gateway-overhead-ms";
 
-pub(crate) async fn forward(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+/// An answer's body before how it ends is told: an upstream's, counted in
+/// flight and under the stream idle timeout, or one the gateway made.
+type Answered = Either<Counted<Idle<FailoverBody<Body>>>, Body>;
+
+/// A request through the routes: its answer, counted by how it ends.
+pub(crate) async fn forward<B>(shared: Arc<Shared>, request: http::Request<B>) -> Response
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
     let started = Instant::now();
     let spent = UpstreamTime::default();
     let mut pending = Pending(Some(Arc::clone(&shared.unrouted)));
@@ -73,23 +82,44 @@ pub(crate) async fn forward(State(shared): State<Arc<Shared>>, request: Request)
         status: Some(answer.status()),
         target,
     };
-    answer.map(|body| {
-        let body = body.map_err(axum::Error::into_inner);
-        Body::new(EndingBody::new(body, ended, is_stream))
-    })
+    answer.map(|body| Body::new(EndingBody::new(body, ended, is_stream)))
 }
 
 /// `took` in milliseconds with three decimals (`0.042`), written without
-/// a float or a heap string.
+/// a float, a heap string, the formatting machinery or 128-bit division.
 fn millis_header(took: std::time::Duration) -> HeaderValue {
-    use std::io::Write;
-    let micros = took.as_micros();
-    let mut text = [0u8; 48];
-    let mut cursor = std::io::Cursor::new(&mut text[..]);
-    // 48 bytes hold any u128 of milliseconds and its fraction.
-    let _ = write!(cursor, "{}.{:03}", micros / 1000, micros % 1000);
-    let len = usize::try_from(cursor.position()).unwrap_or(0);
-    HeaderValue::from_bytes(&text[..len]).unwrap_or(HeaderValue::from_static("0.000"))
+    // Whole seconds (20 digits at most), milliseconds, point, 3 decimals.
+    let mut text = [0u8; 27];
+    let mut at = text.len();
+    let secs = took.as_secs();
+    put_digits(
+        &mut text,
+        &mut at,
+        u64::from(took.subsec_micros() % 1000),
+        3,
+    );
+    at -= 1;
+    text[at] = b'.';
+    let millis = u64::from(took.subsec_millis());
+    if secs == 0 {
+        put_digits(&mut text, &mut at, millis, 1);
+    } else {
+        put_digits(&mut text, &mut at, millis, 3);
+        put_digits(&mut text, &mut at, secs, 1);
+    }
+    HeaderValue::from_bytes(&text[at..]).unwrap_or(HeaderValue::from_static("0.000"))
+}
+
+/// Writes `n` in decimal, at least `min` digits (zero-padded), right to
+/// left ending at `at`, and moves `at` to its first digit.
+fn put_digits(text: &mut [u8], at: &mut usize, mut n: u64, min: usize) {
+    let mut written = 0;
+    while n > 0 || written < min {
+        *at -= 1;
+        text[*at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        written += 1;
+    }
 }
 
 /// A request whose answer has not begun: counted as abandoned by the
@@ -112,13 +142,20 @@ impl Drop for Pending {
 /// The answer to a request, the counter of the route it took (`none`
 /// before one was chosen) and the target that answered (`None` when the
 /// gateway answered itself).
-async fn respond(
+async fn respond<B>(
     shared: &Arc<Shared>,
-    request: Request,
+    request: http::Request<B>,
     spent: &UpstreamTime,
     pending: &mut Pending,
-) -> (Arc<RequestCounts>, Response, Option<Arc<str>>) {
-    let unrouted = |answer: Response| (Arc::clone(&shared.unrouted), answer, None);
+) -> (Arc<RequestCounts>, Response<Answered>, Option<Arc<str>>)
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    let unrouted = |answer: Response| {
+        let answer = answer.map(Either::Right);
+        (Arc::clone(&shared.unrouted), answer, None)
+    };
     let guard = shared.in_flight.start();
     if shared.is_draining() {
         return unrouted(retry_soon(request.uri(), "draining"));
@@ -149,11 +186,11 @@ async fn respond(
     }
     let body = match tokio::time::timeout(
         shared.body_timeout,
-        axum::body::to_bytes(body, shared.max_body),
+        Limited::new(body, shared.max_body).collect(),
     )
     .await
     {
-        Ok(Ok(body)) => body,
+        Ok(Ok(body)) => body.to_bytes(),
         Ok(Err(_)) => {
             let answer = error(
                 &parts.uri,
@@ -201,13 +238,12 @@ async fn respond(
         parts.extensions.insert(StateBound);
     }
     pending.0 = Some(Arc::clone(&route.counts));
-    parts.extensions.insert(spent.clone());
     let uri = parts.uri.clone();
     let request = http::Request::from_parts(parts, Full::new(body));
     // Boxed as a plain `Send` future: the handler's own future then holds
     // no service type whose `Send` the compiler cannot prove in general.
     let sent: Pin<Box<dyn Future<Output = Result<Response<_>, llm_retry::BoxError>> + Send>> =
-        Box::pin(route.failover.clone().oneshot(request));
+        Box::pin(spent.timing(route.failover.clone().oneshot(request)));
     let mut target = None;
     let answer = match sent.await {
         Ok(response) => {
@@ -224,10 +260,10 @@ async fn respond(
             }
             strip_unforwarded(&mut head.headers);
             let idle = shared.stream_idle_timeout;
-            let body = Body::new(Counted::new(Idle::new(body, idle), guard));
-            Response::from_parts(head, body)
+            let body = Counted::new(Idle::new(body, idle), guard);
+            Response::from_parts(head, Either::Left(body))
         }
-        Err(failure) => failed(&uri, &failure),
+        Err(failure) => failed(&uri, &failure).map(Either::Right),
     };
     (Arc::clone(&route.counts), answer, target)
 }
@@ -267,18 +303,25 @@ fn same(a: &[u8], b: &[u8]) -> bool {
 /// encoded slash or backslash, no empty segment, so an upstream that
 /// normalises paths cannot be walked out of the target's base path.
 fn safe_path(path: &str) -> bool {
-    let lower = path.to_ascii_lowercase();
-    if lower.contains("%2e")
-        || lower.contains("%2f")
-        || lower.contains("%5c")
-        || path.contains('\\')
-    {
+    if path.contains('\\') || has_encoded_dot_or_slash(path.as_bytes()) {
         return false;
     }
     path.starts_with('/')
         && path[1..].split('/').enumerate().all(|(i, segment)| {
             segment != "." && segment != ".." && (!segment.is_empty() || i == 0)
         })
+}
+
+/// Whether `path` holds `%2e`, `%2f` or `%5c` in either case, looked for
+/// without a lowered copy.
+fn has_encoded_dot_or_slash(path: &[u8]) -> bool {
+    path.windows(3).any(|w| {
+        w[0] == b'%'
+            && matches!(
+                (w[1], w[2].to_ascii_lowercase()),
+                (b'2', b'e' | b'f') | (b'5', b'c')
+            )
+    })
 }
 
 /// The gateway's answer when the failover could hand over no upstream
@@ -329,6 +372,9 @@ mod tests {
             "/v1/chat/completions",
             "/v1/messages/count_tokens",
             "/",
+            "/v1/files/a%20b",
+            "/v1/x%2",
+            "/v1/x%",
         ] {
             assert!(safe_path(good), "{good}");
         }
@@ -339,6 +385,10 @@ mod tests {
             "/v1/%2E%2E/files",
             "/v1%2fmessages",
             "/v1\\\\messages",
+            "/v1/%2E%2e/files",
+            "/v1/%5Cfiles",
+            "/v1/%5cfiles",
+            "/v1/x%2Fy",
             "/v1//messages",
             "v1/messages",
             "/v1/messages/..",
@@ -355,6 +405,10 @@ mod tests {
             (Duration::from_nanos(999), "0.000"),
             (Duration::from_micros(42), "0.042"),
             (Duration::from_micros(1_234_567), "1234.567"),
+            (Duration::from_micros(1_000), "1.000"),
+            (Duration::from_micros(10_005), "10.005"),
+            (Duration::from_micros(60_000_042), "60000.042"),
+            (Duration::from_micros(1_000_000), "1000.000"),
             (Duration::MAX, "18446744073709551615999.999"),
         ] {
             assert_eq!(millis_header(took), text);

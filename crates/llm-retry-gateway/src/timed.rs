@@ -12,12 +12,25 @@ use std::time::{Duration, Instant};
 
 /// The time one request spent in its targets' calls (to each answer's
 /// head; for a stream under the stream guard, its first content), summed
-/// over its attempts: what the gateway's own time excludes. It travels in
-/// the request's extensions, which every attempt's copy keeps.
+/// over its attempts: what the gateway's own time excludes. Its targets'
+/// calls find it in their task while [`UpstreamTime::timing`] runs the
+/// request, not in the request's extensions, which every attempt would
+/// copy.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct UpstreamTime(Arc<AtomicU64>);
 
+tokio::task_local! {
+    /// The upstream time of the request whose failover this task runs.
+    static SPENT: UpstreamTime;
+}
+
 impl UpstreamTime {
+    /// `future` (a request's failover), with every target call it makes
+    /// timed into this.
+    pub(crate) fn timing<F: Future>(&self, future: F) -> impl Future<Output = F::Output> {
+        SPENT.scope(self.clone(), future)
+    }
+
     fn add(&self, took: Duration) {
         let nanos = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
         self.0.fetch_add(nanos, Ordering::Relaxed);
@@ -90,7 +103,7 @@ where
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        let spent = request.extensions().get::<UpstreamTime>().cloned();
+        let spent = SPENT.try_with(UpstreamTime::clone).ok();
         TimedFuture {
             inner: self.inner.call(request),
             started: Instant::now(),

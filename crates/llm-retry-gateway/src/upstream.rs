@@ -7,6 +7,7 @@ use crate::timed::{TargetSeconds, Timed};
 use bytes::Bytes;
 use http::header::{self, HeaderName};
 use http::request::Parts;
+use http::uri::PathAndQuery;
 use http::{Request, Response, Uri};
 use http_body_util::Full;
 use hyper_rustls::HttpsConnector;
@@ -169,19 +170,24 @@ pub(crate) fn rewrite(
     target: &TargetConfig,
 ) -> impl Fn(&mut Parts, &mut Bytes) -> Result<(), BoxError> + Send + Sync + 'static {
     let base = target.base_url.clone();
+    let base_path = base.path().trim_end_matches('/').to_owned();
     let credential = target.credential.clone();
     let model = target.model.clone().map(llm_retry::failover::set_model);
     move |parts, body| {
-        let path_and_query = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
-        let base_path = base.path().trim_end_matches('/');
-        let mut uri = Uri::builder().path_and_query(format!("{base_path}{path_and_query}"));
-        if let Some(scheme) = base.scheme() {
-            uri = uri.scheme(scheme.clone());
-        }
-        if let Some(authority) = base.authority() {
-            uri = uri.authority(authority.clone());
-        }
-        parts.uri = uri.build()?;
+        // Under a base URL with no path the request's own path and query
+        // are taken as they are (a shared copy), not written and parsed.
+        let path_and_query = match parts.uri.path_and_query() {
+            Some(pq) if base_path.is_empty() => pq.clone(),
+            pq => {
+                let pq = pq.map_or("/", PathAndQuery::as_str);
+                PathAndQuery::try_from(format!("{base_path}{pq}"))?
+            }
+        };
+        let mut uri = http::uri::Parts::default();
+        uri.scheme = base.scheme().cloned();
+        uri.authority = base.authority().cloned();
+        uri.path_and_query = Some(path_and_query);
+        parts.uri = Uri::from_parts(uri)?;
         parts.headers.remove(header::HOST);
         parts.headers.remove(header::CONTENT_LENGTH);
         strip_unforwarded(&mut parts.headers);
@@ -195,5 +201,60 @@ pub(crate) fn rewrite(
             model(parts, body)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn target(base_url: &str) -> TargetConfig {
+        let toml = format!(
+            "[[route]]\nname = \"r\"\n[[route.target]]\nname = \"a\"\nbase_url = \"{base_url}\"\n"
+        );
+        let config = crate::Config::parse(&toml, |_| None).unwrap();
+        config.routes[0].targets[0].clone()
+    }
+
+    fn rewritten(base_url: &str, uri: &str) -> String {
+        let (mut parts, ()) = Request::builder().uri(uri).body(()).unwrap().into_parts();
+        let mut body = Bytes::new();
+        rewrite(&target(base_url))(&mut parts, &mut body).unwrap();
+        parts.uri.to_string()
+    }
+
+    #[test]
+    fn the_target_gets_its_base_url_with_the_requests_path_and_query() {
+        for (base, uri, expected) in [
+            (
+                "http://up:8080",
+                "/v1/messages?beta=true",
+                "http://up:8080/v1/messages?beta=true",
+            ),
+            ("https://up/", "/v1/messages", "https://up/v1/messages"),
+            (
+                "http://up/openai",
+                "/v1/chat/completions?x=1",
+                "http://up/openai/v1/chat/completions?x=1",
+            ),
+            (
+                "http://up/openai/",
+                "/v1/chat/completions",
+                "http://up/openai/v1/chat/completions",
+            ),
+            (
+                "http://up/openai/",
+                "http://client-chosen:1/v1/models",
+                "http://up/openai/v1/models",
+            ),
+            (
+                "http://up",
+                "http://client-chosen:1/v1/models",
+                "http://up/v1/models",
+            ),
+        ] {
+            assert_eq!(rewritten(base, uri), expected, "{base} {uri}");
+        }
     }
 }

@@ -71,8 +71,11 @@ async fn a_target_s_stall_is_not_counted_as_the_gateway_s_time() {
             .unwrap()
             .parse()
             .unwrap();
+        // The 1 s stall is the target's: the gateway's own time is what is
+        // left of the client's wait without it (half of it as slack, for a
+        // loaded machine that pauses a thread between the two clocks).
         assert!(
-            overhead <= waited_ms - 1000.0 + 1.0,
+            overhead <= waited_ms - 500.0,
             "{overhead} ms of {waited_ms} ms ({target_extra} {route_extra})"
         );
     }

@@ -120,3 +120,38 @@ async fn an_answer_cut_after_content_is_logged_once_with_route_and_target_and_no
         "{line}"
     );
 }
+
+#[tokio::test]
+async fn an_answer_in_the_5xx_class_is_logged_once_at_error_with_no_secret() {
+    let (logs, _guard) = Logs::capture();
+    let upstream = support::target(llm_retry_mock::Route::always(
+        llm_retry_mock::Reply::status(500),
+    ))
+    .await;
+    let toml = one_target(&upstream.url(""), "", "max_retries = 0");
+    let gw = gateway(&toml, no_env).await;
+    let mut request = post(&gw.url("/v1/messages?key=1"), PROMPT);
+    request
+        .headers_mut()
+        .insert("x-api-key", "sk-client-SECRET".parse().unwrap());
+    let (head, _) = send(request).await;
+    assert_eq!(head.status, 500);
+    let text = logs.text();
+    assert!(!text.contains("SECRET"), "{text}");
+    let errors: Vec<&str> = text.lines().filter(|l| l.contains(" ERROR ")).collect();
+    assert_eq!(errors.len(), 1, "{text}");
+    assert!(
+        errors[0].contains("response failed") && errors[0].contains("status=500"),
+        "{}",
+        errors[0]
+    );
+    // A success is not logged at the default level.
+    let ok = support::target(llm_retry_mock::Route::always(
+        llm_retry_mock::Reply::anthropic_ok("a"),
+    ))
+    .await;
+    let gw = gateway(&one_target(&ok.url(""), "", ""), no_env).await;
+    let (head, _) = send(post(&gw.url("/v1/messages"), PROMPT)).await;
+    assert_eq!(head.status, 200);
+    assert_eq!(logs.text(), text);
+}

@@ -496,3 +496,32 @@ async fn requests_still_in_flight_when_the_grace_ends_are_cut_and_logged() {
         "{logged}"
     );
 }
+
+#[tokio::test]
+async fn the_gateways_own_pages_take_get_and_head_only_and_other_paths_go_through_the_routes() {
+    let a = target(Route::always(Reply::anthropic_ok("a"))).await;
+    let gw = gateway(&one_target(&a.url(""), "", ""), no_env).await;
+    let call = |method: &str, path: &str| {
+        http::Request::builder()
+            .method(method)
+            .uri(gw.url(path))
+            .body(Default::default())
+            .unwrap()
+    };
+    for method in ["GET", "HEAD"] {
+        let (head, _) = send(call(method, "/healthz")).await;
+        assert_eq!(head.status, 200, "{method}");
+    }
+    let (head, _) = send(call("POST", "/healthz")).await;
+    assert_eq!(head.status, 405);
+    assert_eq!(head.headers["allow"], "GET,HEAD");
+    // No recorder was handed to this gateway.
+    let (head, _) = send(call("GET", "/metrics")).await;
+    assert_eq!(head.status, 404);
+    assert_eq!(a.request_count(), 0);
+    // A path that only starts like a page is the routes': this route
+    // takes every path, and the target has no such page.
+    let (head, _) = send(call("GET", "/healthz/x")).await;
+    assert_eq!(head.status, 404);
+    assert_eq!(a.request_count(), 1);
+}

@@ -168,8 +168,10 @@ impl<S> Operation<S> {
         let round = self.report.rounds;
         let mut attempted = 0;
         let (mut ambiguous, mut not_throttled) = (false, false);
-        for index in 0..self.targets.len() {
-            let target = self.targets[index].clone();
+        // The targets by reference: a clone of one would clone its whole
+        // service stack, once more than the call's own clone.
+        let targets = Arc::clone(&self.targets);
+        for (index, target) in targets.iter().enumerate() {
             let now = Instant::now();
             let skip = if bound && index > 0 {
                 Some(SkipReason::StateBound)
@@ -177,7 +179,7 @@ impl<S> Operation<S> {
                 Some(SkipReason::AttemptLimit)
             } else if self.past_deadline(now) {
                 Some(SkipReason::Deadline)
-            } else if self.cooling(index, &target, now) {
+            } else if self.cooling(index, target, now) {
                 Some(SkipReason::CoolingDown)
             } else if target.down_until(now).is_some() {
                 Some(SkipReason::Unhealthy)
@@ -187,7 +189,7 @@ impl<S> Operation<S> {
                 None
             };
             if let Some(reason) = skip {
-                self.record(&target, AttemptOutcome::Skipped(reason));
+                self.record(target, AttemptOutcome::Skipped(reason));
                 continue;
             }
             attempted += 1;
@@ -220,18 +222,18 @@ impl<S> Operation<S> {
                 // Timed out: it may have been sent and executed.
                 self.spend(target.max_sends);
                 if self.past_deadline(Instant::now()) {
-                    self.record(&target, AttemptOutcome::Failed);
+                    self.record(target, AttemptOutcome::Failed);
                     return self.deadline_passed();
                 }
-                self.record(&target, AttemptOutcome::FirstContentTimeout);
-                failed(&target);
+                self.record(target, AttemptOutcome::FirstContentTimeout);
+                failed(target);
                 ambiguous = true;
                 continue;
             };
             match result {
-                Ok(response) => match self.judge_answer(&response, &target) {
+                Ok(response) => match self.judge_answer(&response, target) {
                     Verdict::Rejected(rejection) => {
-                        self.rejected(index, &target, rejection);
+                        self.rejected(index, target, rejection);
                         not_throttled |= !throttled(rejection);
                         self.last_answer = Some(keep(response).await);
                     }
@@ -240,8 +242,8 @@ impl<S> Operation<S> {
                             Ok(kept) => {
                                 // Before content, but maybe executed: on
                                 // to the next target, no further round.
-                                self.record(&target, AttemptOutcome::MovedOn(kept.status()));
-                                failed(&target);
+                                self.record(target, AttemptOutcome::MovedOn(kept.status()));
+                                failed(target);
                                 ambiguous = true;
                                 self.ready[index] = overload::named_ready(kept.headers());
                                 self.last_answer = Some(kept);
@@ -249,9 +251,9 @@ impl<S> Operation<S> {
                             }
                             Err(response) => response,
                         };
-                        self.record(&target, AttemptOutcome::Answered(response.status()));
+                        self.record(target, AttemptOutcome::Answered(response.status()));
                         if response.status().is_server_error() {
-                            failed(&target);
+                            failed(target);
                         }
                         if self.report.rounds > 1 {
                             observe::failover_round_served();
@@ -263,13 +265,13 @@ impl<S> Operation<S> {
                 },
                 Err(error) => match self.judge_error(&*error) {
                     Verdict::Rejected(rejection) => {
-                        self.rejected(index, &target, rejection);
+                        self.rejected(index, target, rejection);
                         not_throttled |= !throttled(rejection);
                         self.last_error = Some(error);
                     }
                     Verdict::Final => {
-                        self.record(&target, AttemptOutcome::Failed);
-                        failed(&target);
+                        self.record(target, AttemptOutcome::Failed);
+                        failed(target);
                         // A target's stack cut at the route's deadline.
                         if self.past_deadline(Instant::now()) {
                             return self.deadline_passed();
