@@ -89,9 +89,6 @@ pub(super) const ENGAGE_SHARE: f64 = 0.6;
 /// rate is at the key's capacity, not above it (a probe past it draws one
 /// or two in a trial).
 pub(super) const NOISE_SHARE: f64 = 0.1;
-/// How far above the expected share a judgement's share may be and still
-/// count as following the rate: sampling noise over [`TRIAL`] answers.
-const SHARE_MARGIN: f64 = 0.1;
 /// Answers to sends made since the rate was last judged that show whether
 /// its cuts helped.
 const TRIAL: u32 = 30;
@@ -365,7 +362,9 @@ impl Learned {
                 // rate: a share that stays as high whatever the rate (an
                 // organisation's quota others drain) is no evidence about
                 // it. A rate far above the key's takes a few cuts first.
-                let helped = share <= NOISE_SHARE.max(self.expected_share() + SHARE_MARGIN);
+                let helped = self
+                    .share_at_cut
+                    .is_none_or(|at_cut| share < NOISE_SHARE.max(at_cut));
                 let halved = self
                     .rate_at_cut
                     .is_none_or(|rate| self.per_sec <= rate / 2.0);
@@ -420,22 +419,6 @@ impl Learned {
         self.quiet_until = Some(now);
         self.changed = Some(now);
         Throttle::Changed
-    }
-
-    /// The refusal share the cuts since the last judgement should have
-    /// brought if the refusals follow the rate: a key that admits `C` a
-    /// second refuses `1 − C/r` of sends at `r`, and the last judgement
-    /// (or the burst that set the rate) measured `C` as `r₀ (1 − s₀)`. The
-    /// share a burst engaged at is its peak, so that `C` is low and the
-    /// expectation lenient; refusals that come whatever the rate stay far
-    /// above it once the cuts took the rate under `C`.
-    fn expected_share(&self) -> f64 {
-        match (self.share_at_cut, self.rate_at_cut) {
-            (Some(s0), Some(r0)) if self.per_sec > 0.0 => {
-                (1.0 - r0 * (1.0 - s0) / self.per_sec).clamp(0.0, 1.0)
-            }
-            _ => 1.0,
-        }
     }
 
     /// The refusal just judged ended its request: from now on the rate
