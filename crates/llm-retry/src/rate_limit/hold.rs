@@ -44,9 +44,14 @@ struct Contest {
     until: Instant,
     served: u32,
     refused: u32,
-    /// Of the refusals, those that named a wait at least as long as the
-    /// contest's (capped alike): corroboration of the wait itself.
+    /// The longest wait named so far (capped): the claim a request that
+    /// honours less fails on.
+    claim: Duration,
+    /// Of the refusals since that claim was first made (`since`: the
+    /// served and refused counts then), those that named about as long:
+    /// corroboration of the wait itself.
     long: u32,
+    since: (u32, u32),
 }
 
 impl Contest {
@@ -65,11 +70,27 @@ impl Contest {
         self.refused >= 2 && self.refused >= self.served.saturating_mul(3)
     }
 
+    /// A later send was refused naming `wait` (capped): about as long as
+    /// the claim corroborates it (a tenth either way: the same wait, named
+    /// a little later); longer is a new claim, which the refusals before it
+    /// do not corroborate.
+    fn corroborate(&mut self, wait: Duration) {
+        let slack = self.claim / 10;
+        if wait > self.claim.saturating_add(slack) {
+            self.claim = wait;
+            self.long = 0;
+            self.since = (self.served, self.refused);
+        } else if wait.saturating_add(slack) >= self.claim {
+            self.long += 1;
+        }
+    }
+
     /// Whether later sends were refused for as long, three for each answer
     /// that was not: the wait is the key's, not one answer's (a bogus
     /// `Retry-After` among short ones is not).
     fn long_won(&self) -> bool {
-        let others = self.served.saturating_add(self.refused - self.long);
+        let answers = (self.served - self.since.0) + (self.refused - self.since.1);
+        let others = answers.saturating_sub(self.long);
         self.long >= 2 && self.long >= others.saturating_mul(3)
     }
 }
@@ -172,7 +193,7 @@ impl Hold {
             Some(contest) if contest.until > now => {
                 if order > contest.order {
                     contest.refused = contest.refused.saturating_add(1);
-                    contest.long += u32::from(until >= contest.until);
+                    contest.corroborate(until.saturating_duration_since(now));
                 }
                 contest.until = contest.until.max(until);
                 contest
@@ -182,7 +203,9 @@ impl Hold {
                 until,
                 served: 0,
                 refused: 0,
+                claim: until.saturating_duration_since(now),
                 long: 0,
+                since: (0, 0),
             }),
         };
         let later = order > contest.order;
@@ -335,6 +358,27 @@ mod tests {
         out.refused(2, now, S(1 << 40), now + S(5));
         assert!(matches!(
             out.admits(now, None, Some(S(5))),
+            Err(GateError::HeldTooLong { .. })
+        ));
+    }
+
+    #[test]
+    fn short_refusals_before_a_long_wait_do_not_corroborate_it() {
+        // Refused for a second, twice; then a later send is told 10^9 s
+        // (capped at 5 s). The refusals before it named a second: a request
+        // that honours 5 s goes, as without a gate.
+        let now = Instant::now();
+        let mut hold = Hold::default();
+        hold.refused(0, now, S(1), now + S(1));
+        hold.refused(1, now, S(1), now + S(1));
+        hold.refused(2, now, S(1), now + S(1));
+        hold.refused(3, now, S(1 << 30), now + S(5));
+        assert!(matches!(hold.admits(now, None, Some(S(5))), Ok((_, true))));
+        // Two later sends told the same: now it is the key's wait.
+        hold.refused(4, now, S(1 << 30), now + S(5));
+        hold.refused(5, now, S(1 << 30), now + S(5));
+        assert!(matches!(
+            hold.admits(now, None, Some(S(5))),
             Err(GateError::HeldTooLong { .. })
         ));
     }
