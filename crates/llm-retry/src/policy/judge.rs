@@ -139,6 +139,24 @@ impl Reading<'_> {
     }
 }
 
+impl<'a> Evidence<'a> {
+    /// A success answered with `headers`, its body unread.
+    fn served(headers: &'a HeaderMap) -> Evidence<'a> {
+        Evidence {
+            base: Classification::Success,
+            class: Classification::Success,
+            should_retry: None,
+            provider: None,
+            headers: Some(headers),
+            body: None,
+            answered: true,
+            own_wait: None,
+            reached_upstream: true,
+            may_have_executed: false,
+        }
+    }
+}
+
 impl RetryPolicy {
     /// Judges an attempt's outcome for a request whose account is `state`
     /// (with the attempt already counted), `elapsed` after its first send.
@@ -156,6 +174,24 @@ impl RetryPolicy {
     /// about the rate or only about tokens, and whether a named wait is the
     /// key's or the request's.
     pub(crate) fn read<'a>(&self, state: &RetryState, outcome: Outcome<'a>) -> Reading<'a> {
+        // A success is final whatever its headers say (see `evidence`): the
+        // common answer, unread, is read without the evidence of a failure.
+        if let Outcome::Response {
+            status,
+            headers,
+            body: None,
+        } = outcome
+        {
+            if classify_status(status, None) == Classification::Success {
+                let stated = Some(headers).filter(|_| state.gate().is_some());
+                return Reading {
+                    evidence: Evidence::served(headers),
+                    wait: None,
+                    key: self.served_news(stated),
+                    rejection: None,
+                };
+            }
+        }
         let evidence = self.evidence(outcome);
         let wait = match &evidence.class {
             Classification::Retryable(kind) => self.named_wait(*kind, &evidence),
