@@ -2,24 +2,27 @@
 //! resends only within what the route has left.
 #![allow(clippy::unwrap_used)]
 
-use super::tests::{rate_limited, report, request, retrying_target, upstream};
+use super::tests::{rate_limited, report, request, retrying_target, upstream, RetrySvc};
 use super::*;
-use llm_retry_mock::{Reply, Route};
+use llm_retry_mock::{MockServer, Reply, Route};
 use std::time::Duration;
 use tokio::time::Instant;
 use tower::ServiceExt;
+
+/// Two retrying targets, `a` before `b`, each allowed two retries, under a
+/// 10 s route deadline.
+fn a_then_b(a: &MockServer, b: &MockServer) -> Failover<RetrySvc> {
+    Failover::builder(vec![retrying_target("a", a, 2), retrying_target("b", b, 2)])
+        .deadline(Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
 
 #[tokio::test(start_paused = true)]
 async fn a_named_wait_longer_than_the_route_has_left_moves_on_at_once() {
     let a = upstream(Route::always(rate_limited("30"))).await;
     let b = upstream(Route::always(Reply::anthropic_ok("b"))).await;
-    let failover = Failover::builder(vec![
-        retrying_target("a", &a, 2),
-        retrying_target("b", &b, 2),
-    ])
-    .deadline(Duration::from_secs(10))
-    .build()
-    .unwrap();
+    let failover = a_then_b(&a, &b);
     let started = Instant::now();
     let response = failover.oneshot(request()).await.unwrap();
     assert_eq!(response.status(), 200, "b serves");
@@ -36,13 +39,7 @@ async fn a_named_wait_that_fits_what_is_left_is_waited_out() {
     ]))
     .await;
     let b = upstream(Route::always(Reply::anthropic_ok("b"))).await;
-    let failover = Failover::builder(vec![
-        retrying_target("a", &a, 2),
-        retrying_target("b", &b, 2),
-    ])
-    .deadline(Duration::from_secs(10))
-    .build()
-    .unwrap();
+    let failover = a_then_b(&a, &b);
     let started = Instant::now();
     let response = failover.oneshot(request()).await.unwrap();
     assert_eq!(response.status(), 200);

@@ -733,7 +733,7 @@ fn unsafe_or_contradictory_budgets_are_refused_naming_the_setting() {
 /// A boxed body, for targets whose bodies differ in type.
 type Boxed = http_body_util::combinators::UnsyncBoxBody<Bytes, BoxError>;
 /// A target that is the library's retry stack (`ClientLayer`).
-type RetrySvc = BoxCloneSyncService<Request<Full<Bytes>>, Response<Boxed>, BoxError>;
+pub(super) type RetrySvc = BoxCloneSyncService<Request<Full<Bytes>>, Response<Boxed>, BoxError>;
 
 /// `ClientLayer` with `retries` retries over a client aimed at `mock`.
 pub(super) fn retrying_target(name: &str, mock: &MockServer, retries: u32) -> Target<RetrySvc> {
