@@ -308,10 +308,10 @@ impl Gate {
         };
         let mut slot = token_slot.max(base);
         // Room the provider stated, or a send past a hold, skips a learned
-        // pace (a configured quota still paces it).
+        // pace.
         let in_room = base <= now && state.quotas.take_room();
-        let ticketless = (in_room || past_hold) && self.paces.requests.is_none();
-        let ticket = state.quotas.pace.filter(|_| !ticketless).map(|pace| {
+        let ticketed = self.paced_even_if(in_room || past_hold);
+        let ticket = state.quotas.pace.filter(|_| ticketed).map(|pace| {
             let ticket = state.quotas.pacer.take(now, base, pace);
             slot = slot.max(state.quotas.pacer.time_of(ticket, pace.interval));
             ticket
@@ -421,9 +421,8 @@ impl Gate {
         if let Some(at) = booking.bounds.not_before {
             slot = slot.max(at);
         }
-        // A ticket's time counts from the hold's end: not past it (unless
-        // a configured quota paces it).
-        let ticketed = !past_hold || self.paces.requests.is_some();
+        // A ticket's time counts from the hold's end: not past it.
+        let ticketed = self.paced_even_if(past_hold);
         if let (Some(pace), Some(ticket), true) = (state.quotas.pace, booking.ticket, ticketed) {
             slot = slot.max(state.quotas.pacer.time_of(ticket, pace.interval));
         }
@@ -756,6 +755,13 @@ impl Gate {
     pub(super) fn key_stats(&self) -> (usize, u64) {
         let keys = self.lock();
         (keys.len(), keys.sweeps())
+    }
+
+    /// Whether a send takes its ticket in the pacer when it `skips` a
+    /// learned pace (stated room, or going past a hold): only a configured
+    /// request quota still paces it then.
+    fn paced_even_if(&self, skips: bool) -> bool {
+        !skips || self.paces.requests.is_some()
     }
 
     /// Whether sends are paced: a quota or a learned rate.
