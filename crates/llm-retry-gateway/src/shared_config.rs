@@ -4,7 +4,7 @@
 
 use crate::config::ConfigError;
 use crate::duration;
-use llm_retry_redis::{FailureMode, StateName, DEFAULT_NAMESPACE};
+use llm_retry_redis::{FailureMode, SharedOptions, StateName, DEFAULT_NAMESPACE};
 use serde::Deserialize;
 use std::fmt;
 use std::ops::Range;
@@ -171,12 +171,11 @@ impl SharedFile {
                     .map_err(|problem| at(field, text.span(), problem))
             })
         };
-        let timeout = duration_of("timeout", &self.timeout, Duration::from_millis(5))?;
-        let sync_interval = duration_of(
-            "sync_interval",
-            &self.sync_interval,
-            Duration::from_millis(100),
-        )?;
+        // Unset, as a library user's store would have them.
+        let defaults = SharedOptions::default();
+        let timeout = duration_of("timeout", &self.timeout, defaults.timeout)?;
+        let sync_interval =
+            duration_of("sync_interval", &self.sync_interval, defaults.sync_interval)?;
         let replicas = match &self.replicas {
             Some(n) if *n.get_ref() == 0 => {
                 return Err(at("replicas", n.span(), "must be more than 0".to_owned()))

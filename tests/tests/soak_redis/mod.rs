@@ -81,15 +81,17 @@ async fn shared_within(replicas: &impl Shared, tries: usize) -> Option<usize> {
     None
 }
 
-/// Runs `check` while holding tokio's paused clock still, for up to half
-/// a second of real time: the runtime never waits idle (it yields), so the
+/// Runs `check` while holding tokio's paused clock still, for up to two
+/// seconds of real time (a loaded 2-core machine may take far more than
+/// the few milliseconds nine Redis syncs need): the runtime never waits
+/// idle (it yields), so the
 /// clock does not jump ahead while Redis answers, and the crowd gets no
 /// further than its ready work meanwhile. Past that, the clock runs again
 /// (a check waiting on a timer, a reconnection's backoff say, then ends).
 pub(crate) async fn held_clock<F: std::future::Future>(check: F) -> F::Output {
     let started = std::time::Instant::now();
     let hold = async {
-        while started.elapsed() < Duration::from_millis(500) {
+        while started.elapsed() < Duration::from_secs(2) {
             tokio::task::yield_now().await;
         }
         std::future::pending::<()>().await;
