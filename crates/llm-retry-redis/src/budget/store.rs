@@ -187,17 +187,18 @@ impl BudgetStore for RedisBudgetStore {
             return Ok(());
         }
         let lapsed = inner.since_origin(now) >= inner.reserved_until.load(Ordering::Acquire);
-        // Counted as spent before it is taken from the reserve: a sync in
-        // between reports it at least once (twice at worst, never not).
-        inner.unreported_used.fetch_add(1, Ordering::AcqRel);
         let spent = if lapsed {
             Err(0)
         } else {
+            // Counted as spent before it is taken from the reserve: a sync
+            // in between reports it at least once (twice at worst, never
+            // not).
+            inner.unreported_used.fetch_add(1, Ordering::AcqRel);
             inner
                 .tokens
                 .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
         };
-        if spent.is_err() {
+        if let (Err(_), false) = (spent, lapsed) {
             // Not spent after all (a sync may have reported it: a retry
             // too many for the fleet, never one too few).
             let _ = inner
