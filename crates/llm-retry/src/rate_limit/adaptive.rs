@@ -28,13 +28,16 @@
 //! its recent answers (about thirty in a row, or most of a burst). Every
 //! [`TRIAL`] answers to sends made since, a paced key's refusal share is
 //! judged against the share that drew its last cut: one that is not lower
-//! (and at least [`NOISE_SHARE`]), however high, shows that its 429s do not
-//! follow its rate — a shared organisation quota drained by others, a
+//! by more than chance explains (and at least [`NOISE_SHARE`]), however
+//! high, shows that its 429s do not follow its rate — a shared organisation quota drained by others, a
 //! tenant limit in front, refusals at random — and the key stands down:
 //! unpaced again (or at the rate stated or configured), as without a gate,
 //! and for a minute ([`Doubt`]) its refusals start or cut no rate. A share
 //! that stays above [`ENGAGE_SHARE`] is judged so only once the cuts have
-//! halved the rate: a rate far above the key's takes a few cuts.
+//! halved the rate: a rate far above the key's takes a few cuts. Between
+//! two judgements the cuts take at most half the rate: refusals that come
+//! whatever the rate are a congestion event nearly each, and would sink it
+//! before the judgement.
 
 use super::doubt::Doubt;
 use std::time::Duration;
@@ -97,6 +100,16 @@ const TRIAL: u32 = 30;
 /// next token.
 fn precise(named_wait: Option<Duration>) -> Option<Duration> {
     named_wait.filter(|wait| *wait >= Duration::from_millis(1) && *wait < LONGEST_TOKEN_WAIT)
+}
+
+/// Standard deviations by which a share must fall to show the cuts helped.
+const SPREADS: f64 = 1.5;
+
+/// How far the refusal share of `answers` answers strays by chance from a
+/// true share `share` (one standard deviation): a share lower by less is
+/// no evidence that the cuts helped.
+fn spread(share: f64, answers: u32) -> f64 {
+    (share * (1.0 - share) / f64::from(answers.max(1))).sqrt()
 }
 
 /// How much a first estimate rests on.
@@ -337,6 +350,7 @@ impl Learned {
                 if rate < self.per_sec {
                     self.per_sec = rate;
                     self.last_throttled = Some(rate);
+                    self.rate_at_cut = Some(rate);
                     return Throttle::Changed;
                 }
             }
@@ -362,12 +376,14 @@ impl Learned {
                 // rate: a share that stays as high whatever the rate (an
                 // organisation's quota others drain) is no evidence about
                 // it. A rate far above the key's takes a few cuts first.
-                let helped = self
-                    .share_at_cut
-                    .is_none_or(|at_cut| share < NOISE_SHARE.max(at_cut));
+                let helped = share < NOISE_SHARE
+                    || self
+                        .share_at_cut
+                        .is_none_or(|at_cut| share + SPREADS * spread(at_cut, answers) < at_cut);
+                // The next cut would reach the floor a judgement sets.
                 let halved = self
                     .rate_at_cut
-                    .is_none_or(|rate| self.per_sec <= rate / 2.0);
+                    .is_none_or(|rate| self.per_sec * DECREASE <= rate / 2.0);
                 if !helped && (share < ENGAGE_SHARE || halved) {
                     self.stand_down(bounds, now);
                     return Throttle::StoodDown;
@@ -414,7 +430,14 @@ impl Learned {
         } else {
             self.slow_start = None;
             self.last_throttled = Some(self.per_sec);
-            self.per_sec = (self.per_sec * DECREASE).max(bounds.min_per_sec);
+            // Until a judgement finds the refusals fewer, the cuts take at
+            // most half the rate last judged: refusals that come whatever
+            // the rate draw a cut from nearly every answer, and must not
+            // sink the rate before the judgement sees they did not help.
+            let judged = *self.rate_at_cut.get_or_insert(self.per_sec);
+            self.per_sec = (self.per_sec * DECREASE)
+                .max(judged / 2.0)
+                .max(bounds.min_per_sec);
         }
         self.quiet_until = Some(now);
         self.changed = Some(now);

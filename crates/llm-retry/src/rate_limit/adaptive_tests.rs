@@ -75,7 +75,10 @@ fn the_rate_stays_inside_its_bounds() {
     // Each decrease after the first waits for ten answers: 1 000 429s are
     // a hundred decreases.
     for _ in 0..1000 {
+        // Each a congestion event of its own, and never judged.
         learned.quiet_until = None;
+        learned.trial = (0, 0);
+        learned.rate_at_cut = None;
         learned.on_throttle(&BOUNDS, now, now, None);
     }
     assert_eq!(learned.per_sec(), 1.0);
@@ -568,6 +571,13 @@ mod stand_down {
     /// 10 ms, refused when `refused(n)`: how many answers until the rate
     /// stood down (if it did), and the rate at the end.
     fn after_burst(refused: impl Fn(u32) -> bool) -> (Option<u32>, f64) {
+        let (stood_down, rate, _) = lowest_after_burst(refused);
+        (stood_down, rate)
+    }
+
+    /// As [`after_burst`], with the lowest rate the key was paced at, as a
+    /// share of the rate the burst taught it.
+    fn lowest_after_burst(refused: impl Fn(u32) -> bool) -> (Option<u32>, f64, f64) {
         let mut learned = UNBOUNDED.start();
         let t0 = Instant::now();
         learned.on_send(t0);
@@ -577,6 +587,8 @@ mod stand_down {
         let mut at = t0 + Duration::from_millis(100);
         refused_burst(&mut learned, &UNBOUNDED, t0, at, None);
         assert!(!learned.unmeasured(), "the burst set a rate");
+        let taught = learned.per_sec();
+        let mut lowest = taught;
         let mut stood_down = None;
         for n in 0..1_000 {
             at += Duration::from_millis(10);
@@ -585,8 +597,29 @@ mod stand_down {
             } else if learned.on_throttle(&UNBOUNDED, at, at, None) == Throttle::StoodDown {
                 stood_down.get_or_insert(n);
             }
+            if stood_down.is_none() {
+                lowest = lowest.min(learned.per_sec());
+            }
         }
-        (stood_down, learned.per_sec())
+        (stood_down, learned.per_sec(), lowest / taught)
+    }
+
+    /// Refused at random, `pct` in a hundred answers.
+    fn at_random(pct: u64) -> impl Fn(u32) -> bool {
+        move |n| (u64::from(n).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) % 100 < pct
+    }
+
+    #[test]
+    fn refusals_at_random_never_sink_the_rate_before_it_stands_down() {
+        // Two answers in five refused, whatever the rate: nearly every
+        // refusal is a congestion event of its own, and each used to cut
+        // before the first judgement (a rate of 260 a second sank to 10).
+        for pct in [25, 40, 55] {
+            let (stood_down, rate, lowest) = lowest_after_burst(at_random(pct));
+            assert!(stood_down.is_some(), "{pct} %: stood down");
+            assert!(rate.is_infinite(), "{pct} %: unpaced again: {rate}");
+            assert!(lowest >= 0.25, "{pct} %: paced at {lowest} of its rate");
+        }
     }
 
     #[test]
@@ -606,10 +639,7 @@ mod stand_down {
         // answers), any share looks lower: only a share halved is help.
         // Spread at random: some judgements see fewer, which must not
         // read as the cuts helping.
-        let (stood_down, rate) = after_burst(|n| {
-            let x = u64::from(n).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
-            x % 100 < 25
-        });
+        let (stood_down, rate) = after_burst(at_random(25));
         let at = stood_down.expect("stood down");
         assert!(at < 300, "after {at} answers");
         assert!(rate.is_infinite(), "unpaced again: {rate}");
