@@ -124,3 +124,103 @@ async fn a_window_that_states_no_reset_costs_one_probe_per_window() {
         "{probes} refused sends for 3 spent windows"
     );
 }
+
+/// Holds shared in memory, as a store shared through Redis would be once
+/// synced: what two replicas' gates share.
+#[derive(Debug, Default)]
+struct InMemoryHolds(std::sync::Mutex<std::collections::HashMap<u64, tokio::time::Instant>>);
+
+impl llm_retry::rate_limit::SharedHolds for InMemoryHolds {
+    fn key_secret(&self) -> [u8; 16] {
+        *b"a fleet's secret"
+    }
+
+    fn publish(&self, key: u64, until: tokio::time::Instant) {
+        let mut holds = self.0.lock().unwrap();
+        let known = holds.entry(key).or_insert(until);
+        *known = (*known).max(until);
+    }
+
+    fn read(&self, key: u64) -> Option<tokio::time::Instant> {
+        self.0.lock().unwrap().get(&key).copied()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_wait_one_replica_learned_holds_the_other_replicas_sends() {
+    let script = Script::new().route(
+        "/v1/messages",
+        Route::sequence([Reply::rate_limited(Some(2)), Reply::anthropic_ok("ok")]),
+    );
+    let mock = MockServer::start(script).await.unwrap();
+    let holds: std::sync::Arc<InMemoryHolds> = std::sync::Arc::default();
+    // Two replicas: gates of their own, one store of holds.
+    let replica = |retries| {
+        let gate = RateLimitLayer::new(Quotas::none())
+            .unwrap()
+            .share_holds(holds.clone());
+        ServiceBuilder::new()
+            .layer(RetryLayer::new(
+                fast_policy().max_retries(retries).build().unwrap(),
+            ))
+            .layer(gate)
+            .service(client())
+    };
+    let (teacher, learner) = (replica(0), replica(3));
+    let url = mock.url("/v1/messages");
+    let first = teacher.oneshot(messages_request(&url)).await.unwrap();
+    assert_eq!(first.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(holds.0.lock().unwrap().len(), 1, "the hold was published");
+    let second = learner.oneshot(messages_request(&url)).await.unwrap();
+    assert_eq!(second.status(), StatusCode::OK);
+    assert_eq!(
+        second.extensions().get::<RetryReport>().unwrap().attempts,
+        1,
+        "no 429 of its own"
+    );
+    let sent = mock.requests();
+    assert_eq!(sent.len(), 2);
+    assert!(sent[1].received_at - sent[0].received_at >= Duration::from_secs(2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn another_replica_s_hold_longer_than_a_request_honours_does_not_keep_it() {
+    let script = Script::new().route(
+        "/v1/messages",
+        Route::sequence([Reply::rate_limited(Some(60)), Reply::anthropic_ok("ok")]),
+    );
+    let mock = MockServer::start(script).await.unwrap();
+    let holds: std::sync::Arc<InMemoryHolds> = std::sync::Arc::default();
+    let replica = |max_server_wait| {
+        let policy = fast_policy()
+            .max_retries(0)
+            .max_server_wait(max_server_wait)
+            .max_elapsed(Duration::from_secs(300))
+            .build()
+            .unwrap();
+        ServiceBuilder::new()
+            .layer(RetryLayer::new(policy))
+            .layer(
+                RateLimitLayer::new(Quotas::none())
+                    .unwrap()
+                    .share_holds(holds.clone()),
+            )
+            .service(client())
+    };
+    let url = mock.url("/v1/messages");
+    let first = replica(Duration::from_secs(120))
+        .oneshot(messages_request(&url))
+        .await
+        .unwrap();
+    assert_eq!(first.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(holds.0.lock().unwrap().len(), 1, "the hold was published");
+    // A replica whose requests honour 5 s sends at once, as without the
+    // shared hold, and learns for itself.
+    let start = tokio::time::Instant::now();
+    let second = replica(Duration::from_secs(5))
+        .oneshot(messages_request(&url))
+        .await
+        .unwrap();
+    assert_eq!(second.status(), StatusCode::OK);
+    assert_eq!(start.elapsed(), Duration::ZERO);
+}

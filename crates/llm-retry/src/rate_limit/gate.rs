@@ -16,6 +16,7 @@ use super::hold::{Hold, Placed};
 use super::keys::{Keys, Sweepable};
 use super::pacer::Pace as RequestPace;
 use super::quota_book::{Paces, QuotaBook};
+use super::shared::{shared_floor, KeyHasher, SharedHolds};
 use super::window::{Ledger, Place};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -41,9 +42,12 @@ pub(super) struct Shared {
     /// Set once any key's provider stated a token quota.
     tokens_stated: AtomicBool,
     /// Keys the hash of a request's authority and credentials with a
-    /// secret of this gate's: callers who choose their own API keys (a
-    /// gateway's) cannot aim one at another caller's quota.
-    key_hasher: std::hash::RandomState,
+    /// secret of this gate's (or of its shared holds'): callers who choose
+    /// their own API keys (a gateway's) cannot aim one at another caller's
+    /// quota.
+    key_hasher: KeyHasher,
+    /// Where the key holds are shared with other replicas, if they are.
+    shared: Option<Arc<dyn SharedHolds>>,
 }
 
 impl Shared {
@@ -232,12 +236,26 @@ impl Gate {
             adaptive,
             keys: Mutex::default(),
             tokens_stated: AtomicBool::new(false),
-            key_hasher: std::hash::RandomState::new(),
+            key_hasher: KeyHasher::random(),
+            shared: None,
+        }))
+    }
+
+    /// A new gate with this one's quotas whose holds are shared through
+    /// `holds`, and whose keys are fingerprints under its secret.
+    pub(super) fn sharing_holds(&self, holds: Arc<dyn SharedHolds>) -> Gate {
+        Gate(Arc::new(Shared {
+            paces: self.paces,
+            adaptive: self.adaptive,
+            keys: Mutex::default(),
+            tokens_stated: AtomicBool::new(false),
+            key_hasher: KeyHasher::keyed(holds.key_secret()),
+            shared: Some(holds),
         }))
     }
 
     /// What [`default_key`](super::key::default_key) hashes with.
-    pub(super) fn key_hasher(&self) -> &std::hash::RandomState {
+    pub(super) fn key_hasher(&self) -> &KeyHasher {
         &self.key_hasher
     }
 
@@ -275,6 +293,12 @@ impl Gate {
         bounds: Bounds,
     ) -> Result<Reserved, GateError> {
         let deadline = bounds.deadline;
+        // Another replica's hold on the key is a floor, as the key's own
+        // would be (read before the lock: the store is memory only).
+        let shared_floor = self
+            .shared
+            .as_deref()
+            .and_then(|holds| shared_floor(holds, key, now, bounds.max_server_wait));
         if let Some(pace) = &self.paces.tokens {
             let capacity = pace.capacity();
             if cost > capacity {
@@ -288,6 +312,7 @@ impl Gate {
         let state = keys.entry(key).or_insert_with(|| KeyState::new(self, now));
         state.last_used = now;
         let (floor, past_hold) = state.hold.admits(now, deadline, bounds.max_server_wait)?;
+        let floor = shared_floor.map_or(floor, |shared| floor.max(shared));
         // The provider said how many more its window admits: past that, a
         // send waits for the window's reset, or for a probe to learn it.
         let place = state.ledger.place(now);
@@ -568,6 +593,9 @@ impl Gate {
             Placed::Covered => return full,
             Placed::Extended { pushed } => pushed,
         };
+        if let Some(holds) = &self.shared {
+            holds.publish(key, until);
+        }
         // The wait to the end of a window whose reset the answers did not
         // state: the hold is that reset, and past it the window is new.
         if state.ledger.reset_unknown() {

@@ -1,7 +1,7 @@
 //! Which quota a request belongs to, and what it costs.
 
 use http::HeaderName;
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::{BuildHasher, Hasher};
 
 /// Overrides the key a request is paced under (e.g. one per deployment).
 /// Without it the key is the request's authority, a hash of its API-key
@@ -56,19 +56,32 @@ const KEY_PARAMS: [&str; 1] = ["key"];
 /// `model` (the raw JSON value the body names, if known), keyed by
 /// `hasher`'s secret. The credential itself is only hashed, never stored
 /// or logged.
+///
+/// Every part is written as its length and its bytes, in a fixed order,
+/// so that replicas sharing a secret (and a store of holds) make the same
+/// fingerprint of the same key whatever their build.
 pub(super) fn default_key(
     parts: &http::request::Parts,
     model: Option<&[u8]>,
     hasher: &impl BuildHasher,
 ) -> u64 {
+    let mut hasher = hasher.build_hasher();
     // The caller's key, hashed with the secret too: the gate's map spreads
     // keys by a fixed multiply, which chosen keys (a tenant's id passed
     // through) must not be able to aim at one bucket.
     if let Some(RateKey(key)) = parts.extensions.get::<RateKey>() {
-        return hasher.hash_one(key);
+        hasher.write(b"k");
+        hasher.write(&key.to_le_bytes());
+        return hasher.finish();
     }
-    let mut hasher = hasher.build_hasher();
-    parts.uri.authority().map(|a| a.as_str()).hash(&mut hasher);
+    part(
+        &mut hasher,
+        b'a',
+        parts
+            .uri
+            .authority()
+            .map_or(&[][..], |a| a.as_str().as_bytes()),
+    );
     // One pass over the request's few headers instead of a hashed lookup
     // per credential name; the first value of each counts, as `get` gives.
     let mut found: [Option<&http::HeaderValue>; KEY_HEADER_COUNT] = [None; KEY_HEADER_COUNT];
@@ -77,23 +90,31 @@ pub(super) fn default_key(
             found[i].get_or_insert(value);
         }
     }
-    for (name, value) in KEY_HEADERS.iter().zip(found) {
+    for (tag, value) in (b'0'..).zip(found) {
         if let Some(value) = value {
-            name.as_str().hash(&mut hasher);
-            value.as_bytes().hash(&mut hasher);
+            part(&mut hasher, tag, value.as_bytes());
         }
     }
     let params = parts.uri.query().into_iter().flat_map(|q| q.split('&'));
     for param in params {
         if let Some((name, value)) = param.split_once('=') {
-            if KEY_PARAMS.contains(&name) {
-                name.hash(&mut hasher);
-                value.hash(&mut hasher);
+            if let Some(i) = KEY_PARAMS.iter().position(|key| *key == name) {
+                part(&mut hasher, b'p' + i as u8, value.as_bytes());
             }
         }
     }
-    model.hash(&mut hasher);
+    if let Some(model) = model {
+        part(&mut hasher, b'm', model);
+    }
     hasher.finish()
+}
+
+/// One part of a key: its tag, its length and its bytes.
+fn part(hasher: &mut impl Hasher, tag: u8, bytes: &[u8]) {
+    let mut head = [tag; 9];
+    head[1..].copy_from_slice(&(bytes.len() as u64).to_le_bytes());
+    hasher.write(&head);
+    hasher.write(bytes);
 }
 
 #[cfg(test)]

@@ -181,6 +181,25 @@ impl RateLimitLayer {
     }
 }
 
+impl RateLimitLayer {
+    /// This gate, sharing the holds it sets (a 429's named wait on a key
+    /// and model) with other replicas through `holds`, and keeping sends
+    /// to a key another replica holds until that hold ends. A hold longer
+    /// than a send honours (its `max_server_wait`) does not keep it: it
+    /// goes, and learns the wait for itself. Rates learned, stated windows
+    /// and in-flight ceilings stay with each replica.
+    ///
+    /// The gate's keys become fingerprints under
+    /// [`SharedHolds::key_secret`]. Call it before cloning the layer: the
+    /// clones made before keep the gate they had.
+    #[must_use]
+    pub fn share_holds(self, holds: std::sync::Arc<dyn super::SharedHolds>) -> RateLimitLayer {
+        RateLimitLayer {
+            gate: self.gate.sharing_holds(holds),
+        }
+    }
+}
+
 impl<S> Layer<S> for RateLimitLayer {
     type Service = RateLimit<S>;
 

@@ -83,6 +83,7 @@ pub(crate) mod offer;
 mod pacer;
 mod quota_book;
 mod service;
+mod shared;
 mod window;
 
 pub use error::GateError;
@@ -90,6 +91,7 @@ pub use key::{RateKey, TokenCost};
 pub use layer::{Quotas, RateLimitLayer};
 pub use link::KeyNews;
 pub use service::RateLimit;
+pub use shared::SharedHolds;
 
 #[cfg(test)]
 mod harm_tests;
