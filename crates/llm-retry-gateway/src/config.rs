@@ -424,7 +424,7 @@ impl Config {
                     _ => target.max_server_wait = target.max_server_wait.min(deadline),
                 }
                 if shared.is_some() {
-                    crate::shared_config::budget_name(name, &target.name).map_err(|problem| {
+                    crate::shared_config::target_name(name, &target.name).map_err(|problem| {
                         ConfigError {
                             line: line_of(file.name.span()),
                             field: format!("route[{name}].target[{}].name", target.name),

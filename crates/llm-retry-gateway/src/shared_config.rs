@@ -214,9 +214,9 @@ pub(crate) fn marks_name(route: &str) -> Result<StateName, String> {
     state_name(route)
 }
 
-/// The name under which replicas share a target's retry budget:
-/// `<route>/<target>`, as its gauge is labelled.
-pub(crate) fn budget_name(route: &str, target: &str) -> Result<StateName, String> {
+/// The name under which replicas share a target's retry budget and its
+/// gate's holds: `<route>/<target>`, as its gauge is labelled.
+pub(crate) fn target_name(route: &str, target: &str) -> Result<StateName, String> {
     state_name(&format!("{route}/{target}"))
 }
 
@@ -251,11 +251,11 @@ mod tests {
     #[test]
     fn names_are_the_route_and_route_slash_target() {
         assert_eq!(
-            budget_name("claude", "primary").expect("valid").as_str(),
+            target_name("claude", "primary").expect("valid").as_str(),
             "claude/primary"
         );
         assert_eq!(marks_name("claude").expect("valid").as_str(), "claude");
         assert!(marks_name("has space").is_err());
-        assert!(budget_name(&"r".repeat(40), &"t".repeat(30)).is_err());
+        assert!(target_name(&"r".repeat(40), &"t".repeat(30)).is_err());
     }
 }

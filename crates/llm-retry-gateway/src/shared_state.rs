@@ -1,11 +1,13 @@
 //! The stores a gateway shares with its other replicas through Redis, when
 //! the config has a `[shared]` table: one for each route's failover marks,
-//! one for each target's retry budget.
+//! and for each target one for its retry budget and one for its gate's
+//! holds.
 
-use crate::shared_config::{budget_name, marks_name, SharedConfig};
+use crate::shared_config::{marks_name, target_name, SharedConfig};
 use llm_retry::budget::RetryBudget;
 use llm_retry::failover::SharedMarks;
-use llm_retry_redis::{RedisBudgetStore, RedisTargetMarks, SharedOptions, StateName};
+use llm_retry::rate_limit::SharedHolds;
+use llm_retry_redis::{RedisBudgetStore, RedisHolds, RedisTargetMarks, SharedOptions, StateName};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,6 +18,9 @@ pub(crate) struct SharedState {
     options: SharedOptions,
     /// The namespace of every key.
     namespace: String,
+    /// What key fingerprints are keyed by: the Redis URL as written, the
+    /// one secret every replica of a fleet shares (its password, if any).
+    key_secret: Vec<u8>,
 }
 
 /// One store a route started, kept to sync it on demand.
@@ -23,6 +28,7 @@ pub(crate) struct SharedState {
 pub(crate) enum SharedStore {
     Budget(RedisBudgetStore),
     Marks(RedisTargetMarks),
+    Holds(RedisHolds),
 }
 
 impl SharedStore {
@@ -31,6 +37,7 @@ impl SharedStore {
         match self {
             SharedStore::Budget(store) => store.sync().await,
             SharedStore::Marks(store) => store.sync().await,
+            SharedStore::Holds(store) => store.sync().await,
         }
     }
 }
@@ -65,6 +72,7 @@ impl SharedState {
             client,
             options,
             namespace: config.namespace.clone(),
+            key_secret: config.redis_url.expose().as_bytes().to_vec(),
         })
     }
 
@@ -81,7 +89,7 @@ impl SharedState {
         target: &str,
         budget: RetryBudget,
     ) -> Result<(RetryBudget, SharedStore), String> {
-        let name = self.in_namespace(budget_name(route, target)?)?;
+        let name = self.in_namespace(target_name(route, target)?)?;
         let store = RedisBudgetStore::start(self.client.clone(), name, budget.rule(), self.options)
             .map_err(|error| {
                 format!(
@@ -93,6 +101,24 @@ impl SharedState {
             budget.with_store(Arc::new(store.clone())),
             SharedStore::Budget(store),
         ))
+    }
+
+    /// The holds of the gate of `route`'s `target`, shared under
+    /// `<route>/<target>`.
+    pub(crate) fn holds(
+        &self,
+        route: &str,
+        target: &str,
+    ) -> Result<(Arc<dyn SharedHolds>, SharedStore), String> {
+        let name = self.in_namespace(target_name(route, target)?)?;
+        let store = RedisHolds::start(self.client.clone(), name, self.options, &self.key_secret)
+            .map_err(|error| {
+                format!(
+                    "route[{route}].target[{target}]: shared holds ({:?})",
+                    error.kind()
+                )
+            })?;
+        Ok((Arc::new(store.clone()), SharedStore::Holds(store)))
     }
 
     /// The failover marks of `route`, shared under its name.

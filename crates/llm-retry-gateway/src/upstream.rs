@@ -15,8 +15,9 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use llm_retry::budget::RetryBudget;
-use llm_retry::rate_limit::{Quotas, RateLimitLayer};
+use llm_retry::rate_limit::{Quotas, RateLimitLayer, SharedHolds};
 use llm_retry::{BoxError, ClientLayer, ConfigError, RetryPolicy};
+use std::sync::Arc;
 use tower::util::BoxCloneSyncService;
 use tower::{Layer, ServiceExt};
 
@@ -101,13 +102,14 @@ pub(crate) fn connector() -> Result<HttpsConnector<HttpConnector>, String> {
 /// The target's retry layer, as [`service`] builds it: refused settings
 /// are found when the config is read, with the target named.
 pub(crate) fn validate(route: &RouteConfig, target: &TargetConfig) -> Result<(), ConfigError> {
-    client_layer(route, target, RetryBudget::default()).map(|_| ())
+    client_layer(route, target, RetryBudget::default(), None).map(|_| ())
 }
 
 fn client_layer(
     route: &RouteConfig,
     target: &TargetConfig,
     budget: RetryBudget,
+    holds: Option<Arc<dyn SharedHolds>>,
 ) -> Result<ClientLayer, ConfigError> {
     let mut policy = RetryPolicy::builder()
         .max_retries(target.max_retries)
@@ -117,24 +119,36 @@ fn client_layer(
     if let Some(timeout) = target.attempt_timeout {
         policy = policy.attempt_timeout(timeout);
     }
-    let mut layer = ClientLayer::new(policy.build()?);
-    if let Some(rpm) = target.requests_per_minute {
-        layer = layer.rate_limit(RateLimitLayer::new(
+    let gate = match target.requests_per_minute {
+        Some(rpm) => Some(RateLimitLayer::new(
             Quotas::none().requests_per_minute(rpm),
-        )?);
-    }
-    Ok(layer)
+        )?),
+        None => None,
+    };
+    let gate = match (gate, holds) {
+        (gate, Some(holds)) => Some(
+            gate.unwrap_or_else(RateLimitLayer::learned)
+                .share_holds(holds),
+        ),
+        (gate, None) => gate,
+    };
+    let layer = ClientLayer::new(policy.build()?);
+    Ok(match gate {
+        Some(gate) => layer.rate_limit(gate),
+        None => layer,
+    })
 }
 
 /// A target's service, and the store its budget shares, if it does.
 pub(crate) struct BuiltTarget {
     pub(crate) service: TargetService,
-    pub(crate) shared: Option<SharedStore>,
+    pub(crate) shared: Vec<SharedStore>,
 }
 
 /// The target's service: `ClientLayer` with the target's retries, quota
 /// and timeouts, timed per answer for the metrics. With `shared`, its
-/// retry budget's counts are shared under `<route>/<target>`.
+/// retry budget's counts and its gate's holds are shared under
+/// `<route>/<target>`.
 pub(crate) fn service(
     route: &RouteConfig,
     target: &TargetConfig,
@@ -143,14 +157,15 @@ pub(crate) fn service(
 ) -> Result<BuiltTarget, String> {
     // Each target's own budget, its gauge labelled `route/target`.
     let budget = RetryBudget::default().named(format!("{}/{}", route.name, target.name));
-    let (budget, store) = match shared {
+    let (budget, holds, stores) = match shared {
         Some(shared) => {
-            let (budget, store) = shared.budget(&route.name, &target.name, budget)?;
-            (budget, Some(store))
+            let (budget, budget_store) = shared.budget(&route.name, &target.name, budget)?;
+            let (holds, holds_store) = shared.holds(&route.name, &target.name)?;
+            (budget, Some(holds), vec![budget_store, holds_store])
         }
-        None => (budget, None),
+        None => (budget, None, Vec::new()),
     };
-    let layer = client_layer(route, target, budget).map_err(|error| error.to_string())?;
+    let layer = client_layer(route, target, budget, holds).map_err(|error| error.to_string())?;
     let client = Client::builder(TokioExecutor::new()).build(connector);
     let stack = layer
         .layer(client)
@@ -158,7 +173,7 @@ pub(crate) fn service(
     let seconds = TargetSeconds::new(&route.name, &target.name);
     Ok(BuiltTarget {
         service: BoxCloneSyncService::new(Timed::new(stack, seconds)),
-        shared: store,
+        shared: stores,
     })
 }
 

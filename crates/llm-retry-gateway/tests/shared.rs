@@ -1,6 +1,7 @@
-//! Two gateways (two replicas) in one process sharing one real Redis
-//! through `[shared]`: a wait a provider named to one keeps the other off
-//! that target, and each target's budget is shared under its route's name.
+//! Gateways (replicas) in one process sharing one real Redis through
+//! `[shared]`: a wait a provider named to one keeps the others off that
+//! target (or, with nowhere else to go, holds their sends to it), and each
+//! target's budget is shared under its route's name.
 #![allow(clippy::unwrap_used)]
 
 #[path = "../../llm-retry-redis/tests/support/mod.rs"]
@@ -119,8 +120,79 @@ async fn a_namespace_holds_every_key() {
         keys,
         [
             "{team-a:claude/a}:budget",
+            // The 30 s hold a's gate took from its 429.
+            "{team-a:claude/a}:holds",
             "{team-a:claude/b}:budget",
             "{team-a:claude}:failover"
         ]
     );
+}
+
+/// Route `solo` with one target, `a`; shared through `url`.
+fn solo(a: &MockServer, url: &str) -> String {
+    format!(
+        "[shared]\nredis_url = \"{url}\"\ntimeout = \"2s\"\nsync_interval = \"60m\"\n\n\
+         [[route]]\nname = \"solo\"\n\n[[route.target]]\nname = \"a\"\nbase_url = \"{a}\"\n",
+        a = a.url("")
+    )
+}
+
+#[tokio::test]
+async fn a_wait_named_to_one_replica_holds_the_others_sends_to_the_target() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let a = target(Route::sequence_then(
+        [rate_limited("2")],
+        Reply::anthropic_ok("from a"),
+    ))
+    .await;
+    let config = solo(&a, &redis.url());
+    let replicas = [
+        gateway(&config, no_env).await,
+        gateway(&config, no_env).await,
+        gateway(&config, no_env).await,
+    ];
+    let first = tokio::spawn(send(post(&replicas[0].url("/v1/messages"), PROMPT)));
+    // The first replica's gate took the 429's wait and published it.
+    let mut redis_conn = redis
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    for attempt in 0.. {
+        assert!(attempt < 2_000, "no hold reached Redis");
+        assert!(replicas[0].gateway.sync_shared().await);
+        let held: u64 = redis::cmd("HLEN")
+            .arg("{llm-retry:solo/a}:holds")
+            .query_async(&mut redis_conn)
+            .await
+            .unwrap();
+        if held == 1 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let others: Vec<_> = replicas[1..]
+        .iter()
+        .map(|replica| {
+            let url = replica.url("/v1/messages");
+            async move {
+                assert!(replica.gateway.sync_shared().await);
+                send(post(&url, PROMPT)).await
+            }
+        })
+        .collect();
+    for (head, body) in futures_util::future::join_all(others).await {
+        assert_eq!(head.status, 200);
+        assert!(String::from_utf8_lossy(&body).contains("from a"));
+    }
+    let (head, _) = first.await.unwrap();
+    assert_eq!(head.status, 200);
+    let sent = a.requests();
+    assert_eq!(sent.len(), 4, "one 429, then one send a request");
+    for later in &sent[1..] {
+        // None before the named wait ended: a lower bound no load breaks.
+        assert!(later.received_at - sent[0].received_at >= std::time::Duration::from_secs(2));
+    }
 }

@@ -1,11 +1,15 @@
 //! Shared state of [llm-retry](llm_retry) for replicas behind one provider
 //! key, through Redis, that keeps serving when Redis is slow or gone.
 //!
-//! What is shared so far: the [retry budget](llm_retry::budget::RetryBudget)
-//! ([`RedisBudgetStore`]), so the fleet's retries stay within the budget's
-//! share of the fleet's first attempts; and the failover's cooldowns and
-//! unhealthy marks ([`RedisTargetMarks`]), so a target one replica sets
-//! aside is skipped by all.
+//! What is shared:
+//! - the [retry budget](llm_retry::budget::RetryBudget)
+//!   ([`RedisBudgetStore`]), so the fleet's retries stay within the
+//!   budget's share of the fleet's first attempts;
+//! - the failover's cooldowns and unhealthy marks ([`RedisTargetMarks`]),
+//!   so a target one replica sets aside is skipped by all;
+//! - the holds of rate-limit gates ([`RedisHolds`]), so a 429's named wait
+//!   that one replica's gate takes keeps every replica's sends to that key
+//!   and model.
 //!
 //! Every key is hash-tagged by its [`StateName`] (`{<namespace>:<name>}:…`,
 //! the namespace [`DEFAULT_NAMESPACE`] unless chosen), so one name's keys
@@ -21,11 +25,13 @@
 mod budget;
 mod failover;
 mod health;
+mod holds;
 mod key;
 mod options;
 mod task;
 
 pub use budget::RedisBudgetStore;
 pub use failover::RedisTargetMarks;
+pub use holds::RedisHolds;
 pub use key::{InvalidName, StateName, DEFAULT_NAMESPACE};
 pub use options::{FailureMode, SharedOptions};

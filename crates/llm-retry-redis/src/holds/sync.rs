@@ -1,0 +1,82 @@
+//! The sync task of [`RedisHolds`](super::RedisHolds): new holds out,
+//! every live hold back, in one script call.
+
+use super::store::{keep_later, lock, Holds, Inner};
+use crate::health::Failure;
+use std::time::Duration;
+use tokio::time::Instant;
+
+impl crate::task::Synced for Inner {
+    fn options(&self) -> &crate::options::SharedOptions {
+        &self.options
+    }
+
+    async fn sync_once(&self) {
+        self.sync().await;
+    }
+}
+
+impl Inner {
+    pub(super) async fn sync(&self) -> bool {
+        let mut connection = self.connection.lock().await;
+        let sending = std::mem::take(&mut *lock(&self.pending));
+        let now = Instant::now();
+        let mut call = self.script.key(&self.key);
+        let live: Vec<_> = sending
+            .iter()
+            .filter_map(|(key, until)| {
+                let left = until.checked_duration_since(now)?;
+                Some((key, whole_millis_up(left)))
+            })
+            .collect();
+        call.arg(live.len());
+        for (key, left_ms) in &live {
+            call.arg(format!("{key:016x}")).arg(*left_ms);
+        }
+        let answer = tokio::time::timeout(
+            self.options.timeout,
+            call.invoke_async::<Vec<(String, u64)>>(&mut *connection),
+        )
+        .await;
+        match answer {
+            Ok(Ok(holds)) => {
+                let at = Instant::now();
+                let mut known = Holds::new();
+                for (field, left_ms) in holds {
+                    let (Ok(key), Some(until)) = (
+                        u64::from_str_radix(&field, 16),
+                        at.checked_add(Duration::from_millis(left_ms)),
+                    ) else {
+                        continue;
+                    };
+                    keep_later(&mut known, key, until);
+                }
+                // Published during the call: not in the answer yet.
+                for (key, until) in lock(&self.pending).iter() {
+                    keep_later(&mut known, *key, *until);
+                }
+                *lock(&self.known) = known;
+                self.health.succeeded();
+                true
+            }
+            failed => {
+                let mut pending = lock(&self.pending);
+                for (key, until) in sending {
+                    keep_later(&mut pending, key, until);
+                }
+                drop(pending);
+                self.health.failed(match failed {
+                    Ok(Err(error)) => Failure::Redis(error.kind()),
+                    _ => Failure::TimedOut,
+                });
+                false
+            }
+        }
+    }
+}
+
+/// `left` in milliseconds, rounded up: a hold never ends early.
+fn whole_millis_up(left: Duration) -> u64 {
+    let ms = left.as_micros().div_ceil(1000);
+    u64::try_from(ms).unwrap_or(u64::MAX)
+}

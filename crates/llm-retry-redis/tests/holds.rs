@@ -1,0 +1,183 @@
+//! Gate holds shared through a real Redis: what one replica's gate holds
+//! the other replicas' gates keep, the later end wins, ended holds go, no
+//! credential reaches Redis, and a dead Redis loses nothing a replica
+//! published.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use llm_retry::rate_limit::{RateLimitLayer, SharedHolds};
+use llm_retry::{RetryLayer, RetryPolicy, RetryReport};
+use llm_retry_mock::{MockServer, Reply, Route, Script};
+use llm_retry_redis::{RedisHolds, SharedOptions, StateName};
+use std::sync::Arc;
+use std::time::Duration;
+use support::RedisServer;
+use tokio::time::Instant;
+use tower::{ServiceBuilder, ServiceExt};
+
+const S: fn(u64) -> Duration = Duration::from_secs;
+const API_KEY: &str = "sk-ant-never-in-redis-0123456789";
+
+fn options() -> SharedOptions {
+    SharedOptions::default()
+        .with_timeout(S(2))
+        .with_sync_interval(S(3600))
+}
+
+fn replica(server: &RedisServer, secret: &[u8]) -> RedisHolds {
+    RedisHolds::start(
+        server.client(),
+        StateName::new("api").unwrap(),
+        options(),
+        secret,
+    )
+    .unwrap()
+}
+
+/// Seconds left of a hold, rounded down.
+fn left(until: Option<Instant>) -> Option<u64> {
+    Some(until?.checked_duration_since(Instant::now())?.as_secs())
+}
+
+async fn keys(server: &RedisServer) -> Vec<String> {
+    let mut connection = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut connection)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_hold_published_by_one_replica_is_read_by_another_and_the_later_wins() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let (first, second) = (replica(&server, b"fleet"), replica(&server, b"fleet"));
+    assert_eq!(first.key_secret(), second.key_secret());
+    assert_ne!(first.key_secret(), replica(&server, b"other").key_secret());
+    first.publish(7, Instant::now() + S(30));
+    second.publish(7, Instant::now() + S(10));
+    second.publish(8, Instant::now() + S(20));
+    assert!(first.sync().await && second.sync().await && first.sync().await);
+    for store in [&first, &second] {
+        // The 30 s hold, not the 10 s one: more than 20 s left, however
+        // slow the machine.
+        assert!(matches!(left(store.read(7)), Some(21..=29)));
+        assert!(matches!(left(store.read(8)), Some(11..=19)));
+        assert_eq!(store.read(9), None);
+    }
+    assert_eq!(keys(&server).await, ["{llm-retry:api}:holds"]);
+}
+
+#[tokio::test]
+async fn ended_holds_leave_the_replicas_and_redis() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let (first, second) = (replica(&server, b"fleet"), replica(&server, b"fleet"));
+    first.publish(1, Instant::now() + Duration::from_millis(50));
+    assert!(first.sync().await && second.sync().await);
+    assert!(second.read(1).is_some());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(second.sync().await);
+    assert_eq!(second.read(1), None);
+    assert!(
+        keys(&server).await.is_empty(),
+        "the hash went with its last hold"
+    );
+}
+
+#[tokio::test]
+async fn holds_published_while_redis_is_dead_are_sent_once_it_is_back() {
+    let Some(mut server) = RedisServer::start() else {
+        return;
+    };
+    let (first, second) = (replica(&server, b"fleet"), replica(&server, b"fleet"));
+    server.kill();
+    first.publish(3, Instant::now() + S(30));
+    assert!(!first.sync().await);
+    assert!(first.is_degraded());
+    // Its own hold still counts where it was set.
+    assert!(first.read(3).is_some());
+    server.restart();
+    assert!(first.sync().await && second.sync().await);
+    assert!(matches!(left(second.read(3)), Some(21..=29)));
+}
+
+fn request(url: &str) -> http::Request<Full<Bytes>> {
+    http::Request::post(url)
+        .header("content-type", "application/json")
+        .header("x-api-key", API_KEY)
+        .body(Full::new(Bytes::from_static(
+            br#"{"model":"claude-sonnet-4-5","max_tokens":16}"#,
+        )))
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_wait_one_replica_was_told_holds_every_replica_s_next_send() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let upstream = MockServer::start(Script::new().route(
+        "/v1/messages",
+        Route::sequence_then([Reply::rate_limited(Some(2))], Reply::anthropic_ok("Hi")),
+    ))
+    .await
+    .unwrap();
+    let url = upstream.url("/v1/messages");
+    // Three replicas: each its own store, gate, retry layer and client.
+    let replicas: Vec<_> = (0..3)
+        .map(|_| {
+            let holds = replica(&server, b"fleet");
+            let policy = RetryPolicy::builder().max_retries(0).build().unwrap();
+            let service = ServiceBuilder::new()
+                .layer(RetryLayer::new(policy))
+                .layer(RateLimitLayer::learned().share_holds(Arc::new(holds.clone())))
+                .service(Client::builder(TokioExecutor::new()).build_http());
+            (holds, service)
+        })
+        .collect();
+    let refused = replicas[0].1.clone().oneshot(request(&url)).await.unwrap();
+    assert_eq!(refused.status(), 429);
+    // Published, then read by the others at their next sync.
+    for (holds, _) in &replicas {
+        assert!(holds.sync().await);
+    }
+    let mut connection = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let stored: Vec<String> = redis::cmd("HKEYS")
+        .arg("{llm-retry:api}:holds")
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    assert_eq!(stored.len(), 1, "one key, one model: {stored:?}");
+    assert!(!stored[0].contains("sk-ant"));
+    for (_, service) in &replicas[1..] {
+        let served = service.clone().oneshot(request(&url)).await.unwrap();
+        assert_eq!(served.status(), 200);
+        assert_eq!(
+            served.extensions().get::<RetryReport>().unwrap().attempts,
+            1
+        );
+    }
+    let sent = upstream.requests();
+    assert_eq!(sent.len(), 3, "no replica was refused again");
+    for later in &sent[1..] {
+        // Never before the hold's end: a lower bound no slow machine breaks.
+        assert!(later.received_at - sent[0].received_at >= S(2));
+    }
+}
