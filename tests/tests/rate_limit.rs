@@ -130,19 +130,28 @@ async fn a_window_that_states_no_reset_costs_one_probe_per_window() {
 #[derive(Debug, Default)]
 struct InMemoryHolds(std::sync::Mutex<std::collections::HashMap<u64, tokio::time::Instant>>);
 
-impl llm_retry::rate_limit::SharedHolds for InMemoryHolds {
+impl llm_retry::rate_limit::SharedGate for InMemoryHolds {
     fn key_secret(&self) -> [u8; 16] {
         *b"a fleet's secret"
     }
 
-    fn publish(&self, key: u64, until: tokio::time::Instant) {
+    fn publish_hold(&self, key: u64, until: tokio::time::Instant) {
         let mut holds = self.0.lock().unwrap();
         let known = holds.entry(key).or_insert(until);
         *known = (*known).max(until);
     }
 
-    fn read(&self, key: u64) -> Option<tokio::time::Instant> {
+    fn read_hold(&self, key: u64) -> Option<tokio::time::Instant> {
         self.0.lock().unwrap().get(&key).copied()
+    }
+
+    fn pace(
+        &self,
+        _: u64,
+        _: llm_retry::rate_limit::SharedPace,
+    ) -> llm_retry::rate_limit::PaceFuture {
+        // No quota here: never asked.
+        unreachable!("no key here has a quota")
     }
 }
 
@@ -158,7 +167,7 @@ async fn a_wait_one_replica_learned_holds_the_other_replicas_sends() {
     let replica = |retries| {
         let gate = RateLimitLayer::new(Quotas::none())
             .unwrap()
-            .share_holds(holds.clone());
+            .share_with(holds.clone());
         ServiceBuilder::new()
             .layer(RetryLayer::new(
                 fast_policy().max_retries(retries).build().unwrap(),
@@ -203,7 +212,7 @@ async fn another_replica_s_hold_longer_than_a_request_honours_does_not_keep_it()
             .layer(
                 RateLimitLayer::new(Quotas::none())
                     .unwrap()
-                    .share_holds(holds.clone()),
+                    .share_with(holds.clone()),
             )
             .service(client())
     };

@@ -6,8 +6,8 @@
 use crate::shared_config::{marks_name, target_name, SharedConfig};
 use llm_retry::budget::RetryBudget;
 use llm_retry::failover::SharedMarks;
-use llm_retry::rate_limit::SharedHolds;
-use llm_retry_redis::{RedisBudgetStore, RedisHolds, RedisTargetMarks, SharedOptions, StateName};
+use llm_retry::rate_limit::SharedGate;
+use llm_retry_redis::{RedisBudgetStore, RedisGate, RedisTargetMarks, SharedOptions, StateName};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,7 +28,7 @@ pub(crate) struct SharedState {
 pub(crate) enum SharedStore {
     Budget(RedisBudgetStore),
     Marks(RedisTargetMarks),
-    Holds(RedisHolds),
+    Holds(RedisGate),
 }
 
 impl SharedStore {
@@ -109,9 +109,9 @@ impl SharedState {
         &self,
         route: &str,
         target: &str,
-    ) -> Result<(Arc<dyn SharedHolds>, SharedStore), String> {
+    ) -> Result<(Arc<dyn SharedGate>, SharedStore), String> {
         let name = self.in_namespace(target_name(route, target)?)?;
-        let store = RedisHolds::start(self.client.clone(), name, self.options, &self.key_secret)
+        let store = RedisGate::start(self.client.clone(), name, self.options, &self.key_secret)
             .map_err(|error| {
                 format!(
                     "route[{route}].target[{target}]: shared holds ({:?})",

@@ -15,7 +15,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use llm_retry::budget::RetryBudget;
-use llm_retry::rate_limit::{Quotas, RateLimitLayer, SharedHolds};
+use llm_retry::rate_limit::{Quotas, RateLimitLayer, SharedGate};
 use llm_retry::{BoxError, ClientLayer, ConfigError, RetryPolicy};
 use std::sync::Arc;
 use tower::util::BoxCloneSyncService;
@@ -109,7 +109,7 @@ fn client_layer(
     route: &RouteConfig,
     target: &TargetConfig,
     budget: RetryBudget,
-    holds: Option<Arc<dyn SharedHolds>>,
+    holds: Option<Arc<dyn SharedGate>>,
 ) -> Result<ClientLayer, ConfigError> {
     let mut policy = RetryPolicy::builder()
         .max_retries(target.max_retries)
@@ -128,7 +128,7 @@ fn client_layer(
     let gate = match (gate, holds) {
         (gate, Some(holds)) => Some(
             gate.unwrap_or_else(RateLimitLayer::learned)
-                .share_holds(holds),
+                .share_with(holds),
         ),
         (gate, None) => gate,
     };

@@ -7,9 +7,10 @@
 //!   budget's share of the fleet's first attempts;
 //! - the failover's cooldowns and unhealthy marks ([`RedisTargetMarks`]),
 //!   so a target one replica sets aside is skipped by all;
-//! - the holds of rate-limit gates ([`RedisHolds`]), so a 429's named wait
-//!   that one replica's gate takes keeps every replica's sends to that key
-//!   and model.
+//! - what rate-limit gates know of a key ([`RedisGate`]): a 429's named
+//!   wait that one replica's gate takes keeps every replica's sends to
+//!   that key and model, and a quota the gates were told or the provider
+//!   stated paces the fleet's sends together, not each replica's.
 //!
 //! Every key is hash-tagged by its [`StateName`] (`{<namespace>:<name>}:…`,
 //! the namespace [`DEFAULT_NAMESPACE`] unless chosen), so one name's keys
@@ -24,14 +25,14 @@
 
 mod budget;
 mod failover;
+mod gate;
 mod health;
-mod holds;
 mod key;
 mod options;
 mod task;
 
 pub use budget::RedisBudgetStore;
 pub use failover::RedisTargetMarks;
-pub use holds::RedisHolds;
+pub use gate::RedisGate;
 pub use key::{InvalidName, StateName, DEFAULT_NAMESPACE};
 pub use options::{FailureMode, SharedOptions};

@@ -213,6 +213,11 @@ impl Learned {
         Duration::from_secs_f64(1.0 / self.per_sec.max(1e-6)).min(Duration::from_secs(3600))
     }
 
+    /// The sustained rate the provider's answers stated, if they did.
+    pub(super) fn stated(&self) -> Option<f64> {
+        self.stated
+    }
+
     /// The current rate in sends per second.
     pub(super) fn per_sec(&self) -> f64 {
         self.per_sec

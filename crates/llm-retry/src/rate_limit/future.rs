@@ -4,6 +4,7 @@ use super::concurrency::{Flight, InFlight};
 use super::error::GateError;
 use super::gate::{Booking, Check, Gate, Reserved};
 use super::link::GateLink;
+use super::shared::{PaceFuture, SharedGate, SharedPace};
 use crate::error::BoxError;
 use http::Response;
 use pin_project_lite::pin_project;
@@ -51,6 +52,9 @@ struct Ticket {
     /// Whether the send was made (past its turn it may still wait for a
     /// slot in flight).
     sent: bool,
+    /// Until asked once its turn came here: the fleet's turn, where the
+    /// key's pace is shared with other replicas.
+    fleet: Option<(Arc<dyn SharedGate>, SharedPace)>,
 }
 
 impl Drop for Ticket {
@@ -84,6 +88,8 @@ pin_project! {
             in_flight: Option<InFlight>,
         },
         Refused { error: Option<GateError> },
+        // Its turn came here; asking the fleet for its turn there.
+        Pacing { wait: PaceFuture },
     }
 }
 
@@ -101,9 +107,10 @@ impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
             booking,
             flight,
             woken,
+            mut fleet,
         } = reserved;
         let state = if booking.is_released() {
-            State::admitting()
+            State::after_turn(key, &mut fleet)
         } else {
             State::Waiting {
                 sleep: tokio::time::sleep_until(booking.slot),
@@ -120,6 +127,7 @@ impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
                 link,
                 flight: Some(flight),
                 sent: false,
+                fleet,
             }),
             slot: None,
             waited_for_slot: false,
@@ -143,6 +151,17 @@ impl<F> State<F> {
         State::Admitting {
             acquire: None,
             deadline: None,
+        }
+    }
+
+    /// The send's turn came here: its turn in the fleet's pace next, the
+    /// first time, where the key's pace is shared.
+    fn after_turn(key: u64, fleet: &mut Option<(Arc<dyn SharedGate>, SharedPace)>) -> Self {
+        match fleet.take() {
+            Some((shared, pace)) => State::Pacing {
+                wait: shared.pace(key, pace),
+            },
+            None => State::admitting(),
         }
     }
 }
@@ -198,13 +217,34 @@ where
                     // was computed: look again.
                     let now = Instant::now();
                     match ticket.gate.check(ticket.key, &mut ticket.booking, now) {
-                        Ok(Check::Go) => this.state.set(State::admitting()),
+                        Ok(Check::Go) => this
+                            .state
+                            .set(State::after_turn(ticket.key, &mut ticket.fleet)),
                         Ok(Check::WaitUntil(slot)) => sleep.reset(slot),
                         Err(refused) => {
                             this.pending.take();
                             return refuse(refused);
                         }
                     }
+                }
+                StateProj::Pacing { wait } => {
+                    let wait = ready!(wait.as_mut().poll(cx));
+                    if wait.is_zero() {
+                        this.state.set(State::admitting());
+                        continue;
+                    }
+                    let at = Instant::now() + wait;
+                    let deadline = this.gate.as_ref().and_then(|t| t.booking.bounds.deadline);
+                    if deadline.is_some_and(|deadline| at > deadline) {
+                        this.pending.take();
+                        this.state.set(State::Refused { error: None });
+                        return refuse(GateError::PastDeadline { wait });
+                    }
+                    // The fleet's turn: then the key's own check once more.
+                    this.state.set(State::Waiting {
+                        sleep: tokio::time::sleep_until(at),
+                        woken: None,
+                    });
                 }
                 StateProj::Admitting { acquire, deadline } => {
                     if acquire.is_none() {

@@ -16,7 +16,7 @@ use super::hold::{Hold, Placed};
 use super::keys::{Keys, Sweepable};
 use super::pacer::Pace as RequestPace;
 use super::quota_book::{Paces, QuotaBook};
-use super::shared::{shared_floor, KeyHasher, SharedHolds};
+use super::shared::{shared_floor, KeyHasher, SharedGate, SharedPace};
 use super::window::{Ledger, Place};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -28,6 +28,9 @@ use tokio::time::Instant;
 
 /// Rise of a learned rate that wakes the sends waiting on it.
 const WAKE_ON_RISE: f64 = 1.1;
+
+/// The share of a stated rate the fleet's sends are paced at.
+const STATED_SHARE: f64 = 0.95;
 
 /// Per-key pacing state shared by every clone of one [`RateLimitLayer`](super::RateLimitLayer):
 /// one pointer, so a send's future carries its gate for one word.
@@ -42,12 +45,12 @@ pub(super) struct Shared {
     /// Set once any key's provider stated a token quota.
     tokens_stated: AtomicBool,
     /// Keys the hash of a request's authority and credentials with a
-    /// secret of this gate's (or of its shared holds'): callers who choose
+    /// secret of this gate's (or of the store it shares with): callers who choose
     /// their own API keys (a gateway's) cannot aim one at another caller's
     /// quota.
     key_hasher: KeyHasher,
-    /// Where the key holds are shared with other replicas, if they are.
-    shared: Option<Arc<dyn SharedHolds>>,
+    /// Where holds and paces are shared with other replicas, if they are.
+    shared: Option<Arc<dyn SharedGate>>,
 }
 
 impl Shared {
@@ -192,6 +195,9 @@ pub(super) struct Reserved {
     pub(super) flight: Arc<Flight>,
     /// For a send that waits: what wakes it to look again.
     pub(super) woken: Option<OwnedNotified>,
+    /// The pace the key's sends share with other replicas, when the gate
+    /// shares and the key has a quota it was told or the provider stated.
+    pub(super) fleet: Option<(Arc<dyn SharedGate>, SharedPace)>,
 }
 
 /// What a send may wait for: no later than its deadline, and no hold for
@@ -241,9 +247,9 @@ impl Gate {
         }))
     }
 
-    /// A new gate with this one's quotas whose holds are shared through
-    /// `holds`, and whose keys are fingerprints under its secret.
-    pub(super) fn sharing_holds(&self, holds: Arc<dyn SharedHolds>) -> Gate {
+    /// A new gate with this one's quotas that shares holds and paces
+    /// through `holds`, and whose keys are fingerprints under its secret.
+    pub(super) fn sharing(&self, holds: Arc<dyn SharedGate>) -> Gate {
         Gate(Arc::new(Shared {
             paces: self.paces,
             adaptive: self.adaptive,
@@ -252,6 +258,29 @@ impl Gate {
             key_hasher: KeyHasher::keyed(holds.key_secret()),
             shared: Some(holds),
         }))
+    }
+
+    /// The pace a key's sends share with other replicas: the configured
+    /// quota's, or (slower) the sustained rate its provider `stated`, one
+    /// send at a time. A learned rate is this replica's own, never shared.
+    fn fleet_pace(&self, stated: Option<f64>) -> Option<SharedPace> {
+        let configured = self.paces.requests.map(|pace| SharedPace {
+            interval: pace.per_unit,
+            burst: pace.capacity,
+        });
+        // A little under the stated rate: sent at exactly a bucket's rate,
+        // every token that comes late refuses a send.
+        let stated = stated
+            .filter(|per_sec| per_sec.is_finite() && *per_sec > 0.0)
+            .map(|per_sec| SharedPace {
+                interval: Duration::from_secs_f64(1.0 / (per_sec * STATED_SHARE))
+                    .min(Duration::from_secs(3600)),
+                burst: 1,
+            });
+        match (configured, stated) {
+            (Some(c), Some(s)) if s.interval > c.interval => Some(s),
+            (configured, stated) => configured.or(stated),
+        }
     }
 
     /// What [`default_key`](super::key::default_key) hashes with.
@@ -396,10 +425,15 @@ impl Gate {
         } else {
             Some(Arc::clone(&state.woken).notified_owned())
         };
+        let fleet = self.shared.as_ref().and_then(|shared| {
+            let stated = state.learned.as_ref().and_then(|l| l.rate.stated());
+            Some((Arc::clone(shared), self.fleet_pace(stated)?))
+        });
         Ok(Reserved {
             booking,
             flight: Arc::clone(&state.flight),
             woken,
+            fleet,
         })
     }
 
@@ -594,7 +628,7 @@ impl Gate {
             Placed::Extended { pushed } => pushed,
         };
         if let Some(holds) = &self.shared {
-            holds.publish(key, until);
+            holds.publish_hold(key, until);
         }
         // The wait to the end of a window whose reset the answers did not
         // state: the hold is that reset, and past it the window is new.

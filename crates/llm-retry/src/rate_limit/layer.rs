@@ -182,20 +182,25 @@ impl RateLimitLayer {
 }
 
 impl RateLimitLayer {
-    /// This gate, sharing the holds it sets (a 429's named wait on a key
-    /// and model) with other replicas through `holds`, and keeping sends
-    /// to a key another replica holds until that hold ends. A hold longer
-    /// than a send honours (its `max_server_wait`) does not keep it: it
-    /// goes, and learns the wait for itself. Rates learned, stated windows
-    /// and in-flight ceilings stay with each replica.
+    /// This gate, sharing what it knows of a key with other replicas
+    /// through `shared`:
+    /// - the holds it sets (a 429's named wait on a key and model) are
+    ///   published, and a send to a key another replica holds waits until
+    ///   that hold ends, unless the hold is longer than the send honours
+    ///   (its `max_server_wait`): then it goes, and learns the wait itself;
+    /// - a send to a key with a quota the gate was told, or its provider
+    ///   stated (slightly under it), also takes its turn in the fleet's
+    ///   pace of that quota, so the replicas together keep to it.
     ///
-    /// The gate's keys become fingerprints under
-    /// [`SharedHolds::key_secret`]. Call it before cloning the layer: the
-    /// clones made before keep the gate they had.
+    /// Learned rates, stated windows and in-flight ceilings stay with each
+    /// replica. The gate's keys become fingerprints under
+    /// [`SharedGate::key_secret`](super::SharedGate::key_secret). Call it
+    /// before cloning the layer: the clones made before keep the gate they
+    /// had.
     #[must_use]
-    pub fn share_holds(self, holds: std::sync::Arc<dyn super::SharedHolds>) -> RateLimitLayer {
+    pub fn share_with(self, shared: std::sync::Arc<dyn super::SharedGate>) -> RateLimitLayer {
         RateLimitLayer {
-            gate: self.gate.sharing_holds(holds),
+            gate: self.gate.sharing(shared),
         }
     }
 }

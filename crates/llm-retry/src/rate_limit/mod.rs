@@ -91,7 +91,7 @@ pub use key::{RateKey, TokenCost};
 pub use layer::{Quotas, RateLimitLayer};
 pub use link::KeyNews;
 pub use service::RateLimit;
-pub use shared::SharedHolds;
+pub use shared::{PaceFuture, SharedGate, SharedPace};
 
 #[cfg(test)]
 mod harm_tests;

@@ -1,34 +1,57 @@
-//! [`SharedHolds`]: the holds a gate sets, shared with other replicas.
+//! [`SharedGate`]: what a gate shares with other replicas.
 
 use std::fmt;
+use std::future::Future;
 use std::hash::BuildHasher;
+use std::pin::Pin;
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// Where a gate shares the holds it sets (a provider's named wait on one
-/// key and model) with the other replicas sending with the same keys, and
-/// reads theirs. Give it to a gate with
-/// [`RateLimitLayer::share_holds`](super::RateLimitLayer::share_holds);
+/// Where a gate shares what a provider tells it about a key with the other
+/// replicas sending with the same keys: the holds it sets (a 429's named
+/// wait on one key and model), and a pace for the fleet's sends to a key
+/// whose quota the gate was told or the provider stated. Give it to a gate
+/// with [`RateLimitLayer::share_with`](super::RateLimitLayer::share_with);
 /// `llm-retry-redis` has one that shares through Redis.
 ///
-/// Both calls are on the send path: they must touch memory only, never
-/// wait on a network (a store syncs in a task of its own).
+/// The hold calls are on the send path: they must touch memory only, never
+/// wait on a network (a store syncs in a task of its own). [`pace`](SharedGate::pace)
+/// is the one call a send waits on, and must bound its own wait.
 ///
 /// A key is a fingerprint of a send's authority, credential headers and
-/// model, keyed by [`key_secret`](SharedHolds::key_secret): every replica
+/// model, keyed by [`key_secret`](SharedGate::key_secret): every replica
 /// that shares one store must give the same secret, so that one provider
 /// key and model is one fingerprint everywhere. No credential leaves the
 /// gate in any other form.
-pub trait SharedHolds: Send + Sync + fmt::Debug {
+pub trait SharedGate: Send + Sync + fmt::Debug {
     /// The secret the gate's key fingerprints are made with.
     fn key_secret(&self) -> [u8; 16];
 
     /// The gate holds `key` until `until`: tell the other replicas.
-    fn publish(&self, key: u64, until: Instant);
+    fn publish_hold(&self, key: u64, until: Instant);
 
     /// The latest end of a hold on `key` that any replica published and
     /// that the store knows of, if one is known.
-    fn read(&self, key: u64) -> Option<Instant>;
+    fn read_hold(&self, key: u64) -> Option<Instant>;
+
+    /// How long one send to `key` waits for its turn under `pace`, shared
+    /// by every replica's sends to the key (first come, first served). The
+    /// future must end within the store's own bound; where the store
+    /// cannot reach the others it answers from a pace of its own.
+    fn pace(&self, key: u64, pace: SharedPace) -> PaceFuture;
+}
+
+/// The wait [`SharedGate::pace`] answers.
+pub type PaceFuture = Pin<Box<dyn Future<Output = Duration> + Send>>;
+
+/// A key's pace as the fleet shares it: one send every `interval`, and
+/// `burst` at once after a quiet spell (a GCRA's bucket).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SharedPace {
+    /// Time between two sends at the quota's rate.
+    pub interval: Duration,
+    /// Sends that may go at once (at least 1).
+    pub burst: u32,
 }
 
 /// What a gate hashes its keys with: SipHash-1-3 under a secret, a random
@@ -84,12 +107,12 @@ impl fmt::Debug for KeyHasher {
 /// is none, it is over, or it is longer than the send honours (the send
 /// then goes, and learns the provider's wait for itself).
 pub(super) fn shared_floor(
-    holds: &dyn SharedHolds,
+    holds: &dyn SharedGate,
     key: u64,
     now: Instant,
     max_wait: Option<Duration>,
 ) -> Option<Instant> {
-    let until = holds.read(key)?;
+    let until = holds.read_hold(key)?;
     let left = until
         .checked_duration_since(now)
         .filter(|left| !left.is_zero())?;

@@ -10,10 +10,10 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use llm_retry::rate_limit::{RateLimitLayer, SharedHolds};
+use llm_retry::rate_limit::{RateLimitLayer, SharedGate};
 use llm_retry::{RetryLayer, RetryPolicy, RetryReport};
 use llm_retry_mock::{MockServer, Reply, Route, Script};
-use llm_retry_redis::{RedisHolds, SharedOptions, StateName};
+use llm_retry_redis::{RedisGate, SharedOptions, StateName};
 use std::sync::Arc;
 use std::time::Duration;
 use support::RedisServer;
@@ -29,11 +29,15 @@ fn options() -> SharedOptions {
         .with_sync_interval(S(3600))
 }
 
-fn replica(server: &RedisServer, secret: &[u8]) -> RedisHolds {
-    RedisHolds::start(
+fn replica(server: &RedisServer, secret: &[u8]) -> RedisGate {
+    replica_of(server, secret, 1)
+}
+
+fn replica_of(server: &RedisServer, secret: &[u8], replicas: u32) -> RedisGate {
+    RedisGate::start(
         server.client(),
         StateName::new("api").unwrap(),
-        options(),
+        options().with_replicas(replicas),
         secret,
     )
     .unwrap()
@@ -65,16 +69,16 @@ async fn a_hold_published_by_one_replica_is_read_by_another_and_the_later_wins()
     let (first, second) = (replica(&server, b"fleet"), replica(&server, b"fleet"));
     assert_eq!(first.key_secret(), second.key_secret());
     assert_ne!(first.key_secret(), replica(&server, b"other").key_secret());
-    first.publish(7, Instant::now() + S(30));
-    second.publish(7, Instant::now() + S(10));
-    second.publish(8, Instant::now() + S(20));
+    first.publish_hold(7, Instant::now() + S(30));
+    second.publish_hold(7, Instant::now() + S(10));
+    second.publish_hold(8, Instant::now() + S(20));
     assert!(first.sync().await && second.sync().await && first.sync().await);
     for store in [&first, &second] {
         // The 30 s hold, not the 10 s one: more than 20 s left, however
         // slow the machine.
-        assert!(matches!(left(store.read(7)), Some(21..=29)));
-        assert!(matches!(left(store.read(8)), Some(11..=19)));
-        assert_eq!(store.read(9), None);
+        assert!(matches!(left(store.read_hold(7)), Some(21..=29)));
+        assert!(matches!(left(store.read_hold(8)), Some(11..=19)));
+        assert_eq!(store.read_hold(9), None);
     }
     assert_eq!(keys(&server).await, ["{llm-retry:api}:holds"]);
 }
@@ -85,12 +89,12 @@ async fn ended_holds_leave_the_replicas_and_redis() {
         return;
     };
     let (first, second) = (replica(&server, b"fleet"), replica(&server, b"fleet"));
-    first.publish(1, Instant::now() + Duration::from_millis(50));
+    first.publish_hold(1, Instant::now() + Duration::from_millis(50));
     assert!(first.sync().await && second.sync().await);
-    assert!(second.read(1).is_some());
+    assert!(second.read_hold(1).is_some());
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(second.sync().await);
-    assert_eq!(second.read(1), None);
+    assert_eq!(second.read_hold(1), None);
     assert!(
         keys(&server).await.is_empty(),
         "the hash went with its last hold"
@@ -104,14 +108,14 @@ async fn holds_published_while_redis_is_dead_are_sent_once_it_is_back() {
     };
     let (first, second) = (replica(&server, b"fleet"), replica(&server, b"fleet"));
     server.kill();
-    first.publish(3, Instant::now() + S(30));
+    first.publish_hold(3, Instant::now() + S(30));
     assert!(!first.sync().await);
     assert!(first.is_degraded());
     // Its own hold still counts where it was set.
-    assert!(first.read(3).is_some());
+    assert!(first.read_hold(3).is_some());
     server.restart();
     assert!(first.sync().await && second.sync().await);
-    assert!(matches!(left(second.read(3)), Some(21..=29)));
+    assert!(matches!(left(second.read_hold(3)), Some(21..=29)));
 }
 
 fn request(url: &str) -> http::Request<Full<Bytes>> {
@@ -143,7 +147,7 @@ async fn a_wait_one_replica_was_told_holds_every_replica_s_next_send() {
             let policy = RetryPolicy::builder().max_retries(0).build().unwrap();
             let service = ServiceBuilder::new()
                 .layer(RetryLayer::new(policy))
-                .layer(RateLimitLayer::learned().share_holds(Arc::new(holds.clone())))
+                .layer(RateLimitLayer::learned().share_with(Arc::new(holds.clone())))
                 .service(Client::builder(TokioExecutor::new()).build_http());
             (holds, service)
         })
@@ -180,4 +184,103 @@ async fn a_wait_one_replica_was_told_holds_every_replica_s_next_send() {
         // Never before the hold's end: a lower bound no slow machine breaks.
         assert!(later.received_at - sent[0].received_at >= S(2));
     }
+}
+
+/// Three replicas, each its own store, gate (told the key's quota: 600 a
+/// minute, one at a time), retry layer and client, in front of one
+/// upstream: their sends share the quota's pace.
+async fn paced_replicas(
+    server: &RedisServer,
+) -> Vec<
+    tower::util::BoxCloneSyncService<
+        http::Request<Full<Bytes>>,
+        http::StatusCode,
+        llm_retry::BoxError,
+    >,
+> {
+    let mut replicas = Vec::new();
+    for _ in 0..3 {
+        let gate = replica_of(server, b"fleet", 3);
+        // Connected and loaded, as a replica that synced at start.
+        while !gate.sync().await {}
+        let quota = llm_retry::rate_limit::Quotas::none().requests_per_minute_with_burst(600, 1);
+        let service = ServiceBuilder::new()
+            .layer(RetryLayer::new(
+                RetryPolicy::builder().max_retries(0).build().unwrap(),
+            ))
+            .layer(
+                RateLimitLayer::new(quota)
+                    .unwrap()
+                    .share_with(Arc::new(gate)),
+            )
+            .service(Client::builder(TokioExecutor::new()).build_http())
+            .map_response(|answer: http::Response<_>| answer.status());
+        replicas.push(tower::util::BoxCloneSyncService::new(service));
+    }
+    replicas
+}
+
+#[tokio::test]
+async fn replicas_told_a_quota_pace_their_sends_together() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let upstream = MockServer::start(
+        Script::new().route("/v1/messages", Route::always(Reply::anthropic_ok("Hi"))),
+    )
+    .await
+    .unwrap();
+    let url = upstream.url("/v1/messages");
+    let replicas = paced_replicas(&server).await;
+    // Four requests through each replica, all at once.
+    let sends: Vec<_> = replicas
+        .iter()
+        .flat_map(|replica| (0..4).map(|_| tokio::spawn(replica.clone().oneshot(request(&url)))))
+        .collect();
+    for send in sends {
+        assert_eq!(send.await.unwrap().unwrap(), 200);
+    }
+    let mut at: Vec<_> = upstream.requests().iter().map(|r| r.received_at).collect();
+    at.sort();
+    assert_eq!(at.len(), 12);
+    // 600 a minute is one send every 100 ms, fleet-wide: the twelve span
+    // 1.1 s, less what the first send's way to the upstream took more than
+    // the last's: at least 1 s, a lower bound no slow machine breaks. Each
+    // replica alone would have sent its four within 0.3 s.
+    assert!(
+        at[11] - at[0] >= Duration::from_secs(1),
+        "{:?}",
+        at[11] - at[0]
+    );
+}
+
+#[tokio::test]
+async fn without_redis_each_replica_paces_its_share_of_the_quota() {
+    let Some(mut server) = RedisServer::start() else {
+        return;
+    };
+    let upstream = MockServer::start(
+        Script::new().route("/v1/messages", Route::always(Reply::anthropic_ok("Hi"))),
+    )
+    .await
+    .unwrap();
+    let url = upstream.url("/v1/messages");
+    let replicas = paced_replicas(&server).await;
+    server.kill();
+    // Three requests through one replica: alone, one of three, it sends at
+    // a third of the quota (one every 300 ms), and no request fails.
+    let sends: Vec<_> = (0..3)
+        .map(|_| tokio::spawn(replicas[0].clone().oneshot(request(&url))))
+        .collect();
+    for send in sends {
+        assert_eq!(send.await.unwrap().unwrap(), 200);
+    }
+    let mut at: Vec<_> = upstream.requests().iter().map(|r| r.received_at).collect();
+    at.sort();
+    assert_eq!(at.len(), 3);
+    assert!(
+        at[2] - at[0] >= Duration::from_millis(540),
+        "{:?}",
+        at[2] - at[0]
+    );
 }

@@ -1,14 +1,16 @@
-//! [`RedisHolds`]: holds read and published in memory; Redis is reached
-//! only by the sync task.
+//! [`RedisGate`]: holds read and published in memory (Redis is reached
+//! only by the sync task), and each paced send's turn.
 
+use super::pace::LocalPaces;
 use crate::health::Health;
 use crate::key::StateName;
 use crate::options::SharedOptions;
 use crate::task::{connection, sync_loop};
-use llm_retry::rate_limit::SharedHolds;
+use llm_retry::rate_limit::{PaceFuture, SharedGate, SharedPace};
 use redis::aio::ConnectionManager;
 use std::collections::HashMap;
 use std::hash::Hasher;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -19,43 +21,53 @@ pub(super) const MAX_HOLDS: usize = 4096;
 /// Holds by key fingerprint: their ends.
 pub(super) type Holds = HashMap<u64, Instant>;
 
-/// The holds of gates on several replicas that send with the same provider
-/// keys, shared through Redis: a 429 one replica's gate takes as the key's
-/// named wait keeps the other replicas' sends to that key and model until
-/// it ends, from their next sync on, instead of each replica learning the
-/// wait from refusals of its own. Give it to each replica's gate with
-/// [`RateLimitLayer::share_holds`](llm_retry::rate_limit::RateLimitLayer::share_holds).
+/// What the gates of several replicas that send with the same provider
+/// keys share through Redis. Give it to each replica's gate with
+/// [`RateLimitLayer::share_with`](llm_retry::rate_limit::RateLimitLayer::share_with).
+///
+/// - **Holds**: a 429 one replica's gate takes as the key's named wait
+///   keeps the other replicas' sends to that key and model until it ends,
+///   from their next sync on, instead of each replica learning the wait
+///   from refusals of its own. Publishing and reading touch memory only: a
+///   sync task sends new holds and reads every live one back in one script
+///   call, at once after a publish and every
+///   [`SharedOptions::sync_interval`]; the later end of a key's hold wins,
+///   on the server's clock. All holds are fields of one hash whose TTL is
+///   its longest hold's.
+/// - **Pace**: where a key has a quota the gate was told or its provider
+///   stated, each send takes its turn in one GCRA for the whole fleet,
+///   first come first served, in one script call (one round trip a send,
+///   on the server's clock; each key's turn a key whose TTL ends when its
+///   bucket is full again). Where that call fails or outlasts the timeout,
+///   the send takes its turn in this replica's own pace of the quota
+///   divided by [`SharedOptions::replicas`].
 ///
 /// Keys are SipHash fingerprints of a send's authority, credential headers
 /// and model under a secret derived from the `secret` given to
-/// [`start`](RedisHolds::start): the same on every replica, and never a
-/// credential. Publishing and reading touch memory only. A sync task sends
-/// new holds and reads every live one back in one script call, at once
-/// after a publish and every [`SharedOptions::sync_interval`]; the later end
-/// of a key's hold wins, on the server's clock. All holds are fields of one
-/// hash whose TTL is its longest hold's.
+/// [`start`](RedisGate::start): the same on every replica, and never a
+/// credential.
 ///
 /// Every call is bounded by [`SharedOptions::timeout`]. When one fails the
 /// replica logs once at `warn`, sets the `llm_retry_shared_state_degraded`
 /// gauge (feature `metrics`), keeps its unsent holds to send later and goes
-/// on with the holds it knows and its own: a hold only ever delays a send
-/// the provider would refuse, so [`FailureMode`](crate::FailureMode) does
-/// not apply.
+/// on with the holds it knows and its own, and its own share of each pace:
+/// neither ever refuses a send, so [`FailureMode`](crate::FailureMode)
+/// does not apply.
 ///
 /// ```no_run
 /// use llm_retry::rate_limit::RateLimitLayer;
-/// use llm_retry_redis::{RedisHolds, SharedOptions, StateName};
+/// use llm_retry_redis::{RedisGate, SharedOptions, StateName};
 /// use std::sync::Arc;
 ///
 /// # async fn build() -> Result<RateLimitLayer, Box<dyn std::error::Error>> {
 /// let client = redis::Client::open("redis://127.0.0.1:6379")?;
 /// let secret = std::env::var("FLEET_SECRET")?;
-/// let holds = RedisHolds::start(client, StateName::new("api")?, SharedOptions::default(), secret.as_bytes())?;
-/// Ok(RateLimitLayer::learned().share_holds(Arc::new(holds)))
+/// let shared = RedisGate::start(client, StateName::new("api")?, SharedOptions::default(), secret.as_bytes())?;
+/// Ok(RateLimitLayer::learned().share_with(Arc::new(shared)))
 /// # }
 /// ```
 #[derive(Debug, Clone)]
-pub struct RedisHolds {
+pub struct RedisGate {
     inner: Arc<Inner>,
 }
 
@@ -73,10 +85,21 @@ pub(super) struct Inner {
     pub(super) wake: Arc<Notify>,
     pub(super) connection: tokio::sync::Mutex<ConnectionManager>,
     pub(super) script: redis::Script,
+    /// The sends' own connection for their turns (multiplexed: many calls
+    /// at once, none waiting behind the sync).
+    pub(super) pacing: ConnectionManager,
+    pub(super) pace_script: redis::Script,
+    /// Whether a sync loaded `pace_script` into Redis.
+    pub(super) pace_loaded: AtomicBool,
+    /// `{<namespace>:<name>}:pace`: each key's turn is a key of its own
+    /// under it.
+    pub(super) pace_prefix: String,
+    /// The paces this replica keeps while Redis does not answer.
+    pub(super) local: Mutex<LocalPaces>,
 }
 
-impl RedisHolds {
-    /// Starts sharing the holds of the gates named `name` (the same on
+impl RedisGate {
+    /// Starts sharing the holds and paces of the gates named `name` (the same on
     /// every replica) through `client`'s Redis, their keys fingerprinted
     /// under `secret` (the same on every replica; at least 16 bytes of it
     /// that an outsider cannot guess keep a credential's fingerprint from
@@ -91,13 +114,18 @@ impl RedisHolds {
         name: StateName,
         options: SharedOptions,
         secret: &[u8],
-    ) -> Result<RedisHolds, redis::RedisError> {
+    ) -> Result<RedisGate, redis::RedisError> {
         let options = options.effective();
         let connection = connection(client, &options)?;
         let inner = Arc::new(Inner {
+            pacing: connection.clone(),
+            pace_script: redis::Script::new(include_str!("pace.lua")),
+            pace_loaded: AtomicBool::new(false),
+            pace_prefix: name.key("pace"),
+            local: Mutex::default(),
             key: name.key("holds"),
             options,
-            health: Health::new("holds", name),
+            health: Health::new("gate", name),
             secret: derive_secret(secret),
             known: Mutex::new(HashMap::new()),
             pending: Mutex::new(HashMap::new()),
@@ -106,7 +134,7 @@ impl RedisHolds {
             script: redis::Script::new(include_str!("holds.lua")),
         });
         tokio::spawn(sync_loop(Arc::downgrade(&inner), Arc::clone(&inner.wake)));
-        Ok(RedisHolds { inner })
+        Ok(RedisGate { inner })
     }
 
     /// Sends new holds and reads every live one now, bounded by the
@@ -137,20 +165,25 @@ fn derive_secret(secret: &[u8]) -> [u8; 16] {
     key
 }
 
-impl SharedHolds for RedisHolds {
+impl SharedGate for RedisGate {
     fn key_secret(&self) -> [u8; 16] {
         self.inner.secret
     }
 
-    fn publish(&self, key: u64, until: Instant) {
+    fn publish_hold(&self, key: u64, until: Instant) {
         let inner = &self.inner;
         keep_later(&mut lock(&inner.pending), key, until);
         keep_later(&mut lock(&inner.known), key, until);
         inner.wake.notify_one();
     }
 
-    fn read(&self, key: u64) -> Option<Instant> {
+    fn read_hold(&self, key: u64) -> Option<Instant> {
         lock(&self.inner.known).get(&key).copied()
+    }
+
+    fn pace(&self, key: u64, pace: SharedPace) -> PaceFuture {
+        let inner = Arc::clone(&self.inner);
+        Box::pin(async move { inner.pace(key, pace).await })
     }
 }
 

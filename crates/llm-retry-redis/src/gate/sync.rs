@@ -1,8 +1,9 @@
-//! The sync task of [`RedisHolds`](super::RedisHolds): new holds out,
+//! The sync task of [`RedisGate`](super::RedisGate): new holds out,
 //! every live hold back, in one script call.
 
 use super::store::{keep_later, lock, Holds, Inner};
 use crate::health::Failure;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -19,6 +20,15 @@ impl crate::task::Synced for Inner {
 impl Inner {
     pub(super) async fn sync(&self) -> bool {
         let mut connection = self.connection.lock().await;
+        // The sends' script, loaded ahead (once a Redis answers): a send's
+        // first turn then costs one round trip, not a load as well.
+        if !self.pace_loaded.load(Ordering::Acquire) {
+            let invocation = self.pace_script.prepare_invoke();
+            let load = invocation.load_async(&mut *connection);
+            if let Ok(Ok(_)) = tokio::time::timeout(self.options.timeout, load).await {
+                self.pace_loaded.store(true, Ordering::Release);
+            }
+        }
         let sending = std::mem::take(&mut *lock(&self.pending));
         let now = Instant::now();
         let mut call = self.script.key(&self.key);

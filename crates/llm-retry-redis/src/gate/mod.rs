@@ -1,0 +1,8 @@
+//! What rate-limit gates share through Redis: the holds a provider's
+//! named waits set, and each quota's pace. [`RedisGate`].
+
+mod pace;
+mod store;
+mod sync;
+
+pub use store::RedisGate;
