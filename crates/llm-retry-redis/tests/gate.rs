@@ -84,6 +84,49 @@ async fn a_hold_published_by_one_replica_is_read_by_another_and_the_later_wins()
 }
 
 #[tokio::test]
+async fn a_hold_reaches_the_other_replicas_without_waiting_for_their_interval() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    // Syncs an hour apart: only the news channel can bring the hold.
+    let (first, second) = (replica(&server, b"fleet"), replica(&server, b"fleet"));
+    let mut connection = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    for attempt in 0.. {
+        assert!(attempt < 1_000, "the replicas never subscribed");
+        let (_, listening): (String, u32) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg("{llm-retry:api}:holds:news")
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        if listening == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    first.publish_hold(7, Instant::now() + S(30));
+    let published = std::time::Instant::now();
+    assert!(first.sync().await);
+    // An hour before the interval would: news woke the sync (which waits
+    // its gap, the timeout, 2 s here, then reads).
+    while second.read_hold(7).is_none() {
+        assert!(
+            published.elapsed() < S(60),
+            "the hold never reached the other replica"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    eprintln!(
+        "the hold reached the other replica {:?} after it was published",
+        published.elapsed()
+    );
+}
+
+#[tokio::test]
 async fn ended_holds_leave_the_replicas_and_redis() {
     let Some(server) = RedisServer::start() else {
         return;

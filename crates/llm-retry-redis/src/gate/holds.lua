@@ -4,11 +4,13 @@
 -- KEYS[1]  the holds' hash: field <key fingerprint> = "<until ms>"
 -- ARGV     n, then n pairs: field, remaining ms
 -- Returns  every live hold: field, remaining ms, ...
+-- Publishes on <KEYS[1]>:news when a hold was set or moved later.
 local key = KEYS[1]
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 
 local n = tonumber(ARGV[1])
+local news = false
 for i = 0, n - 1 do
   local field = ARGV[2 + 2 * i]
   local until_ms = now + tonumber(ARGV[3 + 2 * i])
@@ -16,7 +18,13 @@ for i = 0, n - 1 do
   -- The later end wins, as on each replica.
   if not current or until_ms > current then
     redis.call('HSET', key, field, until_ms)
+    news = true
   end
+end
+-- Wakes the other replicas' syncs: they read the hold now, not at their
+-- next interval.
+if news then
+  redis.call('PUBLISH', key .. ':news', 1)
 end
 
 local live, longest = {}, 0

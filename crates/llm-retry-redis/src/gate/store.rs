@@ -116,7 +116,7 @@ impl RedisGate {
         secret: &[u8],
     ) -> Result<RedisGate, redis::RedisError> {
         let options = options.effective();
-        let connection = connection(client, &options)?;
+        let connection = connection(client.clone(), &options)?;
         let inner = Arc::new(Inner {
             pacing: connection.clone(),
             pace_script: redis::Script::new(include_str!("pace.lua")),
@@ -134,6 +134,13 @@ impl RedisGate {
             script: redis::Script::new(include_str!("holds.lua")),
         });
         tokio::spawn(sync_loop(Arc::downgrade(&inner), Arc::clone(&inner.wake)));
+        tokio::spawn(super::news::listen(
+            client,
+            format!("{}:news", inner.key),
+            options.timeout,
+            Arc::downgrade(&inner),
+            Arc::clone(&inner.wake),
+        ));
         Ok(RedisGate { inner })
     }
 
