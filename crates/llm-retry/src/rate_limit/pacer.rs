@@ -244,4 +244,78 @@ mod tests {
         let next = p.take(t0 + MS(15_000), t20, one_a_second);
         assert_eq!(p.time_of(next, one_a_second.interval), t20 + MS(1_000));
     }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_ticket_taken_back_is_the_next_one_handed_out() {
+        let t0 = Instant::now();
+        let one_a_second = pace(1_000, 1);
+        let mut p = Pacer::new(t0);
+        let first = p.take(t0, t0, one_a_second);
+        let refused = p.take(t0, t0, one_a_second);
+        p.untake();
+        assert_eq!(p.take(t0, t0, one_a_second), refused);
+        assert_eq!(p.time_of(refused, one_a_second.interval), t0 + MS(1_000));
+        assert_ne!(first, refused);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn only_tickets_of_the_queue_are_given_back() {
+        let t0 = Instant::now();
+        let one_a_second = pace(1_000, 1);
+        let mut p = Pacer::new(t0);
+        let tickets: Vec<u64> = (0..3).map(|_| p.take(t0, t0, one_a_second)).collect();
+        // Not handed out yet: nothing to give back.
+        p.abandon(tickets[2] + 1);
+        assert_eq!(p.next_time(one_a_second.interval), t0 + MS(3_000));
+        // Before the base (a hold re-based the pacer past it): nothing either.
+        p.release(tickets[0], t0);
+        p.rebase(one_a_second.interval, t0, false);
+        p.abandon(tickets[0]);
+        assert_eq!(p.next_time(one_a_second.interval), t0 + MS(3_000));
+        // The tail itself, the base's own ticket included, comes back.
+        p.abandon(tickets[2]);
+        p.abandon(tickets[1]);
+        assert_eq!(p.next_time(one_a_second.interval), t0 + MS(1_000));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn gaps_past_the_memory_bound_are_forgotten_oldest_first() {
+        let t0 = Instant::now();
+        let one_a_second = pace(1_000, 1);
+        let mut p = Pacer::new(t0);
+        let n = MAX_ABANDONED as u64 + 2;
+        let tickets: Vec<u64> = (0..=n).map(|_| p.take(t0, t0, one_a_second)).collect();
+        // Every ticket but the last given up (two more than are kept), the
+        // last one after: the two oldest gaps were forgotten, so the tail
+        // stops short of them.
+        for &ticket in &tickets[..tickets.len() - 1] {
+            p.abandon(ticket);
+        }
+        assert_eq!(p.abandoned.len(), MAX_ABANDONED);
+        p.abandon(tickets[tickets.len() - 1]);
+        assert_eq!(p.next_ticket, tickets[2]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_rebase_goes_one_interval_after_the_last_release_not_before_its_floor() {
+        let t0 = Instant::now();
+        let one_a_second = pace(1_000, 1);
+        let mut p = Pacer::new(t0);
+        let tickets: Vec<u64> = (0..3).map(|_| p.take(t0, t0, one_a_second)).collect();
+        p.release(tickets[0], t0);
+        p.abandon(tickets[1]);
+        // Half the rate: the next unreleased ticket one new interval after
+        // the release; the gap before the new base is forgotten.
+        p.rebase(MS(2_000), t0, false);
+        assert_eq!(p.time_of(tickets[1], MS(2_000)), t0 + MS(2_000));
+        assert_eq!(p.time_of(tickets[2], MS(2_000)), t0 + MS(4_000));
+        assert_eq!(p.abandoned, [tickets[1]]);
+        // A hold to 10 s: the floor wins, and the gap is still the queue's.
+        p.rebase(MS(2_000), t0 + MS(10_000), true);
+        assert_eq!(p.time_of(tickets[1], MS(2_000)), t0 + MS(10_000));
+        p.release(tickets[1], t0 + MS(10_000));
+        p.rebase(MS(2_000), t0, false);
+        assert!(p.abandoned.is_empty(), "behind the new base: forgotten");
+        assert_eq!(p.time_of(tickets[2], MS(2_000)), t0 + MS(12_000));
+    }
 }
