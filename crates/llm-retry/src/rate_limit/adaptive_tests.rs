@@ -256,6 +256,8 @@ mod unbounded {
             "{}",
             learned.per_sec()
         );
+        // Measured, not guessed: slow start lifts it a quarter a second.
+        assert_eq!(learned.slow_start, Some(SLOW_START_MEASURED));
     }
 
     #[test]
@@ -715,5 +717,51 @@ mod stand_down {
             learned.on_success(&bounds, at, at);
             assert!(learned.per_sec() >= 2.0, "{}", learned.per_sec());
         }
+    }
+}
+
+mod judgement {
+    use super::*;
+
+    /// A paced key judged on `refused` of `answers` answers since its last
+    /// cut, which drew a share of `at_cut` at 100 sends a second, now at
+    /// `rate`: what the judging refusal did.
+    fn judged(at_cut: f64, refused: u32, answers: u32, rate: f64) -> Throttle {
+        let now = Instant::now();
+        let mut learned = UNBOUNDED_START.start();
+        learned.per_sec = rate;
+        learned.share_at_cut = Some(at_cut);
+        learned.rate_at_cut = Some(100.0);
+        learned.quiet_until = Some(now);
+        learned.trial = (answers - refused, refused - 1);
+        let later = now + Duration::from_millis(10);
+        learned.on_throttle(&UNBOUNDED_START, later, later, None)
+    }
+
+    #[test]
+    fn a_share_is_one_standard_deviation_of_its_answers_from_chance() {
+        assert!((spread(0.5, 25) - 0.1).abs() < 1e-12);
+        assert!((spread(0.1, 9) - 0.1).abs() < 1e-12);
+        assert_eq!(spread(0.0, 30), 0.0);
+    }
+
+    #[test]
+    fn cuts_helped_only_if_the_share_fell_by_more_than_chance() {
+        // Half refused at the cut; 30 answers since: 1.5 σ is 0.137, so a
+        // share under 0.363 is help, one above is not (and stands down).
+        assert_eq!(judged(0.5, 10, 30, 90.0), Throttle::Changed);
+        assert_eq!(judged(0.5, 11, 30, 90.0), Throttle::StoodDown);
+        // A share under the noise floor is help whatever drew the cut.
+        assert_eq!(judged(0.05, 2, 30, 90.0), Throttle::Changed);
+        assert_eq!(judged(0.05, 3, 30, 90.0), Throttle::StoodDown);
+    }
+
+    #[test]
+    fn a_share_that_stays_high_stands_down_once_the_next_cut_reaches_half() {
+        // Seven in ten refused, as at the cut: not help, and above the
+        // engaging share, so it stands down only at the floor a judgement
+        // sets (the next cut would reach half of 100).
+        assert_eq!(judged(0.7, 21, 30, 62.5), Throttle::StoodDown);
+        assert_eq!(judged(0.7, 21, 30, 62.6), Throttle::Changed);
     }
 }
