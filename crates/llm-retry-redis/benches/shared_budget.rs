@@ -8,6 +8,9 @@
 //!   reserve top-up: one script call) against a `redis-server` the bench
 //!   starts on 127.0.0.1. The sync task pays this every `sync_interval`,
 //!   off the request path.
+//! - `pace/round_trip`: one send's turn in a quota's pace shared through
+//!   `RedisGate` (one script call): what a paced send pays when its key's
+//!   quota is shared.
 //!
 //! Run with `cargo bench -p llm-retry-redis --bench shared_budget` (needs
 //! `redis-server`); see docs/benchmarks.md.
@@ -20,7 +23,8 @@ mod support;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use llm_retry::budget::RetryBudget;
-use llm_retry_redis::{RedisBudgetStore, SharedOptions, StateName};
+use llm_retry::rate_limit::{SharedGate, SharedPace};
+use llm_retry_redis::{RedisBudgetStore, RedisGate, SharedOptions, StateName};
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Duration;
@@ -69,6 +73,32 @@ fn shared_budget(c: &mut Criterion) {
         b.to_async(&rt).iter(|| async {
             shared.deposit();
             assert!(store.sync().await);
+        });
+    });
+    group.finish();
+
+    // One paced send's turn in the fleet's pace: the one Redis round trip
+    // a send pays when its key's quota is shared. A pace fast enough that
+    // every turn is now (no wait): what is measured is the call.
+    let gate = RedisGate::start(
+        server.client(),
+        StateName::new("bench").expect("valid"),
+        options,
+        b"bench",
+    )
+    .expect("a gate store");
+    assert!(rt.block_on(gate.sync()), "redis-server answers");
+    let pace = SharedPace {
+        interval: Duration::from_nanos(1),
+        burst: u32::MAX,
+    };
+    let mut group = c.benchmark_group("pace");
+    group
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+    group.bench_function("round_trip", |b| {
+        b.to_async(&rt).iter(|| async {
+            black_box(gate.pace(7, pace).await);
         });
     });
     group.finish();
