@@ -233,3 +233,68 @@ async fn another_replica_s_hold_longer_than_a_request_honours_does_not_keep_it()
     assert_eq!(second.status(), StatusCode::OK);
     assert_eq!(start.elapsed(), Duration::ZERO);
 }
+
+/// A fleet whose pace always answers the same wait.
+#[derive(Debug)]
+struct FixedPace(Duration);
+
+impl llm_retry::rate_limit::SharedGate for FixedPace {
+    fn key_secret(&self) -> [u8; 16] {
+        [7; 16]
+    }
+
+    fn publish_hold(&self, _: u64, _: tokio::time::Instant) {}
+
+    fn read_hold(&self, _: u64) -> Option<tokio::time::Instant> {
+        None
+    }
+
+    fn pace(
+        &self,
+        _: u64,
+        _: llm_retry::rate_limit::SharedPace,
+    ) -> llm_retry::rate_limit::PaceFuture {
+        let wait = self.0;
+        Box::pin(async move { wait })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_send_waits_for_its_turn_in_the_fleet_s_pace_within_its_deadline() {
+    let script = Script::new().route("/v1/messages", Route::always(Reply::anthropic_ok("ok")));
+    let mock = MockServer::start(script).await.unwrap();
+    let url = mock.url("/v1/messages");
+    // Told a quota, sharing with a fleet that answers `wait` for a turn.
+    let fleet_paced = |wait| {
+        let gate = RateLimitLayer::new(Quotas::none().requests_per_minute(600))
+            .unwrap()
+            .share_with(std::sync::Arc::new(FixedPace(wait)));
+        let policy = fast_policy()
+            .max_elapsed(Duration::from_secs(10))
+            .build()
+            .unwrap();
+        ServiceBuilder::new()
+            .layer(RetryLayer::new(policy))
+            .layer(gate)
+            .service(client())
+    };
+    let start = tokio::time::Instant::now();
+    let served = fleet_paced(Duration::from_secs(2))
+        .oneshot(messages_request(&url))
+        .await
+        .unwrap();
+    assert_eq!(served.status(), StatusCode::OK);
+    assert_eq!(start.elapsed(), Duration::from_secs(2));
+    // A turn past the request's 10 s deadline: refused at once, unsent.
+    let start = tokio::time::Instant::now();
+    let err = fleet_paced(Duration::from_secs(60))
+        .oneshot(messages_request(&url))
+        .await
+        .unwrap_err();
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    let source = std::error::Error::source(&*err.downcast::<llm_retry::RetryError>().unwrap())
+        .unwrap()
+        .to_string();
+    assert!(source.contains("past the request's deadline"), "{source}");
+    assert_eq!(mock.request_count(), 1);
+}

@@ -233,13 +233,14 @@ where
                         this.state.set(State::admitting());
                         continue;
                     }
-                    let at = Instant::now() + wait;
+                    let at = Instant::now().checked_add(wait);
                     let deadline = this.gate.as_ref().and_then(|t| t.booking.bounds.deadline);
-                    if deadline.is_some_and(|deadline| at > deadline) {
+                    let Some(at) = at.filter(|at| deadline.is_none_or(|deadline| *at <= deadline))
+                    else {
                         this.pending.take();
                         this.state.set(State::Refused { error: None });
                         return refuse(GateError::PastDeadline { wait });
-                    }
+                    };
                     // The fleet's turn: then the key's own check once more.
                     this.state.set(State::Waiting {
                         sleep: tokio::time::sleep_until(at),
