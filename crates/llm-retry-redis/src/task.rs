@@ -2,10 +2,12 @@
 //! sync bounds, and a task that syncs on a timer or when woken, until the
 //! store is dropped.
 
+use crate::health::Failure;
 use crate::options::SharedOptions;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use std::future::Future;
 use std::sync::{Arc, Weak};
+use std::time::Duration;
 use tokio::sync::Notify;
 
 /// A connection made lazily (Redis may be down when a store starts). Each
@@ -49,4 +51,22 @@ pub(crate) async fn sync_loop<T: Synced>(store: Weak<T>, wake: Arc<Notify>) {
             () = wake.notified() => tokio::time::sleep(gap).await,
         }
     }
+}
+
+/// One Redis call bounded by `timeout`: its answer, or why it failed.
+pub(crate) async fn bounded<T>(
+    timeout: Duration,
+    call: impl Future<Output = redis::RedisResult<T>>,
+) -> Result<T, Failure> {
+    match tokio::time::timeout(timeout, call).await {
+        Ok(Ok(answer)) => Ok(answer),
+        Ok(Err(error)) => Err(Failure::Redis(error.kind())),
+        Err(_elapsed) => Err(Failure::TimedOut),
+    }
+}
+
+/// `left` in milliseconds, rounded up: a mark or hold never ends early.
+pub(crate) fn whole_millis_up(left: Duration) -> u64 {
+    let ms = left.as_micros().div_ceil(1000);
+    u64::try_from(ms).unwrap_or(u64::MAX)
 }

@@ -2,7 +2,7 @@
 //! marks out, every live mark back, in one script call.
 
 use super::store::{keep_later, know_later, lock, Inner, Known};
-use crate::health::Failure;
+use crate::task::{bounded, whole_millis_up};
 use llm_retry::failover::{Mark, MarkKind};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -53,13 +53,13 @@ impl Inner {
                 .arg(*left_ms)
                 .arg(u8::from(mark.rate_limited));
         }
-        let answer = tokio::time::timeout(
+        let answer = bounded(
             self.options.timeout,
             call.invoke_async::<Vec<(String, u64, u8)>>(&mut *connection),
         )
         .await;
         match answer {
-            Ok(Ok(marks)) => {
+            Ok(marks) => {
                 let at = Instant::now();
                 let mut known = Known::new();
                 for (field, left_ms, limited) in marks {
@@ -88,24 +88,15 @@ impl Inner {
                 self.health.succeeded();
                 true
             }
-            failed => {
+            Err(failure) => {
                 let mut pending = lock(&self.pending);
                 for (key, mark) in sending {
                     keep_later(&mut pending, key, mark);
                 }
                 drop(pending);
-                self.health.failed(match failed {
-                    Ok(Err(error)) => Failure::Redis(error.kind()),
-                    _ => Failure::TimedOut,
-                });
+                self.health.failed(failure);
                 false
             }
         }
     }
-}
-
-/// `left` in milliseconds, rounded up: a mark never ends early.
-fn whole_millis_up(left: Duration) -> u64 {
-    let ms = left.as_micros().div_ceil(1000);
-    u64::try_from(ms).unwrap_or(u64::MAX)
 }

@@ -3,7 +3,7 @@
 //! does not answer.
 
 use super::store::{lock, Inner};
-use crate::health::Failure;
+use crate::task::bounded;
 use llm_retry::rate_limit::SharedPace;
 use std::collections::HashMap;
 use std::time::Duration;
@@ -66,21 +66,18 @@ impl Inner {
         call.arg(micros(pace.interval))
             .arg(pace.burst.max(1))
             .arg("");
-        let answer = tokio::time::timeout(
+        match bounded(
             self.options.timeout,
             call.invoke_async::<i64>(&mut connection),
         )
-        .await;
-        match answer {
-            Ok(Ok(wait)) => {
+        .await
+        {
+            Ok(wait) => {
                 self.health.succeeded();
                 Duration::from_micros(u64::try_from(wait).unwrap_or(0))
             }
-            failed => {
-                self.health.failed(match failed {
-                    Ok(Err(error)) => Failure::Redis(error.kind()),
-                    _ => Failure::TimedOut,
-                });
+            Err(failure) => {
+                self.health.failed(failure);
                 let own = divided(pace, self.options.replicas);
                 lock(&self.local).wait(key, own, Instant::now())
             }

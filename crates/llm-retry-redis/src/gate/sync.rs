@@ -2,7 +2,7 @@
 //! every live hold back, in one script call.
 
 use super::store::{keep_later, lock, Holds, Inner};
-use crate::health::Failure;
+use crate::task::{bounded, whole_millis_up};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -43,13 +43,13 @@ impl Inner {
         for (key, left_ms) in &live {
             call.arg(format!("{key:016x}")).arg(*left_ms);
         }
-        let answer = tokio::time::timeout(
+        let answer = bounded(
             self.options.timeout,
             call.invoke_async::<Vec<(String, u64)>>(&mut *connection),
         )
         .await;
         match answer {
-            Ok(Ok(holds)) => {
+            Ok(holds) => {
                 let at = Instant::now();
                 let mut known = Holds::new();
                 for (field, left_ms) in holds {
@@ -69,24 +69,15 @@ impl Inner {
                 self.health.succeeded();
                 true
             }
-            failed => {
+            Err(failure) => {
                 let mut pending = lock(&self.pending);
                 for (key, until) in sending {
                     keep_later(&mut pending, key, until);
                 }
                 drop(pending);
-                self.health.failed(match failed {
-                    Ok(Err(error)) => Failure::Redis(error.kind()),
-                    _ => Failure::TimedOut,
-                });
+                self.health.failed(failure);
                 false
             }
         }
     }
-}
-
-/// `left` in milliseconds, rounded up: a hold never ends early.
-fn whole_millis_up(left: Duration) -> u64 {
-    let ms = left.as_micros().div_ceil(1000);
-    u64::try_from(ms).unwrap_or(u64::MAX)
 }
