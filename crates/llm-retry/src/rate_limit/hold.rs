@@ -492,4 +492,48 @@ mod tests {
         }
         assert!(!hold.corroborated());
     }
+
+    #[test]
+    fn a_send_past_its_deadline_is_refused_only_once_later_sends_corroborate_the_hold() {
+        let now = Instant::now();
+        let mut hold = Hold::default();
+        hold.refused(0, now, S(30), now + S(30));
+        let deadline = Some(now + S(10));
+        // One refusal: maybe the request's own. The send goes, as without
+        // a gate, and its answer is news of the hold.
+        assert_eq!(hold.admits(now, deadline, None), Ok((now, true)));
+        hold.refused(1, now, S(30), now + S(30));
+        hold.refused(2, now, S(30), now + S(30));
+        assert_eq!(
+            hold.admits(now, deadline, None),
+            Err(GateError::PastDeadline { wait: S(30) })
+        );
+    }
+
+    #[test]
+    fn a_claim_counts_only_the_answers_since_it_was_made() {
+        let now = Instant::now();
+        let mut contest = Contest {
+            order: 0,
+            until: now + S(60),
+            served: 5,
+            refused: 4,
+            claim: S(60),
+            long: 2,
+            since: (4, 2),
+        };
+        // Since the claim: one served, two refused as long: two of three,
+        // not three for each other answer.
+        assert!(!contest.long_won());
+        contest.refused += 4;
+        contest.long += 4;
+        // Then six refused as long against one served: won.
+        assert!(contest.long_won());
+        // A wait a tenth longer is still the claim; more is a new one.
+        contest.corroborate(S(66));
+        assert_eq!((contest.claim, contest.long), (S(60), 7));
+        contest.corroborate(S(67));
+        assert_eq!((contest.claim, contest.long), (S(67), 0));
+        assert_eq!(contest.since, (5, 8));
+    }
 }
