@@ -149,6 +149,7 @@ impl llm_retry::rate_limit::SharedGate for InMemoryHolds {
         &self,
         _: u64,
         _: llm_retry::rate_limit::SharedPace,
+        _: Option<Duration>,
     ) -> llm_retry::rate_limit::PaceFuture {
         // No quota here: never asked.
         unreachable!("no key here has a quota")
@@ -253,9 +254,17 @@ impl llm_retry::rate_limit::SharedGate for FixedPace {
         &self,
         _: u64,
         _: llm_retry::rate_limit::SharedPace,
+        max_wait: Option<Duration>,
     ) -> llm_retry::rate_limit::PaceFuture {
         let wait = self.0;
-        Box::pin(async move { wait })
+        let fits = max_wait.is_none_or(|max| wait <= max);
+        Box::pin(async move {
+            if fits {
+                Ok(wait)
+            } else {
+                Err(wait)
+            }
+        })
     }
 }
 

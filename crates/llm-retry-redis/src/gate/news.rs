@@ -34,6 +34,9 @@ pub(super) async fn listen<T: Send + Sync + 'static>(
         .await;
         if let Ok(Ok(mut pubsub)) = subscribed {
             let mut messages = pubsub.on_message();
+            // One tick a second however often news comes, so a listener
+            // whose store is gone ends within a second.
+            let mut recheck = tokio::time::interval(RECHECK);
             loop {
                 tokio::select! {
                     message = messages.next() => match message {
@@ -41,7 +44,7 @@ pub(super) async fn listen<T: Send + Sync + 'static>(
                         // The connection closed: subscribe again.
                         None => break,
                     },
-                    () = tokio::time::sleep(RECHECK) => {
+                    _ = recheck.tick() => {
                         if store.strong_count() == 0 {
                             return;
                         }

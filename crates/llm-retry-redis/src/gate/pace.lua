@@ -3,8 +3,11 @@
 -- arithmetic as the replica's own pace (pace.rs), which the tests check.
 --
 -- KEYS[1]  the key's theoretical arrival time, in µs
--- ARGV     interval µs, burst, and now in µs (tests only; empty: TIME)
--- Returns  the wait before the send's slot, in µs
+-- ARGV     interval µs, burst, now in µs (tests only; empty: TIME), and
+--          the longest wait the send can afford in µs (empty: any)
+-- Returns  the wait before the send's slot in µs, the slot taken; or, when
+--          that wait is longer than the send can afford, -1 - the wait, and
+--          nothing taken
 local now
 if ARGV[3] ~= nil and ARGV[3] ~= '' then
   now = tonumber(ARGV[3])
@@ -19,6 +22,9 @@ local tat = tonumber(redis.call('GET', KEYS[1]))
 local slot = now
 if tat then
   slot = math.max(now, tat + interval - burst * interval)
+end
+if ARGV[4] ~= nil and ARGV[4] ~= '' and slot - now > tonumber(ARGV[4]) then
+  return -1 - (slot - now)
 end
 local start = slot
 if tat and tat > slot then start = tat end

@@ -17,14 +17,21 @@ const MAX_LOCAL: usize = 4096;
 pub(super) struct LocalPaces(HashMap<u64, Instant>);
 
 impl LocalPaces {
-    /// The wait for a send at `now` under `pace`: the arithmetic of the
-    /// shared script (a GCRA handing out slots in arrival order).
-    pub(super) fn wait(&mut self, key: u64, pace: SharedPace, now: Instant) -> Duration {
+    /// The wait for a send at `now` under `pace`, its slot taken, or the
+    /// wait past `max_wait` and none taken: the arithmetic of the shared
+    /// script (a GCRA handing out slots in arrival order).
+    pub(super) fn wait(
+        &mut self,
+        key: u64,
+        pace: SharedPace,
+        now: Instant,
+        max_wait: Option<Duration>,
+    ) -> Result<Duration, Duration> {
         if self.0.len() >= MAX_LOCAL && !self.0.contains_key(&key) {
             // Keys whose bucket is full again carry nothing.
             self.0.retain(|_, tat| *tat > now);
             if self.0.len() >= MAX_LOCAL {
-                return Duration::ZERO;
+                return Ok(Duration::ZERO);
             }
         }
         let interval = pace.interval;
@@ -34,9 +41,13 @@ impl LocalPaces {
             let room = interval.saturating_mul(pace.burst.max(1));
             now.max(due.checked_sub(room).unwrap_or(now))
         });
+        let wait = slot - now;
+        if max_wait.is_some_and(|max| wait > max) {
+            return Err(wait);
+        }
         let start = tat.map_or(slot, |tat| tat.max(slot));
         self.0.insert(key, start + interval);
-        slot - now
+        Ok(wait)
     }
 }
 
@@ -50,6 +61,17 @@ pub(super) fn divided(pace: SharedPace, replicas: u32) -> SharedPace {
     }
 }
 
+/// The script's answer: the wait for a turn taken, or (negative) for one
+/// too late to take.
+fn from_script(answer: i64) -> Result<Duration, Duration> {
+    let wait = |us: i64| Duration::from_micros(u64::try_from(us).unwrap_or(0));
+    if answer >= 0 {
+        Ok(wait(answer))
+    } else {
+        Err(wait((-1_i64).saturating_sub(answer)))
+    }
+}
+
 fn micros(duration: Duration) -> u64 {
     u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
 }
@@ -58,28 +80,33 @@ impl Inner {
     /// The wait before a send to `key` under the fleet's `pace`, bounded
     /// by the timeout; past it, or on an error, this replica's share of
     /// the pace.
-    pub(super) async fn pace(&self, key: u64, pace: SharedPace) -> Duration {
+    pub(super) async fn pace(
+        &self,
+        key: u64,
+        pace: SharedPace,
+        max_wait: Option<Duration>,
+    ) -> Result<Duration, Duration> {
         let mut connection = self.pacing.clone();
         let mut call = self
             .pace_script
             .key(format!("{}:{key:016x}", self.pace_prefix));
         call.arg(micros(pace.interval))
             .arg(pace.burst.max(1))
-            .arg("");
-        match bounded(
+            .arg("")
+            .arg(max_wait.map_or_else(String::new, |max| micros(max).to_string()));
+        let answer = bounded(
             self.options.timeout,
             call.invoke_async::<i64>(&mut connection),
-        )
-        .await
-        {
-            Ok(wait) => {
-                self.health.succeeded();
-                Duration::from_micros(u64::try_from(wait).unwrap_or(0))
+        );
+        match answer.await {
+            Ok(answer) => {
+                self.pace_health.succeeded();
+                from_script(answer)
             }
             Err(failure) => {
-                self.health.failed(failure);
+                self.pace_health.failed(failure);
                 let own = divided(pace, self.options.replicas);
-                lock(&self.local).wait(key, own, Instant::now())
+                lock(&self.local).wait(key, own, Instant::now(), max_wait)
             }
         }
     }
@@ -103,11 +130,21 @@ mod tests {
         let mut local = LocalPaces::default();
         let now = Instant::now();
         let waits: Vec<_> = (0..5)
-            .map(|_| local.wait(1, pace, now).as_millis())
+            .map(|_| local.wait(1, pace, now, None).expect("no bound").as_millis())
             .collect();
         assert_eq!(waits, [0, 0, 0, 20, 40]);
+        // A send that cannot wait for its turn takes none.
+        let short = Some(Duration::from_millis(59));
+        assert_eq!(
+            local.wait(1, pace, now, short),
+            Err(Duration::from_millis(60))
+        );
+        assert_eq!(
+            local.wait(1, pace, now, None),
+            Ok(Duration::from_millis(60))
+        );
         // Another key has its own bucket.
-        assert_eq!(local.wait(2, pace, now), Duration::ZERO);
+        assert_eq!(local.wait(2, pace, now, None), Ok(Duration::ZERO));
     }
 
     #[test]
@@ -161,19 +198,23 @@ mod tests {
                     2 => rng.random_range(0..pace.interval.as_micros() as u64 * 2),
                     _ => rng.random_range(0..2_000_000),
                 };
+                // Now and then a send that can afford only a short wait.
+                let max_wait = (rng.random_range(0..4) == 0)
+                    .then(|| Duration::from_micros(rng.random_range(0..300_000)));
                 let shared: i64 = script
                     .key(&key)
                     .arg(micros(pace.interval))
                     .arg(pace.burst)
                     .arg(epoch_us + offset_us)
+                    .arg(max_wait.map_or_else(String::new, |max| micros(max).to_string()))
                     .invoke_async(&mut connection)
                     .await
                     .expect("script");
-                let own = local.wait(0, pace, start + Duration::from_micros(offset_us));
+                let at = start + Duration::from_micros(offset_us);
                 assert_eq!(
-                    Duration::from_micros(u64::try_from(shared).expect("no negative wait")),
-                    own,
-                    "sequence {sequence}, arrival {arrival}, {pace:?}"
+                    from_script(shared),
+                    local.wait(0, pace, at, max_wait),
+                    "sequence {sequence}, arrival {arrival}, {pace:?}, {max_wait:?}"
                 );
             }
         }

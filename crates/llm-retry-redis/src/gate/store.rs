@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::hash::Hasher;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -71,7 +72,6 @@ pub struct RedisGate {
     inner: Arc<Inner>,
 }
 
-#[derive(Debug)]
 pub(super) struct Inner {
     pub(super) key: String,
     pub(super) options: SharedOptions,
@@ -86,8 +86,11 @@ pub(super) struct Inner {
     pub(super) connection: tokio::sync::Mutex<ConnectionManager>,
     pub(super) script: redis::Script,
     /// The sends' own connection for their turns (multiplexed: many calls
-    /// at once, none waiting behind the sync).
+    /// at once, none waiting behind the sync's).
     pub(super) pacing: ConnectionManager,
+    /// Whether the sends' turns are shared: their calls' health, apart
+    /// from the syncs'.
+    pub(super) pace_health: Health,
     pub(super) pace_script: redis::Script,
     /// Whether a sync loaded `pace_script` into Redis.
     pub(super) pace_loaded: AtomicBool,
@@ -96,6 +99,16 @@ pub(super) struct Inner {
     pub(super) pace_prefix: String,
     /// The paces this replica keeps while Redis does not answer.
     pub(super) local: Mutex<LocalPaces>,
+}
+
+impl std::fmt::Debug for Inner {
+    /// Never the secret.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisGate")
+            .field("key", &self.key)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
 }
 
 impl RedisGate {
@@ -118,7 +131,8 @@ impl RedisGate {
         let options = options.effective();
         let connection = connection(client.clone(), &options)?;
         let inner = Arc::new(Inner {
-            pacing: connection.clone(),
+            pacing: super::super::task::connection(client.clone(), &options)?,
+            pace_health: Health::new("gate pace", name.clone()),
             pace_script: redis::Script::new(include_str!("pace.lua")),
             pace_loaded: AtomicBool::new(false),
             pace_prefix: name.key("pace"),
@@ -188,9 +202,9 @@ impl SharedGate for RedisGate {
         lock(&self.inner.known).get(&key).copied()
     }
 
-    fn pace(&self, key: u64, pace: SharedPace) -> PaceFuture {
+    fn pace(&self, key: u64, pace: SharedPace, max_wait: Option<Duration>) -> PaceFuture {
         let inner = Arc::clone(&self.inner);
-        Box::pin(async move { inner.pace(key, pace).await })
+        Box::pin(async move { inner.pace(key, pace, max_wait).await })
     }
 }
 

@@ -440,8 +440,11 @@ impl Learned {
             // the rate draw a cut from nearly every answer, and must not
             // sink the rate before the judgement sees they did not help.
             let judged = *self.rate_at_cut.get_or_insert(self.per_sec);
+            // Never a rise: a stated quota or a refusal's cap may have put
+            // the rate under that floor already.
             self.per_sec = (self.per_sec * DECREASE)
                 .max(judged / 2.0)
+                .min(self.per_sec)
                 .max(bounds.min_per_sec);
         }
         self.quiet_until = Some(now);

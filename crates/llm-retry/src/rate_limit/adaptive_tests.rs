@@ -764,4 +764,18 @@ mod judgement {
         assert_eq!(judged(0.7, 21, 30, 62.5), Throttle::StoodDown);
         assert_eq!(judged(0.7, 21, 30, 62.6), Throttle::Changed);
     }
+
+    #[test]
+    fn a_cut_never_raises_a_rate_a_stated_quota_put_under_its_floor() {
+        // Released fast after a window's reset (1 000 a second), then told
+        // 120 a minute: a 429 keeps the rate at most there.
+        let now = Instant::now();
+        let mut learned = UNBOUNDED_START.start();
+        learned.per_sec = 1_000.0;
+        learned.rate_at_cut = Some(1_000.0);
+        learned.on_stated(2.0, now);
+        let later = now + Duration::from_millis(10);
+        learned.on_throttle(&UNBOUNDED_START, later, later, None);
+        assert!(learned.per_sec() <= 2.0, "{}", learned.per_sec());
+    }
 }

@@ -31,7 +31,8 @@ pin_project! {
         gate: Option<Ticket>,
         // The slot under the key's in-flight ceiling, once taken.
         slot: Option<OwnedSemaphorePermit>,
-        // Whether the send had to wait for that slot.
+        // Whether the send waited past its booked slot (for that slot, or
+        // for the fleet's turn): then it is dated when it goes.
         waited_for_slot: bool,
     }
 }
@@ -88,8 +89,9 @@ pin_project! {
             in_flight: Option<InFlight>,
         },
         Refused { error: Option<GateError> },
-        // Its turn came here; asking the fleet for its turn there.
-        Pacing { wait: PaceFuture },
+        // Its turn came here; asking the fleet for its turn there, then
+        // waiting for it.
+        Pacing { wait: PaceFuture, sleep: Option<Pin<Box<Sleep>>> },
     }
 }
 
@@ -110,7 +112,7 @@ impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
             mut fleet,
         } = reserved;
         let state = if booking.is_released() {
-            State::after_turn(key, &mut fleet)
+            State::after_turn(key, &mut fleet, booking.bounds.deadline)
         } else {
             State::Waiting {
                 sleep: tokio::time::sleep_until(booking.slot),
@@ -154,13 +156,21 @@ impl<F> State<F> {
         }
     }
 
-    /// The send's turn came here: its turn in the fleet's pace next, the
-    /// first time, where the key's pace is shared.
-    fn after_turn(key: u64, fleet: &mut Option<(Arc<dyn SharedGate>, SharedPace)>) -> Self {
+    /// The send's turn came here: its turn in the fleet's pace next, where
+    /// the key's pace is shared, as long as its `deadline` allows.
+    fn after_turn(
+        key: u64,
+        fleet: &mut Option<(Arc<dyn SharedGate>, SharedPace)>,
+        deadline: Option<Instant>,
+    ) -> Self {
         match fleet.take() {
-            Some((shared, pace)) => State::Pacing {
-                wait: shared.pace(key, pace),
-            },
+            Some((shared, pace)) => {
+                let max_wait = deadline.map(|at| at.saturating_duration_since(Instant::now()));
+                State::Pacing {
+                    wait: shared.pace(key, pace, max_wait),
+                    sleep: None,
+                }
+            }
             None => State::admitting(),
         }
     }
@@ -217,9 +227,11 @@ where
                     // was computed: look again.
                     let now = Instant::now();
                     match ticket.gate.check(ticket.key, &mut ticket.booking, now) {
-                        Ok(Check::Go) => this
-                            .state
-                            .set(State::after_turn(ticket.key, &mut ticket.fleet)),
+                        Ok(Check::Go) => this.state.set(State::after_turn(
+                            ticket.key,
+                            &mut ticket.fleet,
+                            ticket.booking.bounds.deadline,
+                        )),
                         Ok(Check::WaitUntil(slot)) => sleep.reset(slot),
                         Err(refused) => {
                             this.pending.take();
@@ -227,25 +239,33 @@ where
                         }
                     }
                 }
-                StateProj::Pacing { wait } => {
-                    let wait = ready!(wait.as_mut().poll(cx));
-                    if wait.is_zero() {
+                StateProj::Pacing { wait, sleep } => {
+                    if let Some(sleeping) = sleep.as_mut() {
+                        ready!(sleeping.as_mut().poll(cx));
                         this.state.set(State::admitting());
                         continue;
                     }
-                    let at = Instant::now().checked_add(wait);
-                    let deadline = this.gate.as_ref().and_then(|t| t.booking.bounds.deadline);
-                    let Some(at) = at.filter(|at| deadline.is_none_or(|deadline| *at <= deadline))
-                    else {
-                        this.pending.take();
-                        this.state.set(State::Refused { error: None });
-                        return refuse(GateError::PastDeadline { wait });
-                    };
-                    // The fleet's turn: then the key's own check once more.
-                    this.state.set(State::Waiting {
-                        sleep: tokio::time::sleep_until(at),
-                        woken: None,
-                    });
+                    match ready!(wait.as_mut().poll(cx)) {
+                        Ok(wait) if wait.is_zero() => this.state.set(State::admitting()),
+                        // The fleet's turn, past the key's own (already let
+                        // go): the send is dated when it goes.
+                        Ok(wait) => match Instant::now().checked_add(wait) {
+                            Some(at) => {
+                                *this.waited_for_slot = true;
+                                *sleep = Some(Box::pin(tokio::time::sleep_until(at)));
+                            }
+                            None => {
+                                this.pending.take();
+                                this.state.set(State::Refused { error: None });
+                                return refuse(GateError::PastDeadline { wait });
+                            }
+                        },
+                        Err(wait) => {
+                            this.pending.take();
+                            this.state.set(State::Refused { error: None });
+                            return refuse(GateError::PastDeadline { wait });
+                        }
+                    }
                 }
                 StateProj::Admitting { acquire, deadline } => {
                     if acquire.is_none() {

@@ -261,9 +261,11 @@ impl Gate {
     }
 
     /// The pace a key's sends share with other replicas: the configured
-    /// quota's, or (slower) the sustained rate its provider `stated`, one
-    /// send at a time. A learned rate is this replica's own, never shared.
-    fn fleet_pace(&self, stated: Option<f64>) -> Option<SharedPace> {
+    /// quota's, or (slower) the sustained rate its provider `stated`, with
+    /// the `room` its last answer stated as the burst (a bucket with room
+    /// lets a burst go at once, as it would unshared). A learned rate is
+    /// this replica's own, never shared.
+    fn fleet_pace(&self, stated: Option<f64>, room: u64) -> Option<SharedPace> {
         let configured = self.paces.requests.map(|pace| SharedPace {
             interval: pace.per_unit,
             burst: pace.capacity,
@@ -275,7 +277,7 @@ impl Gate {
             .map(|per_sec| SharedPace {
                 interval: Duration::from_secs_f64(1.0 / (per_sec * STATED_SHARE))
                     .min(Duration::from_secs(3600)),
-                burst: 1,
+                burst: u32::try_from(room).unwrap_or(u32::MAX).max(1),
             });
         match (configured, stated) {
             (Some(c), Some(s)) if s.interval > c.interval => Some(s),
@@ -427,7 +429,8 @@ impl Gate {
         };
         let fleet = self.shared.as_ref().and_then(|shared| {
             let stated = state.learned.as_ref().and_then(|l| l.rate.stated());
-            Some((Arc::clone(shared), self.fleet_pace(stated)?))
+            let room = state.quotas.room();
+            Some((Arc::clone(shared), self.fleet_pace(stated, room)?))
         });
         Ok(Reserved {
             booking,

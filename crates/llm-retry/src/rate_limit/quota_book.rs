@@ -100,6 +100,11 @@ impl QuotaBook {
         room
     }
 
+    /// The room left under the stated request quota.
+    pub(super) fn room(&self) -> u64 {
+        self.stated_room
+    }
+
     /// The provider's answer stated `room` more sends (`0`: a refusal
     /// spent it).
     pub(super) fn set_room(&mut self, room: u64) {

@@ -35,14 +35,17 @@ pub trait SharedGate: Send + Sync + fmt::Debug {
     fn read_hold(&self, key: u64) -> Option<Instant>;
 
     /// How long one send to `key` waits for its turn under `pace`, shared
-    /// by every replica's sends to the key (first come, first served). The
+    /// by every replica's sends to the key (first come, first served):
+    /// `Ok(wait)`, the turn taken; or `Err(wait)` when the turn would come
+    /// later than `max_wait` (the send's deadline), and none was taken. The
     /// future must end within the store's own bound; where the store
     /// cannot reach the others it answers from a pace of its own.
-    fn pace(&self, key: u64, pace: SharedPace) -> PaceFuture;
+    fn pace(&self, key: u64, pace: SharedPace, max_wait: Option<Duration>) -> PaceFuture;
 }
 
-/// The wait [`SharedGate::pace`] answers.
-pub type PaceFuture = Pin<Box<dyn Future<Output = Duration> + Send>>;
+/// What [`SharedGate::pace`] answers: the wait for the turn taken, or the
+/// wait that was too long to take it.
+pub type PaceFuture = Pin<Box<dyn Future<Output = Result<Duration, Duration>> + Send>>;
 
 /// A key's pace as the fleet shares it: one send every `interval`, and
 /// `burst` at once after a quiet spell (a GCRA's bucket).
