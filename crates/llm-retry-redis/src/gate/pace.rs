@@ -130,7 +130,12 @@ mod tests {
         let mut local = LocalPaces::default();
         let now = Instant::now();
         let waits: Vec<_> = (0..5)
-            .map(|_| local.wait(1, pace, now, None).expect("no bound").as_millis())
+            .map(|_| {
+                local
+                    .wait(1, pace, now, None)
+                    .expect("no bound")
+                    .as_millis()
+            })
             .collect();
         assert_eq!(waits, [0, 0, 0, 20, 40]);
         // A send that cannot wait for its turn takes none.

@@ -36,7 +36,8 @@ pub(super) type Holds = HashMap<u64, Instant>;
 ///   on the server's clock. All holds are fields of one hash whose TTL is
 ///   its longest hold's.
 /// - **Pace**: where a key has a quota the gate was told or its provider
-///   stated, each send takes its turn in one GCRA for the whole fleet,
+///   stated, each send takes its turn in one GCRA for the whole fleet
+///   (a turn past its deadline is never taken: the send is refused),
 ///   first come first served, in one script call (one round trip a send,
 ///   on the server's clock; each key's turn a key whose TTL ends when its
 ///   bucket is full again). Where that call fails or outlasts the timeout,
@@ -52,8 +53,9 @@ pub(super) type Holds = HashMap<u64, Instant>;
 /// replica logs once at `warn`, sets the `llm_retry_shared_state_degraded`
 /// gauge (feature `metrics`), keeps its unsent holds to send later and goes
 /// on with the holds it knows and its own, and its own share of each pace:
-/// neither ever refuses a send, so [`FailureMode`](crate::FailureMode)
-/// does not apply.
+/// neither refuses a send that Redis's absence alone would cost (a turn
+/// past the send's deadline is refused, shared or not), so
+/// [`FailureMode`](crate::FailureMode) does not apply.
 ///
 /// ```no_run
 /// use llm_retry::rate_limit::RateLimitLayer;

@@ -189,8 +189,10 @@ impl RateLimitLayer {
     ///   that hold ends, unless the hold is longer than the send honours
     ///   (its `max_server_wait`): then it goes, and learns the wait itself;
     /// - a send to a key with a quota the gate was told, or its provider
-    ///   stated (slightly under it), also takes its turn in the fleet's
-    ///   pace of that quota, so the replicas together keep to it.
+    ///   stated (slightly under it, bursting to the room it stated), also
+    ///   takes its turn in the fleet's pace of that quota, so the replicas
+    ///   together keep to it; a turn past the send's deadline refuses it
+    ///   (`GateError::PastDeadline`), as a local one does.
     ///
     /// Learned rates, stated windows and in-flight ceilings stay with each
     /// replica. The gate's keys become fingerprints under
