@@ -34,7 +34,8 @@
 //! unpaced again (or at the rate stated or configured), as without a gate,
 //! and for a minute ([`Doubt`]) its refusals start or cut no rate. A share
 //! that stays above [`ENGAGE_SHARE`] is judged so only once the cuts have
-//! halved the rate: a rate far above the key's takes a few cuts. Between
+//! brought the rate to the floor of half the rate last judged (the next cut
+//! would reach it): a rate far above the key's takes a few cuts. Between
 //! two judgements the cuts take at most half the rate: refusals that come
 //! whatever the rate are a congestion event nearly each, and would sink it
 //! before the judgement.
