@@ -56,4 +56,4 @@ pub use gateway::{BuildError, Gateway};
 pub use listen::{listen, LISTEN_BACKLOG};
 pub use llm_retry_redis::FailureMode;
 pub use prometheus::{prometheus, SECONDS_BUCKETS};
-pub use shared_config::{RedisUrl, SharedConfig};
+pub use shared_config::{KeySecret, RedisUrl, SharedConfig};

@@ -34,6 +34,35 @@ pub struct SharedConfig {
     pub replicas: u32,
     /// What a replica decides while Redis does not answer.
     pub failure_mode: FailureMode,
+    /// What the gates' key fingerprints are keyed by: the value of the
+    /// environment variable `key_secret_env` names, else the Redis URL as
+    /// written. Never printed.
+    pub key_secret: KeySecret,
+}
+
+/// The secret the gates' key fingerprints are keyed by, the same on every
+/// replica. Its `Debug` shows only where it came from.
+#[derive(Clone, PartialEq, Eq)]
+pub struct KeySecret {
+    secret: String,
+    from_env: bool,
+}
+
+impl KeySecret {
+    /// The secret's bytes: for the shared gate store only.
+    pub(crate) fn expose(&self) -> &[u8] {
+        self.secret.as_bytes()
+    }
+}
+
+impl fmt::Debug for KeySecret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.from_env {
+            "KeySecret(<from key_secret_env>)"
+        } else {
+            "KeySecret(<the Redis URL>)"
+        })
+    }
 }
 
 /// A Redis URL. Its `Debug` and `Display` hide the user, the password and
@@ -88,7 +117,11 @@ pub(crate) struct SharedFile {
     sync_interval: Option<Spanned<String>>,
     replicas: Option<Spanned<u32>>,
     failure_mode: Option<Spanned<String>>,
+    key_secret_env: Option<Spanned<String>>,
 }
+
+/// Shortest secret `key_secret_env` may hold.
+const MIN_KEY_SECRET: usize = 16;
 
 /// Schemes the Redis client is built with (`rediss`: TLS, through rustls
 /// and the system's roots).
@@ -197,6 +230,35 @@ impl SharedFile {
                 }
             },
         };
+        let key_secret = match &self.key_secret_env {
+            None => KeySecret {
+                secret: redis_url.0.clone(),
+                from_env: false,
+            },
+            Some(var) => match env(var.get_ref()) {
+                Some(secret) if secret.len() >= MIN_KEY_SECRET => KeySecret {
+                    secret,
+                    from_env: true,
+                },
+                Some(_) => {
+                    return Err(at(
+                        "key_secret_env",
+                        var.span(),
+                        format!(
+                            "the environment variable {} holds fewer than {MIN_KEY_SECRET} bytes",
+                            var.get_ref()
+                        ),
+                    ))
+                }
+                None => {
+                    return Err(at(
+                        "key_secret_env",
+                        var.span(),
+                        format!("the environment variable {} is not set", var.get_ref()),
+                    ))
+                }
+            },
+        };
         Ok(SharedConfig {
             redis_url,
             namespace,
@@ -204,6 +266,7 @@ impl SharedFile {
             sync_interval,
             replicas,
             failure_mode,
+            key_secret,
         })
     }
 }

@@ -18,8 +18,9 @@ pub(crate) struct SharedState {
     options: SharedOptions,
     /// The namespace of every key.
     namespace: String,
-    /// What key fingerprints are keyed by: the Redis URL as written, the
-    /// one secret every replica of a fleet shares (its password, if any).
+    /// What key fingerprints are keyed by: `key_secret_env`'s value, else
+    /// the Redis URL as written (the one secret every replica of a fleet
+    /// shares: its password, if any).
     key_secret: Vec<u8>,
 }
 
@@ -72,7 +73,7 @@ impl SharedState {
             client,
             options,
             namespace: config.namespace.clone(),
-            key_secret: config.redis_url.expose().as_bytes().to_vec(),
+            key_secret: config.key_secret.expose().to_vec(),
         })
     }
 

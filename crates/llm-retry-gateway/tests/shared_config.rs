@@ -161,7 +161,9 @@ fn the_example_shared_table_is_accepted_once_uncommented() {
         .map(|line| format!("{}\n", &line[2..]))
         .collect();
     assert!(table.contains("failure_mode"), "{table}");
-    let config = Config::parse(&format!("{table}{ROUTE}"), env).unwrap();
+    assert!(table.contains("key_secret_env"), "{table}");
+    let with_secret = |var: &str| (var == "GATEWAY_KEY_SECRET").then(|| "s".repeat(32));
+    let config = Config::parse(&format!("{table}{ROUTE}"), with_secret).unwrap();
     let shared = config.shared.unwrap();
     assert_eq!(shared.replicas, 3);
     assert_eq!(shared.namespace, "llm-retry");
@@ -217,4 +219,44 @@ fn tls_urls_are_accepted_and_the_namespace_has_a_default() {
     )
     .unwrap();
     assert_eq!(config.shared.unwrap().namespace, "llm-retry");
+}
+
+/// The gates' key fingerprints are keyed by `key_secret_env`'s value when
+/// it is set (at least 16 bytes), else by the Redis URL; neither is ever
+/// printed, and a problem names the variable, never its value.
+#[test]
+fn the_fingerprint_secret_may_come_from_the_environment() {
+    const SECRET: &str = "a-fleet-secret-0123456789";
+    fn from_env(var: &str) -> Option<String> {
+        match var {
+            "KEY_SECRET" => Some(SECRET.to_owned()),
+            "SHORT" => Some("short".to_owned()),
+            _ => None,
+        }
+    }
+    let url = format!("redis_url = \"redis://:{PASSWORD}@redis:6379\"");
+    let from_url = Config::parse(&with_shared(&url), from_env).unwrap();
+    let from_var = Config::parse(
+        &with_shared(&format!("{url}\nkey_secret_env = \"KEY_SECRET\"")),
+        from_env,
+    )
+    .unwrap();
+    let (from_url, from_var) = (from_url.shared.unwrap(), from_var.shared.unwrap());
+    assert_ne!(from_url.key_secret, from_var.key_secret);
+    for debug in [format!("{from_url:?}"), format!("{from_var:?}")] {
+        assert!(
+            !debug.contains(SECRET) && !debug.contains(PASSWORD),
+            "{debug}"
+        );
+    }
+    for var in ["SHORT", "UNSET"] {
+        let error = Config::parse(
+            &with_shared(&format!("{url}\nkey_secret_env = \"{var}\"")),
+            from_env,
+        )
+        .unwrap_err();
+        assert_eq!(error.field, "shared.key_secret_env", "{error}");
+        assert_eq!(error.line, Some(4), "{error}");
+        assert!(!error.to_string().contains("short"), "{error}");
+    }
 }
