@@ -232,20 +232,17 @@ async fn a_wait_one_replica_was_told_holds_every_replica_s_next_send() {
 /// Three replicas, each its own store, gate (told the key's quota: 600 a
 /// minute, one at a time), retry layer and client, in front of one
 /// upstream: their sends share the quota's pace.
-async fn paced_replicas(
-    server: &RedisServer,
-) -> Vec<
-    tower::util::BoxCloneSyncService<
-        http::Request<Full<Bytes>>,
-        http::StatusCode,
-        llm_retry::BoxError,
-    >,
-> {
+async fn paced_replicas(server: &RedisServer) -> Vec<Paced> {
     let mut replicas = Vec::new();
     for _ in 0..3 {
         let gate = replica_of(server, b"fleet", 3);
-        // Connected and loaded, as a replica that synced at start.
-        while !gate.sync().await {}
+        // Connected and loaded, as a replica that synced at start (a
+        // loaded machine may take a few tries; a dead Redis fails here).
+        let mut tries = 0;
+        while !gate.sync().await {
+            tries += 1;
+            assert!(tries < 100, "Redis never answered");
+        }
         let quota = llm_retry::rate_limit::Quotas::none().requests_per_minute_with_burst(600, 1);
         let service = ServiceBuilder::new()
             .layer(RetryLayer::new(
@@ -258,9 +255,40 @@ async fn paced_replicas(
             )
             .service(Client::builder(TokioExecutor::new()).build_http())
             .map_response(|answer: http::Response<_>| answer.status());
-        replicas.push(tower::util::BoxCloneSyncService::new(service));
+        replicas.push(Paced::new(service));
     }
     replicas
+}
+
+/// A replica of [`paced_replicas`].
+type Paced = tower::util::BoxCloneSyncService<
+    http::Request<Full<Bytes>>,
+    http::StatusCode,
+    llm_retry::BoxError,
+>;
+
+/// An upstream that serves every request.
+async fn serving() -> MockServer {
+    MockServer::start(Script::new().route("/v1/messages", Route::always(Reply::anthropic_ok("Hi"))))
+        .await
+        .unwrap()
+}
+
+/// Sends `each` requests through every one of `replicas`, all at once, and
+/// checks each is served: how long the upstream took to receive them all.
+async fn span_of(replicas: &[Paced], each: usize, upstream: &MockServer) -> Duration {
+    let url = upstream.url("/v1/messages");
+    let sends: Vec<_> = replicas
+        .iter()
+        .flat_map(|replica| (0..each).map(|_| tokio::spawn(replica.clone().oneshot(request(&url)))))
+        .collect();
+    for send in sends {
+        assert_eq!(send.await.unwrap().unwrap(), 200);
+    }
+    let mut at: Vec<_> = upstream.requests().iter().map(|r| r.received_at).collect();
+    at.sort();
+    assert_eq!(at.len(), replicas.len() * each);
+    at[at.len() - 1] - at[0]
 }
 
 #[tokio::test]
@@ -268,33 +296,15 @@ async fn replicas_told_a_quota_pace_their_sends_together() {
     let Some(server) = RedisServer::start() else {
         return;
     };
-    let upstream = MockServer::start(
-        Script::new().route("/v1/messages", Route::always(Reply::anthropic_ok("Hi"))),
-    )
-    .await
-    .unwrap();
-    let url = upstream.url("/v1/messages");
+    let upstream = serving().await;
     let replicas = paced_replicas(&server).await;
-    // Four requests through each replica, all at once.
-    let sends: Vec<_> = replicas
-        .iter()
-        .flat_map(|replica| (0..4).map(|_| tokio::spawn(replica.clone().oneshot(request(&url)))))
-        .collect();
-    for send in sends {
-        assert_eq!(send.await.unwrap().unwrap(), 200);
-    }
-    let mut at: Vec<_> = upstream.requests().iter().map(|r| r.received_at).collect();
-    at.sort();
-    assert_eq!(at.len(), 12);
-    // 600 a minute is one send every 100 ms, fleet-wide: the twelve span
-    // 1.1 s, less what the first send's way to the upstream took more than
-    // the last's: at least 1 s, a lower bound no slow machine breaks. Each
-    // replica alone would have sent its four within 0.3 s.
-    assert!(
-        at[11] - at[0] >= Duration::from_secs(1),
-        "{:?}",
-        at[11] - at[0]
-    );
+    // Four requests through each replica, all at once. 600 a minute is one
+    // send every 100 ms, fleet-wide: the twelve span 1.1 s, less what the
+    // first send's way to the upstream took more than the last's: at least
+    // 1 s, a lower bound no slow machine breaks. Each replica alone would
+    // have sent its four within 0.3 s.
+    let span = span_of(&replicas, 4, &upstream).await;
+    assert!(span >= Duration::from_secs(1), "{span:?}");
 }
 
 #[tokio::test]
@@ -302,28 +312,11 @@ async fn without_redis_each_replica_paces_its_share_of_the_quota() {
     let Some(mut server) = RedisServer::start() else {
         return;
     };
-    let upstream = MockServer::start(
-        Script::new().route("/v1/messages", Route::always(Reply::anthropic_ok("Hi"))),
-    )
-    .await
-    .unwrap();
-    let url = upstream.url("/v1/messages");
+    let upstream = serving().await;
     let replicas = paced_replicas(&server).await;
     server.kill();
     // Three requests through one replica: alone, one of three, it sends at
     // a third of the quota (one every 300 ms), and no request fails.
-    let sends: Vec<_> = (0..3)
-        .map(|_| tokio::spawn(replicas[0].clone().oneshot(request(&url))))
-        .collect();
-    for send in sends {
-        assert_eq!(send.await.unwrap().unwrap(), 200);
-    }
-    let mut at: Vec<_> = upstream.requests().iter().map(|r| r.received_at).collect();
-    at.sort();
-    assert_eq!(at.len(), 3);
-    assert!(
-        at[2] - at[0] >= Duration::from_millis(540),
-        "{:?}",
-        at[2] - at[0]
-    );
+    let span = span_of(&replicas[..1], 3, &upstream).await;
+    assert!(span >= Duration::from_millis(540), "{span:?}");
 }
