@@ -31,9 +31,34 @@ async fn a_learned_wait_holds_requests_that_never_saw_the_429() {
         .layer(RetryLayer::new(fast_policy().build().unwrap()))
         .layer(gate)
         .service(client());
+    taught_then_held(teacher, learner, &mock, Duration::from_secs(1), || ()).await;
+}
+
+/// `teacher`'s request is refused naming `wait`; after `between`, the
+/// `learner`'s is served at its first attempt, sent no sooner than `wait`
+/// after the refused one.
+async fn taught_then_held<T, L, B, C>(
+    teacher: T,
+    learner: L,
+    mock: &MockServer,
+    wait: Duration,
+    between: impl FnOnce(),
+) where
+    T: tower::Service<
+        http::Request<http_body_util::Full<bytes::Bytes>>,
+        Response = http::Response<B>,
+    >,
+    L: tower::Service<
+        http::Request<http_body_util::Full<bytes::Bytes>>,
+        Response = http::Response<C>,
+    >,
+    T::Error: std::fmt::Debug,
+    L::Error: std::fmt::Debug,
+{
     let url = mock.url("/v1/messages");
     let first = teacher.oneshot(messages_request(&url)).await.unwrap();
     assert_eq!(first.status(), StatusCode::TOO_MANY_REQUESTS);
+    between();
     let second = learner.oneshot(messages_request(&url)).await.unwrap();
     assert_eq!(second.status(), StatusCode::OK);
     assert_eq!(
@@ -43,7 +68,7 @@ async fn a_learned_wait_holds_requests_that_never_saw_the_429() {
     );
     let sent = mock.requests();
     assert_eq!(sent.len(), 2);
-    assert!(sent[1].received_at - sent[0].received_at >= Duration::from_secs(1));
+    assert!(sent[1].received_at - sent[0].received_at >= wait);
 }
 
 #[tokio::test(start_paused = true)]
@@ -176,21 +201,15 @@ async fn a_wait_one_replica_learned_holds_the_other_replicas_sends() {
             .layer(gate)
             .service(client())
     };
-    let (teacher, learner) = (replica(0), replica(3));
-    let url = mock.url("/v1/messages");
-    let first = teacher.oneshot(messages_request(&url)).await.unwrap();
-    assert_eq!(first.status(), StatusCode::TOO_MANY_REQUESTS);
-    assert_eq!(holds.0.lock().unwrap().len(), 1, "the hold was published");
-    let second = learner.oneshot(messages_request(&url)).await.unwrap();
-    assert_eq!(second.status(), StatusCode::OK);
-    assert_eq!(
-        second.extensions().get::<RetryReport>().unwrap().attempts,
-        1,
-        "no 429 of its own"
-    );
-    let sent = mock.requests();
-    assert_eq!(sent.len(), 2);
-    assert!(sent[1].received_at - sent[0].received_at >= Duration::from_secs(2));
+    let published = || assert_eq!(holds.0.lock().unwrap().len(), 1, "the hold was published");
+    taught_then_held(
+        replica(0),
+        replica(3),
+        &mock,
+        Duration::from_secs(2),
+        published,
+    )
+    .await;
 }
 
 #[tokio::test(start_paused = true)]
