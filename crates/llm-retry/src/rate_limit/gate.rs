@@ -237,26 +237,32 @@ impl Gate {
         tokens: Option<Pace>,
         adaptive: Option<AdaptiveRate>,
     ) -> Gate {
-        Gate(Arc::new(Shared {
-            paces: Paces { requests, tokens },
-            adaptive,
-            keys: Mutex::default(),
-            tokens_stated: AtomicBool::new(false),
-            key_hasher: KeyHasher::random(),
-            shared: None,
-        }))
+        Gate::fresh(Paces { requests, tokens }, adaptive, None)
     }
 
     /// A new gate with this one's quotas that shares holds and paces
-    /// through `holds`, and whose keys are fingerprints under its secret.
-    pub(super) fn sharing(&self, holds: Arc<dyn SharedGate>) -> Gate {
+    /// through `shared`, and whose keys are fingerprints under its secret.
+    pub(super) fn sharing(&self, shared: Arc<dyn SharedGate>) -> Gate {
+        Gate::fresh(self.paces, self.adaptive, Some(shared))
+    }
+
+    /// A gate with no keys yet, keyed by a secret of its own or, when it
+    /// shares, by the store's.
+    fn fresh(
+        paces: Paces,
+        adaptive: Option<AdaptiveRate>,
+        shared: Option<Arc<dyn SharedGate>>,
+    ) -> Gate {
+        let key_hasher = shared.as_ref().map_or_else(KeyHasher::random, |shared| {
+            KeyHasher::keyed(shared.key_secret())
+        });
         Gate(Arc::new(Shared {
-            paces: self.paces,
-            adaptive: self.adaptive,
+            paces,
+            adaptive,
             keys: Mutex::default(),
             tokens_stated: AtomicBool::new(false),
-            key_hasher: KeyHasher::keyed(holds.key_secret()),
-            shared: Some(holds),
+            key_hasher,
+            shared,
         }))
     }
 
