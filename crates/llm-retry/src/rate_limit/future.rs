@@ -245,27 +245,23 @@ where
                         this.state.set(State::admitting());
                         continue;
                     }
-                    match ready!(wait.as_mut().poll(cx)) {
-                        Ok(wait) if wait.is_zero() => this.state.set(State::admitting()),
-                        // The fleet's turn, past the key's own (already let
-                        // go): the send is dated when it goes.
-                        Ok(wait) => match Instant::now().checked_add(wait) {
-                            Some(at) => {
-                                *this.waited_for_slot = true;
-                                *sleep = Some(Box::pin(tokio::time::sleep_until(at)));
-                            }
-                            None => {
-                                this.pending.take();
-                                this.state.set(State::Refused { error: None });
-                                return refuse(GateError::PastDeadline { wait });
-                            }
-                        },
-                        Err(wait) => {
-                            this.pending.take();
-                            this.state.set(State::Refused { error: None });
-                            return refuse(GateError::PastDeadline { wait });
-                        }
+                    let wait = ready!(wait.as_mut().poll(cx));
+                    if wait.is_ok_and(|wait| wait.is_zero()) {
+                        this.state.set(State::admitting());
+                        continue;
                     }
+                    // The fleet's turn, past the key's own (already let go):
+                    // the send is dated when it goes. One too late for the
+                    // deadline (or for an `Instant`) was not taken.
+                    let at = wait.ok().and_then(|wait| Instant::now().checked_add(wait));
+                    let Some(at) = at else {
+                        this.pending.take();
+                        this.state.set(State::Refused { error: None });
+                        let wait = wait.unwrap_or_else(|wait| wait);
+                        return refuse(GateError::PastDeadline { wait });
+                    };
+                    *this.waited_for_slot = true;
+                    *sleep = Some(Box::pin(tokio::time::sleep_until(at)));
                 }
                 StateProj::Admitting { acquire, deadline } => {
                     if acquire.is_none() {
