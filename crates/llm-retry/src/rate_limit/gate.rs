@@ -57,17 +57,22 @@ impl Shared {
     /// A key's request pace under the configured quota and its `learned`
     /// rate: whichever is slower (a configured quota keeps its burst).
     fn request_pace(&self, learned: Option<&Learned>) -> Option<RequestPace> {
+        self.slower_than_configured(learned.map(|rate| RequestPace {
+            interval: rate.interval(),
+            burst: 1,
+        }))
+    }
+
+    /// The configured request quota's pace, or `other` where it is slower
+    /// (the configured one keeps its burst).
+    fn slower_than_configured(&self, other: Option<RequestPace>) -> Option<RequestPace> {
         let configured = self.paces.requests.map(|pace| RequestPace {
             interval: pace.per_unit,
             burst: pace.capacity,
         });
-        let learned = learned.map(|rate| RequestPace {
-            interval: rate.interval(),
-            burst: 1,
-        });
-        match (configured, learned) {
-            (Some(c), Some(l)) if l.interval > c.interval => Some(l),
-            (configured, learned) => configured.or(learned),
+        match (configured, other) {
+            (Some(c), Some(o)) if o.interval > c.interval => Some(o),
+            (configured, other) => configured.or(other),
         }
     }
 }
@@ -272,23 +277,17 @@ impl Gate {
     /// lets a burst go at once, as it would unshared). A learned rate is
     /// this replica's own, never shared.
     fn fleet_pace(&self, stated: Option<f64>, room: u64) -> Option<SharedPace> {
-        let configured = self.paces.requests.map(|pace| SharedPace {
-            interval: pace.per_unit,
-            burst: pace.capacity,
-        });
         // A little under the stated rate: sent at exactly a bucket's rate,
         // every token that comes late refuses a send.
-        let stated = stated
-            .filter(|per_sec| per_sec.is_finite() && *per_sec > 0.0)
-            .map(|per_sec| SharedPace {
-                interval: Duration::from_secs_f64(1.0 / (per_sec * STATED_SHARE))
-                    .min(Duration::from_secs(3600)),
-                burst: u32::try_from(room).unwrap_or(u32::MAX).max(1),
-            });
-        match (configured, stated) {
-            (Some(c), Some(s)) if s.interval > c.interval => Some(s),
-            (configured, stated) => configured.or(stated),
-        }
+        self.slower_than_configured(
+            stated
+                .filter(|per_sec| per_sec.is_finite() && *per_sec > 0.0)
+                .map(|per_sec| SharedPace {
+                    interval: Duration::from_secs_f64(1.0 / (per_sec * STATED_SHARE))
+                        .min(Duration::from_secs(3600)),
+                    burst: u32::try_from(room).unwrap_or(u32::MAX).max(1),
+                }),
+        )
     }
 
     /// What [`default_key`](super::key::default_key) hashes with.

@@ -21,12 +21,9 @@ use tokio::time::Instant;
 /// and its place is never given back (one interval lost, no more).
 const MAX_ABANDONED: usize = 64;
 
-/// The key's request pace: time between sends, and how many may go at once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Pace {
-    pub(super) interval: Duration,
-    pub(super) burst: u32,
-}
+/// The key's request pace: time between sends, and how many may go at once
+/// (the same shape a fleet shares).
+pub(super) use super::shared::SharedPace as Pace;
 
 /// One key's pacer.
 #[derive(Debug, Clone)]
