@@ -306,12 +306,12 @@ where
             let call = async {
                 match service.oneshot(request).await {
                     Ok(response) => {
+                        // No report: served at its first send (checked
+                        // against the upstream's record like any other).
                         let report = response.extensions().get::<RetryReport>().cloned();
+                        let report = report.unwrap_or_else(|| served_first(response.status()));
                         let body = read_all(response.into_body()).await;
-                        Ended::Answered {
-                            report: report.expect("every response carries its report"),
-                            body,
-                        }
+                        Ended::Answered { report, body }
                     }
                     Err(error) => {
                         let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&*error);
@@ -666,6 +666,14 @@ fn stand_in_report<B>(mut response: http::Response<B>) -> http::Response<B> {
     report.last_status = Some(response.status());
     response.extensions_mut().insert(report);
     response
+}
+
+/// What a response without a report was: served at its first send.
+fn served_first(status: http::StatusCode) -> RetryReport {
+    let mut report = llm_retry::policy::RetryState::new().report(llm_retry::StopReason::Succeeded);
+    report.attempts = 1;
+    report.last_status = Some(status);
+    report
 }
 
 /// Stops a gateway started by [`through_gateway`].

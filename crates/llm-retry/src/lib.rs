@@ -30,15 +30,18 @@
 //! let request = http::Request::post("https://api.anthropic.com/v1/messages")
 //!     .body(Full::new(Bytes::from_static(b"{}")))?;
 //! let response = service.oneshot(request).await?;
-//! let attempts = response.extensions().get::<RetryReport>().map(|r| r.attempts);
+//! // No report: served at the first attempt.
+//! let attempts = response.extensions().get::<RetryReport>().map_or(1, |r| r.attempts);
 //! # let _ = attempts;
 //! # Ok(())
 //! # }
 //! ```
 //!
-//! Every logical request ends in exactly one answer: the final response with
-//! a [`RetryReport`] in its extensions, or one [`RetryError`] with the same
-//! report when the last attempt produced no response.
+//! Every logical request ends in exactly one answer: the final response, or
+//! one [`RetryError`] with a [`RetryReport`] when the last attempt produced
+//! no response. The response carries the report in its extensions too,
+//! unless it is a success at the first attempt with nothing waited: then
+//! there is nothing to report, and nothing is paid for one.
 //!
 //! The policy pieces are pure and usable alone: [`classify::classify_response`],
 //! [`hint::parse_hint`], [`backoff::Backoff`], [`RetryPolicy::judge`].

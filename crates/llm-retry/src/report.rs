@@ -194,8 +194,10 @@ impl fmt::Display for Secs {
     }
 }
 
-/// The account of one logical request: attached to the final response's
-/// extensions and carried by every [`RetryError`](crate::RetryError).
+/// The account of one logical request: carried by every
+/// [`RetryError`](crate::RetryError), and attached to the final response's
+/// extensions unless that response was a success at the first attempt with
+/// nothing waited (a response without one was served that way).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RetryReport {

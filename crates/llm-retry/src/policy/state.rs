@@ -114,6 +114,12 @@ impl RetryState {
         self.attempts = self.attempts.saturating_add(1);
     }
 
+    /// Whether the request is still at its first send, with nothing waited
+    /// and nothing recovered: a success now has nothing to report.
+    pub(crate) fn untouched(&self) -> bool {
+        self.attempts == 1 && self.total_wait.is_zero() && self.recoveries.is_empty()
+    }
+
     /// Whether the last send passed a rate-limit gate that paces its key.
     pub(crate) fn gate_paced(&self) -> bool {
         self.gate.is_some_and(|gate| gate.paced)

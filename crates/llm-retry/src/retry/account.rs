@@ -35,6 +35,9 @@ pub(crate) enum Step {
     Wait(Duration, Option<WaitPermit>),
     /// Await new credentials, then send the next request.
     Refresh(CredentialsFuture),
+    /// Hand the response to the caller as it is: accepted at its first
+    /// attempt, with nothing waited, so there is nothing to report.
+    Served,
     /// Hand the outcome to the caller with this report.
     Finish(RetryReport),
 }
@@ -202,6 +205,8 @@ impl Account {
         let judgement = self.policy.decide(&self.state, reading, elapsed);
         self.state.record_outcome(status, &judgement);
         let (delay, server_wait, charged, in_gate) = match judgement.decision {
+            // No report, no hook, no record: the success path pays for none.
+            Decision::Accept if status.is_some() && self.state.untouched() => return Step::Served,
             Decision::Accept => {
                 return Step::Finish(self.finish_after(StopReason::Succeeded, elapsed))
             }

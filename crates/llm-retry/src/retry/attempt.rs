@@ -222,8 +222,10 @@ impl<B> AttemptCtx<B> {
         self.account.give_up_on_service_error(now)
     }
 
-    /// The error handed to the caller, carrying the report.
-    pub(super) fn error(&self, report: RetryReport, source: BoxError) -> BoxError {
-        Box::new(RetryError::new(report, Some(source)))
+    /// The error handed to the caller, carrying the report (a success's,
+    /// should a first-try acceptance have been an error).
+    pub(super) fn error(&self, report: Option<RetryReport>, source: Option<BoxError>) -> BoxError {
+        let report = report.unwrap_or_else(|| self.finish(StopReason::Succeeded));
+        Box::new(RetryError::new(report, source))
     }
 }

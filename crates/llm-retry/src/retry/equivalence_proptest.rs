@@ -139,22 +139,25 @@ fn tight() -> RetryPolicy {
     builder().budget(budget).build().unwrap()
 }
 
-fn report_of<B>(result: Result<Response<B>, BoxError>) -> RetryReport {
-    match result {
-        Ok(res) => res.extensions().get::<RetryReport>().cloned().unwrap(),
-        Err(e) => e.downcast::<RetryError>().unwrap().report().clone(),
-    }
+/// Sends made and why the request stopped: a response without a report
+/// was served at its first send.
+fn report_of<B>(result: Result<Response<B>, BoxError>) -> (u32, StopReason) {
+    let report = match result {
+        Ok(res) => res.extensions().get::<RetryReport>().cloned(),
+        Err(e) => Some(e.downcast::<RetryError>().unwrap().report().clone()),
+    };
+    report.map_or((1, StopReason::Succeeded), |r| (r.attempts, r.stop))
 }
 
 async fn run<S, B, RB>(svc: S, upstream: &Upstream, request: Request<B>) -> Seen
 where
     S: Service<Request<B>, Response = Response<RB>, Error = BoxError>,
 {
-    let report = report_of(svc.oneshot(request).await);
+    let (reported_sends, stop) = report_of(svc.oneshot(request).await);
     Seen {
         sends: upstream.call_offsets(tokio::time::Instant::now()).len(),
-        reported_sends: report.attempts,
-        stop: report.stop,
+        reported_sends,
+        stop,
     }
 }
 

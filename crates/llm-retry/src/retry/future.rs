@@ -7,7 +7,6 @@ use super::peek::{PeekEnd, Peeked};
 use super::RetryBody;
 use crate::budget::WaitPermit;
 use crate::error::BoxError;
-use crate::error::RetryError;
 use crate::policy::{CredentialsFuture, Outcome, RecoveryAction, RetryPolicy};
 use crate::replay::ReplayBody;
 use crate::report::{RetryReport, StopReason};
@@ -128,7 +127,7 @@ struct Peek<Res> {
 fn advance<F, ResBody, T>(
     step: Step,
     mut state: Pin<&mut State<F, ResBody>>,
-    finish: impl FnOnce(RetryReport) -> Result<T, BoxError>,
+    finish: impl FnOnce(Option<RetryReport>) -> Result<T, BoxError>,
 ) -> Option<Result<T, BoxError>> {
     match step {
         Step::Wait(delay, _) if delay.is_zero() => state.set(State::Readying),
@@ -137,9 +136,13 @@ fn advance<F, ResBody, T>(
             sleep: Box::pin(tokio::time::sleep(delay)),
         }),
         Step::Refresh(credentials) => state.set(State::Refreshing { credentials }),
+        Step::Served => {
+            state.as_mut().set(State::Done);
+            return Some(finish(None));
+        }
         Step::Finish(report) => {
             state.as_mut().set(State::Done);
-            return Some(finish(report));
+            return Some(finish(Some(report)));
         }
     }
     None
@@ -211,7 +214,7 @@ where
                     Poll::Ready(Err(error)) => {
                         let step = ctx.judge(Outcome::Error(&*error));
                         advance(step, this.state.as_mut(), |report| {
-                            Err(ctx.error(report, error))
+                            Err(ctx.error(report, Some(error)))
                         })
                     }
                 },
@@ -249,7 +252,7 @@ where
                             };
                             let step = ctx.judge(outcome);
                             advance(step, this.state.as_mut(), |report| {
-                                Err(ctx.error(report, error))
+                                Err(ctx.error(report, Some(error)))
                             })
                         }
                         PeekEnd::Complete | PeekEnd::Full => {
@@ -299,7 +302,7 @@ where
                         Err(stop) => {
                             let report = ctx.finish(stop);
                             this.state.set(State::Done);
-                            Some(Err(Box::new(RetryError::new(report, None)) as BoxError))
+                            Some(Err(ctx.error(Some(report), None)))
                         }
                     }
                 }
@@ -314,12 +317,14 @@ where
                     if let Err(error) = readiness {
                         let report = ctx.give_up_on_service_error(Instant::now());
                         this.state.set(State::Done);
-                        return Poll::Ready(Err(ctx.error(report, error)));
+                        return Poll::Ready(Err(ctx.error(Some(report), Some(error))));
                     }
                     let Some(request) = ctx.next_request() else {
                         let report = ctx.give_up_on_service_error(Instant::now());
                         this.state.set(State::Done);
-                        return Poll::Ready(Err(ctx.error(report, "no request prepared".into())));
+                        return Poll::Ready(Err(
+                            ctx.error(Some(report), Some("no request prepared".into()))
+                        ));
                     };
                     ctx.begin_attempt();
                     let future = ctx.call(this.service, request);
@@ -360,17 +365,20 @@ fn poll_bounded<T, const N: usize>(
     Poll::Pending
 }
 
-/// The final response with its report, unless the stop must be an error.
+/// The final response with its report (none for a first-try success),
+/// unless the stop must be an error.
 #[inline]
 fn respond<ResBody>(
     head: response::Parts,
     body: RetryBody<ResBody>,
-    report: RetryReport,
+    report: Option<RetryReport>,
 ) -> Result<Res<ResBody>, BoxError> {
-    if let Some(error) = fails_even_with_response(&report) {
-        return Err(error);
-    }
     let mut response = Response::from_parts(head, body);
-    response.extensions_mut().insert(report);
+    if let Some(report) = report {
+        if let Some(error) = fails_even_with_response(&report) {
+            return Err(error);
+        }
+        response.extensions_mut().insert(report);
+    }
     Ok(response)
 }

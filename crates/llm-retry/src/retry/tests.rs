@@ -346,3 +346,30 @@ async fn a_401_on_a_body_that_cannot_be_resent_asks_for_no_credentials() {
     );
     assert_eq!(hook.0.load(Ordering::SeqCst), 0, "the hook was not asked");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_report_rides_on_every_response_but_a_first_try_success() {
+    let served = |replies| async {
+        let upstream = Upstream::new(replies);
+        let svc = RetryLayer::new(no_jitter()).layer(upstream);
+        let res = svc.oneshot(request()).await.unwrap();
+        (res.status(), res.extensions().get::<RetryReport>().cloned())
+    };
+    let (status, report) = served(vec![reply(200, &[], "{}")]).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(report, None, "nothing to report at the first try");
+
+    let (status, report) = served(vec![reply(503, &[], ""), reply(200, &[], "{}")]).await;
+    assert_eq!(status, StatusCode::OK);
+    let report = report.expect("a retried success is reported");
+    assert_eq!((report.attempts, report.stop), (2, StopReason::Succeeded));
+
+    let (status, report) = served(vec![reply(404, &[], "{}")]).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let report = report.expect("a stop short of success is reported");
+    assert_eq!(report.attempts, 1);
+    assert!(
+        matches!(report.stop, StopReason::NotRetryable(_)),
+        "{report}"
+    );
+}

@@ -99,7 +99,15 @@ where
                     _permit: permit,
                 })
             }
-            Settled::Finish(report) => {
+            Settled::Finish(None) => {
+                if let Err(error) = result {
+                    let source = std::mem::replace(error, Box::new(NoError));
+                    let report = account.finish(crate::report::StopReason::Succeeded);
+                    *error = Box::new(RetryError::new(report, Some(source)));
+                }
+                None
+            }
+            Settled::Finish(Some(report)) => {
                 match result {
                     Ok(response) => match fails_even_with_response(&report) {
                         Some(error) => *result = Err(error),
@@ -142,12 +150,13 @@ where
 
 /// A [`Step`] as tower's loop can carry it out: no credential future to
 /// await between attempts.
-// Every request ends with `Finish`, successes included: boxing the report
-// would add an allocation to each one to shrink the rarer variants.
+// Every request ends with `Finish`: boxing the report would add an
+// allocation to each one that has one to shrink the rarer variants.
 #[allow(clippy::large_enum_variant)]
 enum Settled {
     Wait(std::time::Duration, Option<WaitPermit>),
-    Finish(crate::RetryReport),
+    /// `None`: served at the first attempt, nothing to report.
+    Finish(Option<crate::RetryReport>),
 }
 
 /// Judges `outcome`; a credential refresh is applied when the hook answers
@@ -159,7 +168,8 @@ fn settle<B>(
 ) -> Settled {
     let credentials = match account.judge(outcome, req) {
         Step::Wait(delay, permit) => return Settled::Wait(delay, permit),
-        Step::Finish(report) => return Settled::Finish(report),
+        Step::Served => return Settled::Finish(None),
+        Step::Finish(report) => return Settled::Finish(Some(report)),
         Step::Refresh(credentials) => credentials,
     };
     let stop = match answered_at_once(credentials) {
@@ -172,7 +182,7 @@ fn settle<B>(
             "under tower's retry loop the hook must answer at once; use RetryLayer".to_owned(),
         ),
     };
-    Settled::Finish(account.finish(stop))
+    Settled::Finish(Some(account.finish(stop)))
 }
 
 fn refresh_failed(reason: String) -> StopReason {
