@@ -133,6 +133,11 @@ pub(crate) struct Reading<'a> {
 }
 
 impl Reading<'_> {
+    /// Whether the outcome is a success: accepted whatever else holds.
+    pub(crate) fn is_success(&self) -> bool {
+        self.evidence.class == Classification::Success
+    }
+
     /// Whether the attempt reached the upstream.
     pub(crate) fn reached_upstream(&self) -> bool {
         self.evidence.reached_upstream

@@ -191,9 +191,15 @@ impl Account {
         };
         let sent = self.link.as_ref().and_then(GateLink::take_sent);
         self.state.set_gate(sent.as_ref().map(Sent::as_judged));
-        // Read once: the judgement and an immediate stop's report agree.
-        let elapsed = self.state.elapsed();
         let reading = self.policy.read(&self.state, outcome);
+        // Read once: the judgement and an immediate stop's report agree. A
+        // success at the first try is reported nowhere: no clock read.
+        let served_first = status.is_some() && reading.is_success() && self.state.untouched();
+        let elapsed = if served_first {
+            Duration::ZERO
+        } else {
+            self.state.elapsed()
+        };
         // The gate below (if any) acts on what the answer meant for its
         // key (a 429's named wait holds the key), before the decision,
         // which says where the resend waits.
@@ -203,10 +209,12 @@ impl Account {
             self.state.set_gate_wait(wait);
         }
         let judgement = self.policy.decide(&self.state, reading, elapsed);
+        if served_first && matches!(judgement.decision, Decision::Accept) {
+            // No record, no report, no hook: the success path pays for none.
+            return Step::Served;
+        }
         self.state.record_outcome(status, &judgement);
         let (delay, server_wait, charged, in_gate) = match judgement.decision {
-            // No report, no hook, no record: the success path pays for none.
-            Decision::Accept if status.is_some() && self.state.untouched() => return Step::Served,
             Decision::Accept => {
                 return Step::Finish(self.finish_after(StopReason::Succeeded, elapsed))
             }

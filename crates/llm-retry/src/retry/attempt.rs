@@ -70,7 +70,10 @@ impl<B> AttemptCtx<B> {
     {
         let mut account = Account::open(policy, &parts.method, &parts.uri, &parts.extensions);
         account.stamp_attempt(&mut parts.headers);
-        account.know_body(body.fill_ready());
+        // Read ahead for a gate's key only where a gate may be below.
+        if !matches!(carry, Carry::NoGate) {
+            account.know_body(body.fill_ready());
+        }
         // An outer retry loop's link is not this one's gates' business (the
         // nearest loop's offer is what they take): off the first send and
         // the template of the resends alike.
@@ -81,7 +84,7 @@ impl<B> AttemptCtx<B> {
             next: None,
         };
         let (in_extensions, probe) = match carry {
-            Carry::Offer => (false, None),
+            Carry::Offer | Carry::NoGate => (false, None),
             Carry::Extension => (true, None),
             Carry::Probe(carriage) => (true, Some(carriage)),
         };

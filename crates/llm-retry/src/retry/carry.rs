@@ -8,8 +8,10 @@
 //! service starts out sending the link both ways and learns from its first
 //! request whose outcome settles it:
 //!
-//! - a gate took the link from the offer, or the answer came back through
-//!   no gate at all: offering suffices, from then on;
+//! - a gate took the link from the offer: offering suffices, from then on;
+//! - the answer came back through no gate at all: offering suffices, and
+//!   the request body is not read ahead for a gate's key (which model it
+//!   names), from then on;
 //! - a gate took it from the extensions only: the link travels in the
 //!   extensions, from then on.
 //!
@@ -23,6 +25,7 @@ use std::sync::Arc;
 const UNSETTLED: u8 = 0;
 const OFFER: u8 = 1;
 const EXTENSION: u8 = 2;
+const NO_GATE: u8 = 3;
 
 /// The shared verdict of one service and its clones.
 #[derive(Debug, Clone, Default)]
@@ -32,6 +35,9 @@ pub(super) struct Carriage(Arc<AtomicU8>);
 pub(super) enum Carry {
     /// Offered during each call only.
     Offer,
+    /// Offered during each call only, to no gate seen so far: the body is
+    /// not read ahead for one.
+    NoGate,
     /// In the extensions too.
     Extension,
     /// In the extensions too, and its outcome settles the verdict.
@@ -43,6 +49,7 @@ impl Carriage {
     pub(super) fn next(&self) -> Carry {
         match self.0.load(Ordering::Relaxed) {
             OFFER => Carry::Offer,
+            NO_GATE => Carry::NoGate,
             EXTENSION => Carry::Extension,
             _ => Carry::Probe(self.clone()),
         }
@@ -56,7 +63,7 @@ impl Carriage {
         let verdict = match (offered, gated) {
             (true, _) => OFFER,
             (false, true) => EXTENSION,
-            (false, false) if answered => OFFER,
+            (false, false) if answered => NO_GATE,
             (false, false) => return,
         };
         let _ = self

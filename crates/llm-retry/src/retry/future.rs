@@ -85,27 +85,26 @@ where
     B::Error: Into<BoxError>,
 {
     #[inline]
+    /// The future of a request whose first attempt goes through `ready`,
+    /// which then stays for the resends.
     pub(super) fn start(
-        ready: &mut S,
+        mut ready: S,
         parts: request::Parts,
         body: ReplayBody<B>,
         policy: RetryPolicy,
         carry: Carry,
     ) -> ResponseFuture<S, B, ResBody> {
         let mut parts = parts;
-        let ctx = AttemptCtx::new(&mut parts, &body, policy, carry);
-        let mut started = ResponseFuture {
-            state: State::Readying,
+        let mut ctx = AttemptCtx::new(&mut parts, &body, policy, carry);
+        let future = ctx.call(&mut ready, Request::from_parts(parts, body));
+        ResponseFuture {
+            state: State::Calling { future },
             deadline: None,
             attempt_timer: None,
-            attempt_until: None,
-            service: ready.clone(),
+            attempt_until: ctx.attempt_bound(),
+            service: ready,
             ctx,
-        };
-        let future = started.ctx.call(ready, Request::from_parts(parts, body));
-        started.attempt_until = started.ctx.attempt_bound();
-        started.state = State::Calling { future };
-        started
+        }
     }
 }
 

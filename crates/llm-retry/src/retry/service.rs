@@ -68,8 +68,8 @@ where
         // The driven instance was made ready by `poll_ready`; keep a clone
         // in its place and send the first attempt through the ready one.
         let clone = self.inner.clone();
-        let mut ready = std::mem::replace(&mut self.inner, clone);
+        let ready = std::mem::replace(&mut self.inner, clone);
         let carry = self.carriage.next();
-        ResponseFuture::start(&mut ready, parts, body, self.policy.clone(), carry)
+        ResponseFuture::start(ready, parts, body, self.policy.clone(), carry)
     }
 }
