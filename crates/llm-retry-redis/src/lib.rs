@@ -24,6 +24,7 @@
 //! See `docs/scale-out.md` for keys, TTLs and failure modes.
 
 mod budget;
+mod ends;
 mod failover;
 mod gate;
 mod health;

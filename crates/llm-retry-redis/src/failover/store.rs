@@ -1,25 +1,14 @@
 //! [`RedisTargetMarks`]: marks read and published in memory; Redis is
 //! reached only by the sync task.
 
+use super::sync::{index, Marks};
+use crate::ends::SyncedEnds;
 use crate::health::Health;
 use crate::key::StateName;
 use crate::options::SharedOptions;
 use crate::task::{connection, sync_loop};
 use llm_retry::failover::{Mark, MarkKind, SharedMarks};
-use redis::aio::ConnectionManager;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
-use tokio::sync::Notify;
-
-/// At most this many marks wait to be published: two a target.
-const MAX_PENDING: usize = 1024;
-
-/// Marks waiting to be sent, by target and kind.
-pub(super) type Marks = HashMap<(String, MarkKind), Mark>;
-
-/// Marks known, by target (looked up by `&str`, with no allocation):
-/// `[cooldown, unhealthy]`.
-pub(super) type Known = HashMap<String, [Option<Mark>; 2]>;
+use std::sync::Arc;
 
 /// Failover marks shared by every replica that uses the same name on the
 /// same Redis: a target one replica sets aside (a named wait, too many
@@ -53,21 +42,7 @@ pub(super) type Known = HashMap<String, [Option<Mark>; 2]>;
 /// ```
 #[derive(Debug, Clone)]
 pub struct RedisTargetMarks {
-    inner: Arc<Inner>,
-}
-
-#[derive(Debug)]
-pub(super) struct Inner {
-    pub(super) key: String,
-    pub(super) options: SharedOptions,
-    pub(super) health: Health,
-    /// Every live mark as of the last sync, and this replica's since.
-    pub(super) known: Mutex<Known>,
-    /// Published here, not yet sent.
-    pub(super) pending: Mutex<Marks>,
-    pub(super) wake: Arc<Notify>,
-    pub(super) connection: tokio::sync::Mutex<ConnectionManager>,
-    pub(super) script: redis::Script,
+    inner: Arc<SyncedEnds<Marks>>,
 }
 
 impl RedisTargetMarks {
@@ -85,16 +60,13 @@ impl RedisTargetMarks {
     ) -> Result<RedisTargetMarks, redis::RedisError> {
         let options = options.effective();
         let connection = connection(client, &options)?;
-        let inner = Arc::new(Inner {
-            key: name.key("failover"),
+        let inner = Arc::new(SyncedEnds::new(
+            name.key("failover"),
             options,
-            health: Health::new("failover", name),
-            known: Mutex::new(HashMap::new()),
-            pending: Mutex::new(HashMap::new()),
-            wake: Arc::new(Notify::new()),
-            connection: tokio::sync::Mutex::new(connection),
-            script: redis::Script::new(include_str!("marks.lua")),
-        });
+            Health::new("failover", name),
+            connection,
+            include_str!("marks.lua"),
+        ));
         tokio::spawn(sync_loop(Arc::downgrade(&inner), Arc::clone(&inner.wake)));
         Ok(RedisTargetMarks { inner })
     }
@@ -115,45 +87,10 @@ impl RedisTargetMarks {
 
 impl SharedMarks for RedisTargetMarks {
     fn publish(&self, target: &str, kind: MarkKind, mark: Mark) {
-        let inner = &self.inner;
-        let mut pending = lock(&inner.pending);
-        if pending.len() < MAX_PENDING || pending.contains_key(&(target.to_owned(), kind)) {
-            keep_later(&mut pending, (target.to_owned(), kind), mark);
-        }
-        drop(pending);
-        know_later(&mut lock(&inner.known), target, kind, mark);
-        inner.wake.notify_one();
+        self.inner.publish((target.to_owned(), kind), mark);
     }
 
     fn read(&self, target: &str, kind: MarkKind) -> Option<Mark> {
-        lock(&self.inner.known).get(target)?[index(kind)]
+        self.inner.known().get(target)?[index(kind)]
     }
-}
-
-/// Keeps the later of the mark there and `mark`.
-pub(super) fn keep_later(marks: &mut Marks, key: (String, MarkKind), mark: Mark) {
-    let entry = marks.entry(key).or_insert(mark);
-    if mark.until > entry.until {
-        *entry = mark;
-    }
-}
-
-/// Keeps the later of the known mark and `mark`.
-pub(super) fn know_later(known: &mut Known, target: &str, kind: MarkKind, mark: Mark) {
-    let slot = &mut known.entry(target.to_owned()).or_default()[index(kind)];
-    if slot.is_none_or(|known| mark.until > known.until) {
-        *slot = Some(mark);
-    }
-}
-
-fn index(kind: MarkKind) -> usize {
-    match kind {
-        MarkKind::Unhealthy => 1,
-        _ => 0,
-    }
-}
-
-/// Nothing under these locks panics, so a poisoned one is still sound.
-pub(super) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }

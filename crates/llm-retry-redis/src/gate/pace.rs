@@ -2,7 +2,8 @@
 //! own pace (the configured quota divided among the replicas) while Redis
 //! does not answer.
 
-use super::store::{lock, Inner};
+use super::store::Inner;
+use crate::ends::lock;
 use crate::task::bounded;
 use llm_retry::rate_limit::SharedPace;
 use std::collections::HashMap;
@@ -95,7 +96,7 @@ impl Inner {
             .arg("")
             .arg(max_wait.map_or_else(String::new, |max| micros(max).to_string()));
         let answer = bounded(
-            self.options.timeout,
+            self.holds.options.timeout,
             call.invoke_async::<i64>(&mut connection),
         );
         match answer.await {
@@ -105,7 +106,7 @@ impl Inner {
             }
             Err(failure) => {
                 self.pace_health.failed(failure);
-                let own = divided(pace, self.options.replicas);
+                let own = divided(pace, self.holds.options.replicas);
                 lock(&self.local).wait(key, own, Instant::now(), max_wait)
             }
         }

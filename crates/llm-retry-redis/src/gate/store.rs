@@ -2,25 +2,19 @@
 //! only by the sync task), and each paced send's turn.
 
 use super::pace::LocalPaces;
+use super::sync::Holds;
+use crate::ends::SyncedEnds;
 use crate::health::Health;
 use crate::key::StateName;
 use crate::options::SharedOptions;
 use crate::task::{connection, sync_loop};
 use llm_retry::rate_limit::{PaceFuture, SharedGate, SharedPace};
 use redis::aio::ConnectionManager;
-use std::collections::HashMap;
 use std::hash::Hasher;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::Notify;
 use tokio::time::Instant;
-
-/// At most this many holds wait to be sent, and are known.
-pub(super) const MAX_HOLDS: usize = 4096;
-
-/// Holds by key fingerprint: their ends.
-pub(super) type Holds = HashMap<u64, Instant>;
 
 /// What the gates of several replicas that send with the same provider
 /// keys share through Redis. Give it to each replica's gate with
@@ -75,18 +69,10 @@ pub struct RedisGate {
 }
 
 pub(super) struct Inner {
-    pub(super) key: String,
-    pub(super) options: SharedOptions,
-    pub(super) health: Health,
+    /// The holds, and the hash they are synced with.
+    pub(super) holds: SyncedEnds<Holds>,
     /// The secret fingerprints are keyed by.
     secret: [u8; 16],
-    /// Every live hold as of the last sync, and this replica's since.
-    pub(super) known: Mutex<Holds>,
-    /// Published here, not yet sent.
-    pub(super) pending: Mutex<Holds>,
-    pub(super) wake: Arc<Notify>,
-    pub(super) connection: tokio::sync::Mutex<ConnectionManager>,
-    pub(super) script: redis::Script,
     /// The sends' own connection for their turns (multiplexed: many calls
     /// at once, none waiting behind the sync's).
     pub(super) pacing: ConnectionManager,
@@ -107,8 +93,7 @@ impl std::fmt::Debug for Inner {
     /// Never the secret.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisGate")
-            .field("key", &self.key)
-            .field("options", &self.options)
+            .field("holds", &self.holds)
             .finish_non_exhaustive()
     }
 }
@@ -139,23 +124,25 @@ impl RedisGate {
             pace_loaded: AtomicBool::new(false),
             pace_prefix: name.key("pace"),
             local: Mutex::default(),
-            key: name.key("holds"),
-            options,
-            health: Health::new("gate", name),
             secret: derive_secret(secret),
-            known: Mutex::new(HashMap::new()),
-            pending: Mutex::new(HashMap::new()),
-            wake: Arc::new(Notify::new()),
-            connection: tokio::sync::Mutex::new(connection),
-            script: redis::Script::new(include_str!("holds.lua")),
+            holds: SyncedEnds::new(
+                name.key("holds"),
+                options,
+                Health::new("gate", name),
+                connection,
+                include_str!("holds.lua"),
+            ),
         });
-        tokio::spawn(sync_loop(Arc::downgrade(&inner), Arc::clone(&inner.wake)));
+        tokio::spawn(sync_loop(
+            Arc::downgrade(&inner),
+            Arc::clone(&inner.holds.wake),
+        ));
         tokio::spawn(super::news::listen(
             client,
-            format!("{}:news", inner.key),
-            options.timeout,
+            format!("{}:news", inner.holds.key),
+            inner.holds.options.timeout,
             Arc::downgrade(&inner),
-            Arc::clone(&inner.wake),
+            Arc::clone(&inner.holds.wake),
         ));
         Ok(RedisGate { inner })
     }
@@ -170,7 +157,7 @@ impl RedisGate {
     /// Whether the holds known may be stale: Redis has not answered yet,
     /// or its last call failed.
     pub fn is_degraded(&self) -> bool {
-        !self.inner.health.is_shared()
+        !self.inner.holds.health.is_shared()
     }
 }
 
@@ -194,37 +181,17 @@ impl SharedGate for RedisGate {
     }
 
     fn publish_hold(&self, key: u64, until: Instant) {
-        let inner = &self.inner;
-        keep_later(&mut lock(&inner.pending), key, until);
-        keep_later(&mut lock(&inner.known), key, until);
-        inner.wake.notify_one();
+        self.inner.holds.publish(key, until);
     }
 
     fn read_hold(&self, key: u64) -> Option<Instant> {
-        lock(&self.inner.known).get(&key).copied()
+        self.inner.holds.known().get(&key).copied()
     }
 
     fn pace(&self, key: u64, pace: SharedPace, max_wait: Option<Duration>) -> PaceFuture {
         let inner = Arc::clone(&self.inner);
         Box::pin(async move { inner.pace(key, pace, max_wait).await })
     }
-}
-
-/// Keeps the later of the hold there and `until`, within [`MAX_HOLDS`]
-/// keys (a key already there is always updated).
-pub(super) fn keep_later(holds: &mut Holds, key: u64, until: Instant) {
-    if holds.len() >= MAX_HOLDS && !holds.contains_key(&key) {
-        return;
-    }
-    let entry = holds.entry(key).or_insert(until);
-    if until > *entry {
-        *entry = until;
-    }
-}
-
-/// Nothing under these locks panics, so a poisoned one is still sound.
-pub(super) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 #[cfg(test)]
