@@ -43,6 +43,7 @@ mod gateway;
 mod idle;
 mod inflight;
 mod listen;
+mod load;
 mod prometheus;
 mod proxy;
 mod route;
