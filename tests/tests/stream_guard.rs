@@ -156,7 +156,7 @@ async fn a_non_retryable_error_event_is_final() {
         .await
         .unwrap_err();
     let err = err.downcast::<RetryError>().unwrap();
-    assert!(err.is_not_retryable());
+    assert!(err.stop().is_not_retryable());
     assert_eq!(mock.request_count(), 1);
 }
 
@@ -172,7 +172,7 @@ async fn overloaded_first_events_count_as_overloads() {
         .await
         .unwrap_err();
     let err = err.downcast::<RetryError>().unwrap();
-    assert!(err.is_overloaded_repeatedly(), "{err}");
+    assert!(err.stop().is_overloaded_repeatedly(), "{err}");
     assert_eq!(
         err.report().last_class,
         Some(Classification::Retryable(RetryableKind::Overloaded))

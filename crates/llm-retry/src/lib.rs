@@ -106,8 +106,8 @@ mod size_hint;
 
 pub use client_layer::{ClientLayer, ClientStack};
 pub use config_error::ConfigError;
-pub use error::{BoxError, ErrorKind, RetryError};
-pub use hooks::{on_retry, NoHooks, OnRetry, RecoveryEvent, RetryEvent, RetryHooks};
+pub use error::{BoxError, RetryError};
+pub use hooks::{on_retry, RecoveryEvent, RetryEvent, RetryHooks};
 pub use policy::{RetryPolicy, RetryPolicyBuilder};
 pub use replay::ReplayBody;
 pub use report::{RetryReport, StopReason};
