@@ -43,9 +43,8 @@
 //! unless it is a success at the first attempt with nothing waited: then
 //! there is nothing to report, and nothing is paid for one.
 //!
-//! The policy pieces are pure and usable alone: [`classify::classify_response`],
-//! [`hint::parse_hint`], [`backoff::Backoff`], [`RetryPolicy::judge`].
-//! `RetryPolicy` also implements [`tower::retry::Policy`].
+//! `RetryPolicy` also implements [`tower::retry::Policy`], for tower's own
+//! retry layer.
 //!
 //! # Feature flags
 //!

@@ -293,7 +293,7 @@ pub struct RetryReport {
     /// The wait the last response named, if any (for a gateway's own `retry-after`).
     pub last_server_wait: Option<Duration>,
     /// Sends the upstream turned away before executing them
-    /// ([`Judgement::rejection`](crate::policy::Judgement::rejection)):
+    /// (a [`Rejection`](crate::policy::Rejection), e.g. a local refusal):
     /// when it equals `attempts`, no send of the request was executed.
     pub rejected_sends: u32,
     /// The last send's rejection, when it was one.

@@ -19,7 +19,7 @@ pub use reported::Reported;
 pub(crate) use reported::{find as find_reported, recognise, Recognise};
 pub use status::{classify_response, should_retry_header};
 pub(crate) use status::{classify_status, with_should_retry};
-pub use transport::classify_error;
+pub(crate) use transport::classify_error;
 
 use http::StatusCode;
 

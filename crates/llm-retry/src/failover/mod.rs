@@ -6,7 +6,7 @@
 //! HTTP client for one provider, deployment or API key. A request goes to
 //! the first target; it moves to the next only when the outcome proves the
 //! request was not executed (a [`Rejection`](crate::policy::Rejection), read
-//! by the same [`RetryPolicy::judge`](crate::RetryPolicy::judge) as every
+//! by the same judgement of the [`RetryPolicy`](crate::RetryPolicy) as every
 //! retry): a 429, a 529 or an `overloaded_error` (as a status, or as a
 //! stream's first event before any content), a connection never made, or
 //! a send refused locally. It also moves on after an overload answered
@@ -97,7 +97,7 @@ mod shutdown;
 mod target;
 
 pub use body::FailoverBody;
-pub use config::{ExhaustionRetry, FailoverBuilder, StateBound, MAX_ROUNDS, MAX_ROUND_WAIT};
+pub use config::{ExhaustionRetry, FailoverBuilder, StateBound};
 pub use error::{FailoverError, FailoverErrorKind};
 pub use marks::{Mark, MarkKind, SharedMarks};
 pub use report::{

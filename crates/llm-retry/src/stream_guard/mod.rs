@@ -47,7 +47,7 @@ mod service;
 pub use body::GuardedBody;
 pub use commit::{may_replay, StreamCommit, StreamEnd};
 pub use error::{PreContentError, PreContentReason, StreamInterrupted};
-pub use layer::{StreamGuardLayer, DEFAULT_FIRST_EVENT_TIMEOUT, DEFAULT_PREFIX_LIMIT};
+pub use layer::StreamGuardLayer;
 pub use service::StreamGuard;
 
 #[cfg(test)]
