@@ -11,7 +11,8 @@
 //!
 //! [`RetryLayer`] is a tower middleware for `http::Request<B>` services. Each
 //! attempt's outcome is classified ([`classify`]), the server's own wait is
-//! read ([`hint`]), a delay is chosen ([`backoff`]) inside hard per-request
+//! read (`retry-after`, rate-limit resets, a delay named in the error
+//! body), a delay is chosen ([`backoff`]) inside hard per-request
 //! bounds ([`budget`]), and the [`RetryPolicy`] decides. The request body is
 //! wrapped in a [`ReplayBody`] so it can be sent again without copying.
 //!
@@ -80,12 +81,9 @@ pub mod budget;
 pub mod classify;
 pub mod downstream;
 pub mod failover;
-pub mod hint;
 pub mod policy;
 pub mod rate_limit;
-pub mod recover;
 pub mod replay;
-pub mod sse;
 pub mod stream_guard;
 
 mod client_layer;
@@ -93,15 +91,18 @@ mod config_error;
 mod deadline;
 mod error;
 mod held;
+mod hint;
 mod hooks;
 mod noop_waker;
 mod observe;
 #[cfg(all(test, feature = "metrics"))]
 mod observe_tests;
+mod recover;
 mod redact;
 mod report;
 mod retry;
 mod size_hint;
+mod sse;
 
 pub use client_layer::{ClientLayer, ClientStack};
 pub use config_error::ConfigError;
@@ -111,6 +112,45 @@ pub use policy::{RetryPolicy, RetryPolicyBuilder};
 pub use replay::ReplayBody;
 pub use report::{RetryReport, StopReason};
 pub use retry::{Retry, RetryBody, RetryLayer};
+
+/// The pure parsers the fuzz targets in `fuzz/` drive, compiled only under
+/// `--cfg fuzzing` (cargo-fuzz sets it): not part of the API, and absent
+/// from every other build.
+#[cfg(fuzzing)]
+#[allow(missing_docs)]
+pub mod fuzzing {
+    use crate::classify::{Classification, ProviderError};
+    use http::{HeaderMap, StatusCode};
+
+    pub use crate::hint::{
+        parse_hint, parse_retry_after, request_window, token_quota_only, token_window,
+        RequestWindow, ServerHint, ServerWait, TokenWindow, WaitSource, MAX_HINT,
+    };
+    pub use crate::recover::{
+        overflow_max_tokens, requested_max_tokens, rewrite_body, BodyEdit, CutRefused, EditApplied,
+        RewriteError, MAX_TOKENS_FIELDS,
+    };
+    pub use crate::sse::{classify_stream_error, EventKind, SseDecoder, SseError, SseEvent};
+
+    /// What one event means before any content, under `rules`.
+    pub fn classify_event(rules: &crate::stream_guard::EventRules, event: &SseEvent) -> EventKind {
+        rules.classify(event)
+    }
+
+    /// A response's classification (the decision table).
+    pub fn classify_response(
+        status: StatusCode,
+        headers: &HeaderMap,
+        provider: Option<&ProviderError>,
+    ) -> Classification {
+        crate::classify::classify_response(status, headers, provider)
+    }
+
+    /// The `x-should-retry` header's verdict.
+    pub fn should_retry_header(headers: &HeaderMap) -> Option<bool> {
+        crate::classify::should_retry_header(headers)
+    }
+}
 
 /// The future [`Retry`] returns.
 pub mod future {

@@ -41,7 +41,7 @@ mod window;
 
 pub(crate) use admission::WaitPermit;
 pub use config::BudgetRule;
-pub(crate) use limits::Refusal;
 pub use limits::Limits;
+pub(crate) use limits::Refusal;
 pub use retry_budget::{BudgetExhausted, BudgetLevel, RetryBudget};
 pub use store::{BudgetStore, LocalWindow, WindowCounts};

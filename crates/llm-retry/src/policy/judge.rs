@@ -172,7 +172,12 @@ impl RetryPolicy {
     /// layer, the rate-limit gate and the `tower::retry` path all act on the
     /// [`Judgement`] it returns.
     #[cfg(test)]
-    pub(crate) fn judge(&self, state: &RetryState, outcome: Outcome<'_>, elapsed: Duration) -> Judgement {
+    pub(crate) fn judge(
+        &self,
+        state: &RetryState,
+        outcome: Outcome<'_>,
+        elapsed: Duration,
+    ) -> Judgement {
         self.decide(state, self.read(state, outcome), elapsed)
     }
 

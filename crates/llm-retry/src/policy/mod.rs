@@ -18,6 +18,7 @@ mod state;
 #[cfg(test)]
 mod settings_tests;
 
+pub use crate::recover::OverflowCut;
 pub use builder::RetryPolicyBuilder;
 pub(crate) use judge::{Decision, Outcome};
 pub use recovery::{

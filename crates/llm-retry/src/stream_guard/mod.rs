@@ -44,6 +44,7 @@ mod hold;
 mod layer;
 mod service;
 
+pub use crate::sse::EventRules;
 pub use body::GuardedBody;
 pub use commit::{may_replay, StreamCommit, StreamEnd};
 pub use error::{PreContentError, PreContentReason, StreamInterrupted};
