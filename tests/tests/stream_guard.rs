@@ -9,9 +9,7 @@ use bytes::Bytes;
 use http::StatusCode;
 use http_body_util::BodyExt;
 use llm_retry::classify::{Classification, RetryableKind};
-use llm_retry::stream_guard::{
-    may_replay, StreamCommit, StreamEnd, StreamGuardLayer, StreamInterrupted,
-};
+use llm_retry::stream_guard::{StreamCommit, StreamEnd, StreamGuardLayer, StreamInterrupted};
 use llm_retry::{BoxError, RetryError, RetryLayer, RetryReport};
 use llm_retry_mock::{Reply, Route, SseEvent};
 use support::{client, fast_policy, messages_request, mock};
@@ -219,4 +217,13 @@ async fn non_streamed_responses_pass_through_without_a_commit_handle() {
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Whether an outer retry loop may send `response`'s request again: not
+/// once any byte of a guarded stream reached the caller.
+fn may_replay<B>(response: &http::Response<B>) -> bool {
+    response
+        .extensions()
+        .get::<StreamCommit>()
+        .is_none_or(|commit| !commit.is_committed())
 }

@@ -65,7 +65,7 @@
 //! | `llm_retry_failover_rounds_admitted_total` | counter | further rounds begun |
 //! | `llm_retry_failover_round_wait_seconds` | histogram | wait before a further round |
 //! | `llm_retry_failover_round_successes_total` | counter | requests answered in a further round |
-//! | `llm_retry_failover_suppressions_total` | counter | `reason` ([`failover::Suppression::label`]) |
+//! | `llm_retry_failover_suppressions_total` | counter | `reason` (`disabled`, `rounds_spent`, `state_bound`, `ambiguous`, `not_throttled`, `shutdown`, `send_budget`, `wait_too_long`, `deadline`, `admission_full`) |
 //! | `llm_retry_failover_exhaustions_total` | counter | requests every round of which was exhausted |
 #![warn(
     missing_docs,

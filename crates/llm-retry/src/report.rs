@@ -293,11 +293,11 @@ pub struct RetryReport {
     /// The wait the last response named, if any (for a gateway's own `retry-after`).
     pub last_server_wait: Option<Duration>,
     /// Sends the upstream turned away before executing them
-    /// (a [`Rejection`](crate::policy::Rejection), e.g. a local refusal):
+    /// (a local refusal, a 429 that named no execution, …):
     /// when it equals `attempts`, no send of the request was executed.
     pub rejected_sends: u32,
     /// The last send's rejection, when it was one.
-    pub last_rejection: Option<crate::policy::Rejection>,
+    pub(crate) last_rejection: Option<crate::policy::Rejection>,
     /// Recoveries applied, in order.
     pub recoveries: Vec<RecoveryAction>,
     /// Why the loop stopped.

@@ -29,7 +29,7 @@ pub(super) const MAX_COOLDOWN: Duration = Duration::from_secs(60);
 /// Decides whether a request is bound to provider state held by the first
 /// target (a provider-side conversation, a stored response): such a request
 /// never changes targets.
-pub type StateBound = Arc<dyn Fn(&Parts, &Bytes) -> bool + Send + Sync>;
+pub(super) type StateBound = Arc<dyn Fn(&Parts, &Bytes) -> bool + Send + Sync>;
 
 /// A further round after every target turned a request away: opt-in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 /// Rewrites the original request for one target: its URI, credentials,
 /// model. Called with a fresh copy of the original for every attempt.
-pub type Rewrite = Arc<dyn Fn(&mut Parts, &mut Bytes) -> Result<(), BoxError> + Send + Sync>;
+pub(super) type Rewrite = Arc<dyn Fn(&mut Parts, &mut Bytes) -> Result<(), BoxError> + Send + Sync>;
 
 /// One upstream of a [`Failover`](super::Failover): a service (typically
 /// the library's retry stack over an HTTP client for one provider,

@@ -21,10 +21,9 @@ mod settings_tests;
 pub use crate::recover::OverflowCut;
 pub use builder::RetryPolicyBuilder;
 pub(crate) use judge::{Decision, Outcome};
-pub use recovery::{
-    CredentialsFuture, Fallback, FallbackMode, Recovery, RecoveryAction, RefreshCredentials,
-};
-pub use rejection::{Rejection, RejectionKind};
+pub use recovery::{CredentialsFuture, FallbackMode, RecoveryAction, RefreshCredentials};
+pub(crate) use recovery::{Fallback, Recovery};
+pub(crate) use rejection::{Rejection, RejectionKind};
 pub use state::RetryState;
 
 use crate::backoff::Backoff;
@@ -121,7 +120,7 @@ impl RetryPolicy {
     }
 
     /// The backoff used when the server names no wait.
-    pub fn backoff(&self) -> &Backoff {
+    pub(crate) fn backoff(&self) -> &Backoff {
         &self.config.backoff
     }
 
@@ -168,7 +167,8 @@ impl RetryPolicy {
     }
 
     /// The fallback model, if one is configured.
-    pub fn fallback(&self) -> Option<&Fallback> {
+    #[cfg(test)]
+    pub(crate) fn fallback(&self) -> Option<&Fallback> {
         self.config.recovery.fallback.as_ref()
     }
 
