@@ -104,6 +104,17 @@ pub(crate) fn retry_soon(uri: &http::Uri, message: &str) -> Response {
     response
 }
 
+/// Tells a client when to come back: `retry-after` in whole seconds
+/// (rounded up) and `retry-after-ms`, replacing any already there.
+pub(crate) fn set_wait_headers(headers: &mut http::HeaderMap, wait: std::time::Duration) {
+    let millis = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+    headers.insert(
+        "retry-after",
+        http::HeaderValue::from(millis.div_ceil(1000)),
+    );
+    headers.insert("retry-after-ms", http::HeaderValue::from(millis));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -164,15 +175,4 @@ mod tests {
         assert_eq!(headers["content-type"], "application/json");
         assert_eq!(read(response)["error"]["type"], "api_error");
     }
-}
-
-/// Tells a client when to come back: `retry-after` in whole seconds
-/// (rounded up) and `retry-after-ms`, replacing any already there.
-pub(crate) fn set_wait_headers(headers: &mut http::HeaderMap, wait: std::time::Duration) {
-    let millis = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
-    headers.insert(
-        "retry-after",
-        http::HeaderValue::from(millis.div_ceil(1000)),
-    );
-    headers.insert("retry-after-ms", http::HeaderValue::from(millis));
 }
