@@ -101,6 +101,6 @@ async fn main() -> Result<(), BoxError> {
         .downcast::<RetryError>()
         .map_err(|_| "one RetryError")?;
     println!("second request: {error}");
-    assert!(error.is_not_retryable());
+    assert!(error.stop().is_not_retryable());
     Ok(())
 }

@@ -12,8 +12,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use llm_retry::fuzzing::{requested_max_tokens, rewrite_body, BodyEdit, MAX_TOKENS_FIELDS};
 use llm_retry::rate_limit::TokenCost;
-use llm_retry::recover::{requested_max_tokens, rewrite_body, BodyEdit, MAX_TOKENS_FIELDS};
 use serde_json::{Map, Value};
 
 fn object(bytes: &[u8]) -> Option<Map<String, Value>> {
@@ -28,7 +28,10 @@ fn check(body: &[u8], edit: &BodyEdit, fields: &[&str], new: Value) {
     let parsed = object(body);
     let Ok((out, applied)) = rewrite_body(body, edit) else {
         if let Some(map) = &parsed {
-            assert!(!fields.iter().any(|f| map.contains_key(*f)), "a field was there");
+            assert!(
+                !fields.iter().any(|f| map.contains_key(*f)),
+                "a field was there"
+            );
         }
         return;
     };
@@ -57,13 +60,24 @@ fuzz_target!(|input: &[u8]| {
     };
     let n = u64::from_le_bytes(*n);
     if serde_json::from_slice::<Value>(body).is_ok() {
-        let parsed = requested_max_tokens(body).map(|cap| cap.saturating_add(body.len() as u64 / 4));
+        let parsed =
+            requested_max_tokens(body).map(|cap| cap.saturating_add(body.len() as u64 / 4));
         assert_eq!(TokenCost::estimate(body).map(|c| c.0), parsed);
     }
-    check(body, &BodyEdit::MaxTokens(n), &MAX_TOKENS_FIELDS, Value::from(n));
+    check(
+        body,
+        &BodyEdit::MaxTokens(n),
+        &MAX_TOKENS_FIELDS,
+        Value::from(n),
+    );
     if let Ok((out, _)) = rewrite_body(body, &BodyEdit::MaxTokens(n)) {
         assert_eq!(requested_max_tokens(&out), Some(n));
     }
     let model = String::from_utf8_lossy(&body[..body.len().min(16)]).into_owned();
-    check(body, &BodyEdit::Model(model.clone()), &["model"], Value::from(model));
+    check(
+        body,
+        &BodyEdit::Model(model.clone()),
+        &["model"],
+        Value::from(model),
+    );
 });

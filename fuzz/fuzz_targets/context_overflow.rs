@@ -9,7 +9,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use llm_retry::classify::ProviderError;
-use llm_retry::recover::{overflow_max_tokens, CutRefused, OverflowCut};
+use llm_retry::fuzzing::{overflow_max_tokens, CutRefused};
+use llm_retry::policy::OverflowCut;
 use serde_json::json;
 
 fuzz_target!(|input: &[u8]| {
@@ -22,7 +23,9 @@ fuzz_target!(|input: &[u8]| {
         let bytes = serde_json::to_vec(&body).expect("serialisable");
         ProviderError::parse(&bytes).expect("an envelope")
     };
-    let from_openai = read(openai).context_overflow().expect("the code names an overflow");
+    let from_openai = read(openai)
+        .context_overflow()
+        .expect("the code names an overflow");
     if let Some(counts) = read(anthropic).context_overflow() {
         assert_eq!(counts, from_openai);
     }
@@ -32,12 +35,18 @@ fuzz_target!(|input: &[u8]| {
             let input = from_openai.input_tokens.expect("a cut needs the input");
             let limit = from_openai.context_limit.expect("a cut needs the limit");
             assert!(input < limit);
-            assert_eq!(max_tokens, (limit - input).saturating_sub(cut.margin).max(cut.floor));
+            assert_eq!(
+                max_tokens,
+                (limit - input).saturating_sub(cut.margin).max(cut.floor)
+            );
         }
         Err(CutRefused::CountsUnknown) => {
             assert!(from_openai.input_tokens.is_none() || from_openai.context_limit.is_none());
         }
-        Err(CutRefused::InputExceedsLimit { input_tokens, context_limit }) => {
+        Err(CutRefused::InputExceedsLimit {
+            input_tokens,
+            context_limit,
+        }) => {
             assert!(input_tokens >= context_limit);
         }
         Err(_) => {}

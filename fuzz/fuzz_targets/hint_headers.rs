@@ -15,8 +15,8 @@ mod common;
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 use libfuzzer_sys::fuzz_target;
-use llm_retry::classify::should_retry_header;
-use llm_retry::hint::{
+use llm_retry::fuzzing::should_retry_header;
+use llm_retry::fuzzing::{
     parse_hint, parse_retry_after, request_window, token_quota_only, token_window, WaitSource,
     MAX_HINT,
 };

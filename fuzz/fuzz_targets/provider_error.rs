@@ -10,8 +10,8 @@
 
 use http::{HeaderMap, StatusCode};
 use libfuzzer_sys::fuzz_target;
-use llm_retry::classify::{classify_response, Classification, ProviderError};
-use llm_retry::sse::classify_stream_error;
+use llm_retry::classify::{Classification, ProviderError};
+use llm_retry::fuzzing::{classify_response, classify_stream_error};
 
 fuzz_target!(|input: &[u8]| {
     let Some((status, body)) = input.split_first_chunk::<2>() else {

@@ -12,7 +12,7 @@ mod common;
 
 use http::HeaderValue;
 use libfuzzer_sys::fuzz_target;
-use llm_retry::hint::{parse_hint, request_window, WaitSource, MAX_HINT};
+use llm_retry::fuzzing::{parse_hint, request_window, WaitSource, MAX_HINT};
 use std::time::{Duration, UNIX_EPOCH};
 
 fuzz_target!(|value: &[u8]| {
@@ -20,11 +20,17 @@ fuzz_target!(|value: &[u8]| {
     let Some(mut requests) = common::headers(&["x-ratelimit-reset-requests"], value) else {
         return;
     };
-    requests.insert("x-ratelimit-remaining-requests", HeaderValue::from_static("0"));
+    requests.insert(
+        "x-ratelimit-remaining-requests",
+        HeaderValue::from_static("0"),
+    );
     let wait = parse_hint(&requests, None, now).wait;
 
     let mut tokens = common::headers(&["x-ratelimit-reset-tokens"], value).expect("valid");
-    tokens.insert("x-ratelimit-remaining-tokens", HeaderValue::from_static("0"));
+    tokens.insert(
+        "x-ratelimit-remaining-tokens",
+        HeaderValue::from_static("0"),
+    );
     assert_eq!(parse_hint(&tokens, None, now).wait, wait);
 
     let window = request_window(&requests, now).expect("a count of zero names a window");
@@ -38,8 +44,8 @@ fuzz_target!(|value: &[u8]| {
     assert!(wait.duration <= MAX_HINT);
     if wait.duration < MAX_HINT {
         let spelled = format!("{}ns", wait.duration.as_nanos());
-        let again = common::headers(&["x-ratelimit-reset-requests"], spelled.as_bytes())
-            .expect("ascii");
+        let again =
+            common::headers(&["x-ratelimit-reset-requests"], spelled.as_bytes()).expect("ascii");
         let again = parse_hint(&again, None, now).wait.expect("a Go duration");
         assert_eq!(again.duration, wait.duration);
     }

@@ -12,14 +12,16 @@ mod common;
 
 use http::HeaderValue;
 use libfuzzer_sys::fuzz_target;
-use llm_retry::hint::{parse_hint, request_window, WaitSource, MAX_HINT};
+use llm_retry::fuzzing::{parse_hint, request_window, WaitSource, MAX_HINT};
 
 /// `YYYY-MM-DDThh:mm:ss`, an optional `.` and digits, then `Z`.
 fn utc_shape(text: &str) -> bool {
     let b = text.as_bytes();
     let digit_at = |i: usize| b.get(i).is_some_and(u8::is_ascii_digit);
     let fixed = b.len() >= 20
-        && [0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18].into_iter().all(digit_at)
+        && [0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18]
+            .into_iter()
+            .all(digit_at)
         && (b[4], b[7], b[10], b[13], b[16]) == (b'-', b'-', b'T', b':', b':');
     let tail = &b[19.min(b.len())..];
     let fraction_ok = match tail {
@@ -38,7 +40,10 @@ fuzz_target!(|input: &[u8]| {
     let Some(mut map) = common::headers(&["anthropic-ratelimit-requests-reset"], value) else {
         return;
     };
-    map.insert("anthropic-ratelimit-requests-remaining", HeaderValue::from_static("0"));
+    map.insert(
+        "anthropic-ratelimit-requests-remaining",
+        HeaderValue::from_static("0"),
+    );
     let wait = parse_hint(&map, None, now).wait;
     let window = request_window(&map, now).expect("a count of zero names a window");
     assert_eq!(window.reset_in, wait.map(|w| w.duration));
@@ -49,7 +54,10 @@ fuzz_target!(|input: &[u8]| {
     // read alike is compared.
     let text = common::trimmed(value).filter(|t| utc_shape(t));
     if let Some(Ok(instant)) = text.map(humantime::parse_rfc3339) {
-        let left = instant.duration_since(now).unwrap_or_default().min(MAX_HINT);
+        let left = instant
+            .duration_since(now)
+            .unwrap_or_default()
+            .min(MAX_HINT);
         assert_eq!(wait.map(|w| w.duration), Some(left), "{text:?}");
     }
     let Some(wait) = wait else {

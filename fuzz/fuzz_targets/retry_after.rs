@@ -11,7 +11,7 @@
 mod common;
 
 use libfuzzer_sys::fuzz_target;
-use llm_retry::hint::{parse_hint, parse_retry_after, WaitSource, MAX_HINT};
+use llm_retry::fuzzing::{parse_hint, parse_retry_after, WaitSource, MAX_HINT};
 use std::time::Duration;
 
 fuzz_target!(|input: &[u8]| {

@@ -12,7 +12,7 @@ mod common;
 
 use http::HeaderValue;
 use libfuzzer_sys::fuzz_target;
-use llm_retry::hint::{parse_hint, WaitSource, MAX_HINT};
+use llm_retry::fuzzing::{parse_hint, WaitSource, MAX_HINT};
 use std::time::{Duration, UNIX_EPOCH};
 
 fuzz_target!(|value: &[u8]| {
@@ -22,7 +22,9 @@ fuzz_target!(|value: &[u8]| {
     let now = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
     let alone = parse_hint(&map, None, now).wait;
     map.insert("retry-after", HeaderValue::from_static("7"));
-    let beside = parse_hint(&map, None, now).wait.expect("retry-after names 7 s");
+    let beside = parse_hint(&map, None, now)
+        .wait
+        .expect("retry-after names 7 s");
     let Some(wait) = alone else {
         assert_eq!(beside.duration, Duration::from_secs(7));
         return;

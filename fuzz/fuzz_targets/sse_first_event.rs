@@ -9,7 +9,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use llm_retry::sse::{EventRules, SseDecoder, SseEvent};
+use llm_retry::fuzzing::{classify_event, SseDecoder, SseEvent};
+use llm_retry::stream_guard::EventRules;
 
 const CAP: usize = 64 * 1024;
 
@@ -40,7 +41,7 @@ fuzz_target!(|input: &[u8]| {
     let (events, failed) = decode(&[a, b], CAP);
     let rules = EventRules::default();
     for event in &events {
-        let _ = rules.classify(event);
+        let _ = classify_event(&rules, event);
     }
 
     let (whole, whole_failed) = decode(&[stream], CAP);

@@ -76,7 +76,7 @@ async fn an_attempt_still_waiting_for_its_head_ends_at_the_deadline() {
         .unwrap_err();
     assert_eq!(start.elapsed(), deadline);
     let error = error.downcast_ref::<RetryError>().unwrap();
-    assert!(error.is_deadline(), "{error}");
+    assert!(error.stop().is_deadline(), "{error}");
     assert_eq!(
         error.report().last_class,
         Some(llm_retry::classify::Classification::Retryable(

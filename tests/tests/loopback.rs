@@ -7,7 +7,7 @@ mod support;
 use bytes::Bytes;
 use http::StatusCode;
 use http_body_util::{BodyExt, StreamBody};
-use llm_retry::{ErrorKind, RetryError, RetryLayer, RetryReport, StopReason};
+use llm_retry::{RetryError, RetryLayer, RetryReport, StopReason};
 use llm_retry_mock::{Reply, Route};
 use support::{client, fast_policy, mock, send, PROMPT};
 use tower::{Layer, ServiceExt};
@@ -111,7 +111,7 @@ async fn resets_to_the_end_give_one_typed_error_with_the_report() {
         .await
         .unwrap_err();
     let err = err.downcast::<RetryError>().expect("a RetryError");
-    assert_eq!(err.kind(), ErrorKind::Exhausted);
+    assert!(err.stop().is_retries_exhausted());
     assert_eq!(err.report().attempts, 3);
     assert!(std::error::Error::source(&*err).is_some());
     assert_eq!(mock.request_count(), 3);
@@ -210,7 +210,7 @@ async fn a_broken_error_body_is_still_judged_by_its_status() {
         .await
         .unwrap_err();
     let err = err.downcast::<RetryError>().unwrap();
-    assert!(err.is_not_retryable(), "{err}");
+    assert!(err.stop().is_not_retryable(), "{err}");
     assert_eq!(err.report().last_status, Some(StatusCode::NOT_FOUND));
     assert_eq!(mock.request_count(), 1);
 }

@@ -100,7 +100,7 @@ async fn a_gate_wait_past_the_retry_deadline_ends_the_request() {
     let err = svc.oneshot(messages_request(&url)).await.unwrap_err();
     assert_eq!(start.elapsed(), Duration::ZERO);
     let err = err.downcast::<llm_retry::RetryError>().unwrap();
-    assert!(err.is_not_retryable(), "{err}");
+    assert!(err.stop().is_not_retryable(), "{err}");
     assert_eq!(err.report().attempts, 0, "the refused send never left");
     let source = std::error::Error::source(&*err).unwrap().to_string();
     assert!(source.contains("past the request's deadline"), "{source}");

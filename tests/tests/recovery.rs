@@ -9,7 +9,7 @@ use http::{HeaderMap, HeaderValue, StatusCode};
 use http_body_util::Full;
 use llm_retry::policy::{CredentialsFuture, FallbackMode, RefreshCredentials};
 use llm_retry::stream_guard::StreamGuardLayer;
-use llm_retry::{ErrorKind, RetryError, RetryLayer, RetryReport, StopReason};
+use llm_retry::{RetryError, RetryLayer, RetryReport, StopReason};
 use llm_retry_mock::{MockServer, Reply, Route};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -228,8 +228,8 @@ async fn three_overloads_in_manual_mode_end_with_fallback_triggered() {
         .unwrap();
     let err = call(policy, &mock, &anthropic_body()).await.unwrap_err();
     let err = err.downcast::<RetryError>().unwrap();
-    assert_eq!(err.kind(), ErrorKind::FallbackTriggered);
-    assert_eq!(err.fallback_model(), Some("claude-haiku-4-5"));
+    assert!(err.stop().is_fallback());
+    assert_eq!(err.stop().fallback_model(), Some("claude-haiku-4-5"));
     assert_eq!(mock.request_count(), 3);
 }
 

@@ -9,9 +9,7 @@ use bytes::Bytes;
 use http::StatusCode;
 use http_body_util::BodyExt;
 use llm_retry::classify::{Classification, RetryableKind};
-use llm_retry::stream_guard::{
-    may_replay, StreamCommit, StreamEnd, StreamGuardLayer, StreamInterrupted,
-};
+use llm_retry::stream_guard::{StreamCommit, StreamEnd, StreamGuardLayer, StreamInterrupted};
 use llm_retry::{BoxError, RetryError, RetryLayer, RetryReport};
 use llm_retry_mock::{Reply, Route, SseEvent};
 use support::{client, fast_policy, messages_request, mock};
@@ -156,7 +154,7 @@ async fn a_non_retryable_error_event_is_final() {
         .await
         .unwrap_err();
     let err = err.downcast::<RetryError>().unwrap();
-    assert!(err.is_not_retryable());
+    assert!(err.stop().is_not_retryable());
     assert_eq!(mock.request_count(), 1);
 }
 
@@ -172,7 +170,7 @@ async fn overloaded_first_events_count_as_overloads() {
         .await
         .unwrap_err();
     let err = err.downcast::<RetryError>().unwrap();
-    assert!(err.is_overloaded_repeatedly(), "{err}");
+    assert!(err.stop().is_overloaded_repeatedly(), "{err}");
     assert_eq!(
         err.report().last_class,
         Some(Classification::Retryable(RetryableKind::Overloaded))
@@ -219,4 +217,13 @@ async fn non_streamed_responses_pass_through_without_a_commit_handle() {
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Whether an outer retry loop may send `response`'s request again: not
+/// once any byte of a guarded stream reached the caller.
+fn may_replay<B>(response: &http::Response<B>) -> bool {
+    response
+        .extensions()
+        .get::<StreamCommit>()
+        .is_none_or(|commit| !commit.is_committed())
 }

@@ -356,7 +356,7 @@ fn failed(uri: &http::Uri, failure: &llm_retry::BoxError) -> Response {
     tracing::info!(report = %failure.report(), "request not answered");
     let mut answer = error(uri, status, message);
     if let Some(wait) = failure.retry_after() {
-        llm_retry::downstream::set_wait_headers(answer.headers_mut(), wait);
+        crate::answer::set_wait_headers(answer.headers_mut(), wait);
     }
     answer
 }

@@ -41,7 +41,10 @@ use http::{Request, Response};
 use http_body::{Body, Frame};
 use http_body_util::{BodyExt, Full, StreamBody};
 use llm_retry::rate_limit::RateKey;
-use llm_retry::stream_guard::{StreamGuardLayer, DEFAULT_PREFIX_LIMIT};
+use llm_retry::stream_guard::StreamGuardLayer;
+
+/// The stream guard's default prefix limit (64 KiB).
+const DEFAULT_PREFIX_LIMIT: usize = 64 * KIB;
 use llm_retry::{ClientLayer, ReplayBody, RetryPolicy};
 use never_retry::NeverRetry;
 use std::convert::Infallible;

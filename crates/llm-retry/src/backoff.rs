@@ -36,7 +36,7 @@ impl Default for Jitter {
 /// With the defaults (500 ms, 32 s, +25 %) the steps are
 /// 500 ms → 1 s → 2 s → 4 s → 8 s → 16 s → 32 s → 32 s … before jitter.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     initial: Duration,
     max: Duration,
     jitter: Jitter,
@@ -54,7 +54,7 @@ impl Default for Backoff {
 
 impl Backoff {
     /// A backoff starting at `initial`, doubling up to `max`, randomised by `jitter`.
-    pub const fn new(initial: Duration, max: Duration, jitter: Jitter) -> Backoff {
+    pub(crate) const fn new(initial: Duration, max: Duration, jitter: Jitter) -> Backoff {
         Backoff {
             initial,
             max,
@@ -63,22 +63,22 @@ impl Backoff {
     }
 
     /// The first step.
-    pub const fn initial(&self) -> Duration {
+    pub(crate) const fn initial(&self) -> Duration {
         self.initial
     }
 
     /// The largest step before jitter.
-    pub const fn max(&self) -> Duration {
+    pub(crate) const fn max(&self) -> Duration {
         self.max
     }
 
     /// The jitter kind.
-    pub const fn jitter(&self) -> Jitter {
+    pub(crate) const fn jitter(&self) -> Jitter {
         self.jitter
     }
 
     /// The un-jittered step before retry number `retry` (1 for the first retry).
-    pub fn base(&self, retry: u32) -> Duration {
+    pub(crate) fn base(&self, retry: u32) -> Duration {
         let doublings = retry.saturating_sub(1).min(63);
         let factor = 1u64 << doublings;
         // Saturates instead of overflowing; the cap applies afterwards.
@@ -89,7 +89,7 @@ impl Backoff {
     }
 
     /// The jittered delay before retry number `retry` (1 for the first retry).
-    pub fn delay<R: Rng + ?Sized>(&self, retry: u32, rng: &mut R) -> Duration {
+    pub(crate) fn delay<R: Rng + ?Sized>(&self, retry: u32, rng: &mut R) -> Duration {
         let base = self.base(retry);
         match self.jitter {
             Jitter::None => base,

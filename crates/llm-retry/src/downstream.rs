@@ -32,7 +32,7 @@ pub fn mark_give_up(report: &RetryReport, headers: &mut HeaderMap) -> bool {
 
 /// Tells a client when to come back: `retry-after` in whole seconds
 /// (rounded up) and `retry-after-ms`, replacing any already there.
-pub fn set_wait_headers(headers: &mut HeaderMap, wait: std::time::Duration) {
+pub(crate) fn set_wait_headers(headers: &mut HeaderMap, wait: std::time::Duration) {
     let millis = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
     headers.insert("retry-after", HeaderValue::from(millis.div_ceil(1000)));
     headers.insert("retry-after-ms", HeaderValue::from(millis));

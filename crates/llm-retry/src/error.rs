@@ -10,7 +10,7 @@ pub type BoxError = Box<dyn Error + Send + Sync>;
 /// A logical request ended without a response to hand over: the last
 /// attempt failed before a complete response arrived and no further attempt
 /// was allowed, or the stop needs the caller's action even though a
-/// response arrived (a manual fallback: [`is_fallback`](Self::is_fallback)).
+/// response arrived (a manual fallback: [`StopReason::is_fallback`]).
 ///
 /// Carries the full [`RetryReport`] and the last attempt's error as its
 /// [`source`](Error::source). Its `Display` says only why the loop stopped;
@@ -22,78 +22,9 @@ pub struct RetryError {
     source: Option<BoxError>,
 }
 
-/// What kind of stop a [`RetryError`] reports: one kind per
-/// [`StopReason`], each with its predicate on [`RetryError`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ErrorKind {
-    /// Every allowed retry was spent ([`StopReason::RetriesExhausted`]).
-    Exhausted,
-    /// Overloaded too many times in a row with no fallback model
-    /// ([`StopReason::OverloadedRepeatedly`]).
-    OverloadedRepeatedly,
-    /// The deadline left no room for another wait or attempt
-    /// ([`StopReason::DeadlineReached`]).
-    Deadline,
-    /// The server asked for a longer wait than the policy honours
-    /// ([`StopReason::ServerWaitTooLong`]).
-    ServerWaitTooLong,
-    /// The failure is not one another attempt would fix
-    /// ([`StopReason::NotRetryable`]).
-    NotRetryable,
-    /// Behind a gateway, the failure is the gateway's to retry
-    /// ([`StopReason::LeftToGateway`]).
-    LeftToGateway,
-    /// The inner service failed instead of becoming ready for a resend
-    /// ([`StopReason::ServiceFailed`]).
-    ServiceFailed,
-    /// Repeated overloads: the caller should switch to the fallback model
-    /// ([`StopReason::FallbackTriggered`]).
-    FallbackTriggered,
-    /// A recovery (max_tokens cut, credential refresh) could not be applied
-    /// ([`StopReason::RecoveryFailed`]).
-    RecoveryFailed,
-    /// The shared retry budget refused the resend ([`StopReason::BudgetExhausted`]).
-    BudgetExhausted,
-    /// Too many retries were already waiting ([`StopReason::AdmissionFull`]).
-    AdmissionFull,
-    /// The request body outgrew the replay buffer ([`StopReason::BodyNotReplayable`]).
-    NotReplayable,
-    /// The caller's request body failed while it was sent
-    /// ([`StopReason::RequestBodyFailed`]).
-    RequestBodyFailed,
-}
-
-impl ErrorKind {
-    /// The kind of a stop.
-    pub fn of(stop: &StopReason) -> ErrorKind {
-        match stop {
-            StopReason::RetriesExhausted { .. } => ErrorKind::Exhausted,
-            StopReason::OverloadedRepeatedly { .. } => ErrorKind::OverloadedRepeatedly,
-            StopReason::DeadlineReached { .. } => ErrorKind::Deadline,
-            StopReason::ServerWaitTooLong { .. } => ErrorKind::ServerWaitTooLong,
-            StopReason::LeftToGateway => ErrorKind::LeftToGateway,
-            StopReason::ServiceFailed => ErrorKind::ServiceFailed,
-            StopReason::FallbackTriggered { .. } => ErrorKind::FallbackTriggered,
-            StopReason::RecoveryFailed { .. } => ErrorKind::RecoveryFailed,
-            StopReason::BudgetExhausted { .. } => ErrorKind::BudgetExhausted,
-            StopReason::AdmissionFull { .. } => ErrorKind::AdmissionFull,
-            StopReason::BodyNotReplayable { .. } => ErrorKind::NotReplayable,
-            StopReason::RequestBodyFailed => ErrorKind::RequestBodyFailed,
-            // A success always hands over its response; it is never an error.
-            StopReason::NotRetryable(_) | StopReason::Succeeded => ErrorKind::NotRetryable,
-        }
-    }
-}
-
 impl RetryError {
     pub(crate) fn new(report: RetryReport, source: Option<BoxError>) -> RetryError {
         RetryError { report, source }
-    }
-
-    /// The kind of stop, derived from the report's [`StopReason`].
-    pub fn kind(&self) -> ErrorKind {
-        ErrorKind::of(&self.report.stop)
     }
 
     /// The account of every attempt.
@@ -101,77 +32,11 @@ impl RetryError {
         &self.report
     }
 
-    /// Whether every allowed retry was spent.
-    pub fn is_exhausted(&self) -> bool {
-        self.kind() == ErrorKind::Exhausted
-    }
-
-    /// Whether overloads in a row ended the loop, with no fallback model.
-    pub fn is_overloaded_repeatedly(&self) -> bool {
-        self.kind() == ErrorKind::OverloadedRepeatedly
-    }
-
-    /// Whether the deadline stopped the loop.
-    pub fn is_deadline(&self) -> bool {
-        self.kind() == ErrorKind::Deadline
-    }
-
-    /// Whether the server asked for a longer wait than the policy honours.
-    pub fn is_server_wait_too_long(&self) -> bool {
-        self.kind() == ErrorKind::ServerWaitTooLong
-    }
-
-    /// Whether the loop stopped on a failure that is not transient.
-    pub fn is_not_retryable(&self) -> bool {
-        self.kind() == ErrorKind::NotRetryable
-    }
-
-    /// Whether the failure was left to the gateway in front of the upstream.
-    pub fn is_left_to_gateway(&self) -> bool {
-        self.kind() == ErrorKind::LeftToGateway
-    }
-
-    /// Whether the inner service failed instead of becoming ready.
-    pub fn is_service_failed(&self) -> bool {
-        self.kind() == ErrorKind::ServiceFailed
-    }
-
-    /// Whether repeated overloads call for the fallback model.
-    pub fn is_fallback(&self) -> bool {
-        self.kind() == ErrorKind::FallbackTriggered
-    }
-
-    /// The fallback model to switch to, when [`is_fallback`](Self::is_fallback).
-    pub fn fallback_model(&self) -> Option<&str> {
-        match &self.report.stop {
-            StopReason::FallbackTriggered { model } => Some(model),
-            _ => None,
-        }
-    }
-
-    /// Whether a recovery could not be applied.
-    pub fn is_recovery_failed(&self) -> bool {
-        self.kind() == ErrorKind::RecoveryFailed
-    }
-
-    /// Whether the shared retry budget refused the resend.
-    pub fn is_budget_exhausted(&self) -> bool {
-        self.kind() == ErrorKind::BudgetExhausted
-    }
-
-    /// Whether too many retries were already waiting.
-    pub fn is_admission_full(&self) -> bool {
-        self.kind() == ErrorKind::AdmissionFull
-    }
-
-    /// Whether the request body outgrew the replay buffer.
-    pub fn is_not_replayable(&self) -> bool {
-        self.kind() == ErrorKind::NotReplayable
-    }
-
-    /// Whether the caller's request body failed while it was sent.
-    pub fn is_request_body_failed(&self) -> bool {
-        self.kind() == ErrorKind::RequestBodyFailed
+    /// Why the loop stopped: the report's [`StopReason`], whose predicates
+    /// ([`StopReason::is_deadline`], [`StopReason::is_fallback`], …) say
+    /// what the caller can do next.
+    pub fn stop(&self) -> &StopReason {
+        &self.report.stop
     }
 }
 
@@ -219,7 +84,7 @@ mod tests {
     }
 
     #[test]
-    fn every_stop_has_its_own_kind_and_predicate() {
+    fn every_stop_has_its_own_predicate() {
         let stops = [
             StopReason::RetriesExhausted { max_retries: 1 },
             StopReason::OverloadedRepeatedly { count: 3 },
@@ -247,29 +112,28 @@ mod tests {
             StopReason::BodyNotReplayable { cap: 1 },
             StopReason::RequestBodyFailed,
         ];
-        let predicates: [fn(&RetryError) -> bool; 13] = [
-            RetryError::is_exhausted,
-            RetryError::is_overloaded_repeatedly,
-            RetryError::is_deadline,
-            RetryError::is_server_wait_too_long,
-            RetryError::is_not_retryable,
-            RetryError::is_left_to_gateway,
-            RetryError::is_service_failed,
-            RetryError::is_fallback,
-            RetryError::is_recovery_failed,
-            RetryError::is_budget_exhausted,
-            RetryError::is_admission_full,
-            RetryError::is_not_replayable,
-            RetryError::is_request_body_failed,
+        let predicates: [fn(&StopReason) -> bool; 13] = [
+            StopReason::is_retries_exhausted,
+            StopReason::is_overloaded_repeatedly,
+            StopReason::is_deadline,
+            StopReason::is_server_wait_too_long,
+            StopReason::is_not_retryable,
+            StopReason::is_left_to_gateway,
+            StopReason::is_service_failed,
+            StopReason::is_fallback,
+            StopReason::is_recovery_failed,
+            StopReason::is_budget_exhausted,
+            StopReason::is_admission_full,
+            StopReason::is_not_replayable,
+            StopReason::is_request_body_failed,
         ];
-        let mut kinds = Vec::new();
         for (i, stop) in stops.iter().enumerate() {
             let e = error(stop.clone(), None);
+            assert_eq!(e.stop(), stop);
             for (j, is) in predicates.iter().enumerate() {
-                assert_eq!(is(&e), i == j, "{stop:?}: predicate {j}");
+                assert_eq!(is(e.stop()), i == j, "{stop:?}: predicate {j}");
             }
-            assert!(!kinds.contains(&e.kind()), "{stop:?} shares a kind");
-            kinds.push(e.kind());
         }
+        assert!(predicates.iter().all(|is| !is(&StopReason::Succeeded)));
     }
 }

@@ -5,7 +5,6 @@
 //! reach them.
 
 use crate::classify::Classification;
-use crate::hint::ServerWait;
 use crate::policy::RecoveryAction;
 use crate::report::RetryReport;
 use http::StatusCode;
@@ -24,8 +23,9 @@ pub struct RetryEvent {
     /// How long the request will wait first: asleep, or, for a rate
     /// limit's named wait under a pacing gate, queued in the gate.
     pub delay: Duration,
-    /// The server-named wait behind `delay`, if any.
-    pub server_wait: Option<ServerWait>,
+    /// The wait the server named (`retry-after`, a rate-limit reset, a
+    /// delay in the error body) behind `delay`, if any.
+    pub server_wait: Option<Duration>,
     /// The failed attempt's status, if a response arrived.
     pub status: Option<StatusCode>,
     /// The failed attempt's error text, if no response arrived, with any
@@ -68,9 +68,9 @@ pub trait RetryHooks: Send + Sync + 'static {
     fn on_give_up(&self, _report: &RetryReport) {}
 }
 
-/// Hooks that do nothing.
+/// Hooks that do nothing: the default.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct NoHooks;
+struct NoHooks;
 
 impl RetryHooks for NoHooks {}
 
@@ -98,16 +98,16 @@ impl Default for SharedHooks {
 /// });
 /// # let _ = hooks;
 /// ```
-pub fn on_retry<F>(f: F) -> OnRetry<F>
+pub fn on_retry<F>(f: F) -> impl RetryHooks
 where
     F: Fn(&RetryEvent) + Send + Sync + 'static,
 {
     OnRetry(f)
 }
 
-/// See [`on_retry`].
+/// The hooks [`on_retry`] builds.
 #[derive(Clone, Copy)]
-pub struct OnRetry<F>(F);
+struct OnRetry<F>(F);
 
 impl<F> fmt::Debug for OnRetry<F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -11,7 +11,8 @@
 //!
 //! [`RetryLayer`] is a tower middleware for `http::Request<B>` services. Each
 //! attempt's outcome is classified ([`classify`]), the server's own wait is
-//! read ([`hint`]), a delay is chosen ([`backoff`]) inside hard per-request
+//! read (`retry-after`, rate-limit resets, a delay named in the error
+//! body), a delay is chosen ([`backoff`]) inside hard per-request
 //! bounds ([`budget`]), and the [`RetryPolicy`] decides. The request body is
 //! wrapped in a [`ReplayBody`] so it can be sent again without copying.
 //!
@@ -43,9 +44,8 @@
 //! unless it is a success at the first attempt with nothing waited: then
 //! there is nothing to report, and nothing is paid for one.
 //!
-//! The policy pieces are pure and usable alone: [`classify::classify_response`],
-//! [`hint::parse_hint`], [`backoff::Backoff`], [`RetryPolicy::judge`].
-//! `RetryPolicy` also implements [`tower::retry::Policy`].
+//! `RetryPolicy` also implements [`tower::retry::Policy`], for tower's own
+//! retry layer.
 //!
 //! # Feature flags
 //!
@@ -65,7 +65,7 @@
 //! | `llm_retry_failover_rounds_admitted_total` | counter | further rounds begun |
 //! | `llm_retry_failover_round_wait_seconds` | histogram | wait before a further round |
 //! | `llm_retry_failover_round_successes_total` | counter | requests answered in a further round |
-//! | `llm_retry_failover_suppressions_total` | counter | `reason` ([`failover::Suppression::label`]) |
+//! | `llm_retry_failover_suppressions_total` | counter | `reason` (`disabled`, `rounds_spent`, `state_bound`, `ambiguous`, `not_throttled`, `shutdown`, `send_budget`, `wait_too_long`, `deadline`, `admission_full`) |
 //! | `llm_retry_failover_exhaustions_total` | counter | requests every round of which was exhausted |
 #![warn(
     missing_docs,
@@ -81,12 +81,9 @@ pub mod budget;
 pub mod classify;
 pub mod downstream;
 pub mod failover;
-pub mod hint;
 pub mod policy;
 pub mod rate_limit;
-pub mod recover;
 pub mod replay;
-pub mod sse;
 pub mod stream_guard;
 
 mod client_layer;
@@ -94,24 +91,66 @@ mod config_error;
 mod deadline;
 mod error;
 mod held;
+mod hint;
 mod hooks;
 mod noop_waker;
 mod observe;
 #[cfg(all(test, feature = "metrics"))]
 mod observe_tests;
+mod recover;
 mod redact;
 mod report;
 mod retry;
 mod size_hint;
+mod sse;
 
 pub use client_layer::{ClientLayer, ClientStack};
 pub use config_error::ConfigError;
-pub use error::{BoxError, ErrorKind, RetryError};
-pub use hooks::{on_retry, NoHooks, OnRetry, RecoveryEvent, RetryEvent, RetryHooks};
+pub use error::{BoxError, RetryError};
+pub use hooks::{on_retry, RecoveryEvent, RetryEvent, RetryHooks};
 pub use policy::{RetryPolicy, RetryPolicyBuilder};
 pub use replay::ReplayBody;
 pub use report::{RetryReport, StopReason};
 pub use retry::{Retry, RetryBody, RetryLayer};
+
+/// The pure parsers the fuzz targets in `fuzz/` drive, compiled only under
+/// `--cfg fuzzing` (cargo-fuzz sets it): not part of the API, and absent
+/// from every other build.
+#[cfg(fuzzing)]
+#[allow(missing_docs)]
+pub mod fuzzing {
+    use crate::classify::{Classification, ProviderError};
+    use http::{HeaderMap, StatusCode};
+
+    pub use crate::hint::{
+        parse_hint, parse_retry_after, request_window, token_quota_only, token_window,
+        RequestWindow, ServerHint, ServerWait, TokenWindow, WaitSource, MAX_HINT,
+    };
+    pub use crate::recover::{
+        overflow_max_tokens, requested_max_tokens, rewrite_body, BodyEdit, CutRefused, EditApplied,
+        RewriteError, MAX_TOKENS_FIELDS,
+    };
+    pub use crate::sse::{classify_stream_error, EventKind, SseDecoder, SseError, SseEvent};
+
+    /// What one event means before any content, under `rules`.
+    pub fn classify_event(rules: &crate::stream_guard::EventRules, event: &SseEvent) -> EventKind {
+        rules.classify(event)
+    }
+
+    /// A response's classification (the decision table).
+    pub fn classify_response(
+        status: StatusCode,
+        headers: &HeaderMap,
+        provider: Option<&ProviderError>,
+    ) -> Classification {
+        crate::classify::classify_response(status, headers, provider)
+    }
+
+    /// The `x-should-retry` header's verdict.
+    pub fn should_retry_header(headers: &HeaderMap) -> Option<bool> {
+        crate::classify::should_retry_header(headers)
+    }
+}
 
 /// The future [`Retry`] returns.
 pub mod future {

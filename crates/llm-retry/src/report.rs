@@ -77,6 +77,80 @@ pub enum StopReason {
 }
 
 impl StopReason {
+    /// Whether every allowed retry was spent.
+    pub fn is_retries_exhausted(&self) -> bool {
+        matches!(self, StopReason::RetriesExhausted { .. })
+    }
+
+    /// Whether overloads in a row ended the loop, with no fallback model.
+    pub fn is_overloaded_repeatedly(&self) -> bool {
+        matches!(self, StopReason::OverloadedRepeatedly { .. })
+    }
+
+    /// Whether the deadline left no room for another wait or attempt.
+    pub fn is_deadline(&self) -> bool {
+        matches!(self, StopReason::DeadlineReached { .. })
+    }
+
+    /// Whether the server asked for a longer wait than the policy honours.
+    pub fn is_server_wait_too_long(&self) -> bool {
+        matches!(self, StopReason::ServerWaitTooLong { .. })
+    }
+
+    /// Whether the loop stopped on a failure another attempt would not fix.
+    pub fn is_not_retryable(&self) -> bool {
+        matches!(self, StopReason::NotRetryable(_))
+    }
+
+    /// Whether the failure was left to the gateway in front of the upstream.
+    pub fn is_left_to_gateway(&self) -> bool {
+        matches!(self, StopReason::LeftToGateway)
+    }
+
+    /// Whether the inner service failed instead of becoming ready for a resend.
+    pub fn is_service_failed(&self) -> bool {
+        matches!(self, StopReason::ServiceFailed)
+    }
+
+    /// Whether repeated overloads call for the fallback model
+    /// ([`fallback_model`](Self::fallback_model) names it).
+    pub fn is_fallback(&self) -> bool {
+        matches!(self, StopReason::FallbackTriggered { .. })
+    }
+
+    /// Whether a recovery (max_tokens cut, credential refresh) could not be applied.
+    pub fn is_recovery_failed(&self) -> bool {
+        matches!(self, StopReason::RecoveryFailed { .. })
+    }
+
+    /// Whether the shared retry budget refused the resend.
+    pub fn is_budget_exhausted(&self) -> bool {
+        matches!(self, StopReason::BudgetExhausted { .. })
+    }
+
+    /// Whether too many retries of the budget were already waiting.
+    pub fn is_admission_full(&self) -> bool {
+        matches!(self, StopReason::AdmissionFull { .. })
+    }
+
+    /// Whether the request body outgrew the replay buffer.
+    pub fn is_not_replayable(&self) -> bool {
+        matches!(self, StopReason::BodyNotReplayable { .. })
+    }
+
+    /// Whether the caller's request body failed while it was sent.
+    pub fn is_request_body_failed(&self) -> bool {
+        matches!(self, StopReason::RequestBodyFailed)
+    }
+
+    /// The fallback model to switch to, when [`is_fallback`](Self::is_fallback).
+    pub fn fallback_model(&self) -> Option<&str> {
+        match self {
+            StopReason::FallbackTriggered { model } => Some(model),
+            _ => None,
+        }
+    }
+
     /// A short, fixed name for metrics and logs (`retries_exhausted`, …).
     pub fn label(&self) -> &'static str {
         match self {
@@ -219,11 +293,11 @@ pub struct RetryReport {
     /// The wait the last response named, if any (for a gateway's own `retry-after`).
     pub last_server_wait: Option<Duration>,
     /// Sends the upstream turned away before executing them
-    /// ([`Judgement::rejection`](crate::policy::Judgement::rejection)):
+    /// (a local refusal, a 429 that named no execution, …):
     /// when it equals `attempts`, no send of the request was executed.
     pub rejected_sends: u32,
     /// The last send's rejection, when it was one.
-    pub last_rejection: Option<crate::policy::Rejection>,
+    pub(crate) last_rejection: Option<crate::policy::Rejection>,
     /// Recoveries applied, in order.
     pub recoveries: Vec<RecoveryAction>,
     /// Why the loop stopped.

@@ -262,8 +262,9 @@ fn token_bucket(per_sec: u64, sends: Sends) -> Upstream {
             async move {
                 use http_body_util::BodyExt;
                 let body = req.into_body().collect().await?.to_bytes();
-                let cost = llm_retry::recover::requested_max_tokens(&body).unwrap_or(0) as f64
-                    + (body.len() / 4) as f64;
+                // Its `max_tokens` plus a quarter of its bytes.
+                let cost = llm_retry::rate_limit::TokenCost::estimate(&body)
+                    .map_or((body.len() / 4) as f64, |cost| cost.0 as f64);
                 tokio::time::sleep(LATENCY).await;
                 let now = Instant::now();
                 let (ok, left, wait) = {

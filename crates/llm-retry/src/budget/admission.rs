@@ -41,7 +41,7 @@ impl RetryBudget {
     /// Admits one more waiting retry, or refuses at once if `max` already
     /// wait. Hold the permit for the whole wait; dropping it (also when the
     /// request is cancelled mid-sleep) frees the place. Lock-free.
-    pub fn try_admit_wait(&self) -> Result<WaitPermit, AdmissionFull> {
+    pub(crate) fn try_admit_wait(&self) -> Result<WaitPermit, AdmissionFull> {
         let admission = &self.admission;
         let admitted = admission
             .waiting
@@ -65,7 +65,7 @@ impl RetryBudget {
 /// One admitted waiting retry; its place is freed on drop.
 #[derive(Debug)]
 #[must_use = "the wait is admitted only while the permit is held"]
-pub struct WaitPermit {
+pub(crate) struct WaitPermit {
     admission: Arc<Admission>,
 }
 
@@ -78,13 +78,13 @@ impl Drop for WaitPermit {
 /// A retry suppressed because its budget already has the most waiting
 /// retries it admits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AdmissionFull {
+pub(crate) struct AdmissionFull {
     max: usize,
 }
 
 impl AdmissionFull {
     /// The budget's limit on waiting retries.
-    pub fn max_waiting(&self) -> usize {
+    pub(crate) fn max_waiting(&self) -> usize {
         self.max
     }
 }

@@ -4,16 +4,16 @@
 use std::time::Duration;
 
 /// Default number of retries after the first attempt.
-pub const DEFAULT_MAX_RETRIES: u32 = 10;
+pub(crate) const DEFAULT_MAX_RETRIES: u32 = 10;
 /// Default bound on a logical request's total time, waits included.
 ///
 /// Ten default retries sleep about 160–200 s in the worst case; five minutes
 /// leaves room for the attempts themselves while still ending a request that
 /// would otherwise keep a caller waiting indefinitely.
-pub const DEFAULT_MAX_ELAPSED: Duration = Duration::from_secs(300);
+pub(crate) const DEFAULT_MAX_ELAPSED: Duration = Duration::from_secs(300);
 /// Default longest server-named wait that is honoured; a longer demand
 /// ends the request at once instead of freezing the caller.
-pub const DEFAULT_MAX_SERVER_WAIT: Duration = Duration::from_secs(120);
+pub(crate) const DEFAULT_MAX_SERVER_WAIT: Duration = Duration::from_secs(120);
 
 /// The bounds every logical request stays inside.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

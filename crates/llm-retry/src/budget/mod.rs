@@ -11,27 +11,22 @@
 //!   most `n` retries of the budget may be waiting at once
 //!   ([`RetryBudget::with_max_waiting`]).
 //!
-//! A request deposits once, on its first send; each retry must withdraw and,
-//! if it is going to sleep first, hold a [`WaitPermit`] for the whole sleep.
-//! Take the permit first: a refused withdrawal then costs nothing, and a
-//! dropped permit frees its place at once.
+//! A request deposits once, on its first send; each retry must withdraw
+//! and, if it is going to sleep first, hold a place among the waiting
+//! retries for the whole sleep (taken first: a refused withdrawal then
+//! costs nothing, and a cancelled sleep frees its place at once). The retry
+//! layer does all of this; share one budget by handing clones of it to
+//! every policy ([`RetryPolicyBuilder::budget`](crate::RetryPolicyBuilder::budget)).
 //!
 //! ```
-//! use llm_retry::budget::{RetryBudget, WaitPermit};
+//! use llm_retry::budget::RetryBudget;
 //! use llm_retry::BoxError;
-//!
-//! /// Before a retry that sleeps: a place to wait, then a retry's worth.
-//! fn admit(budget: &RetryBudget) -> Result<WaitPermit, BoxError> {
-//!     let permit = budget.try_admit_wait()?;
-//!     budget.try_withdraw()?;
-//!     Ok(permit) // hold it until the resend
-//! }
 //!
 //! let budget = RetryBudget::default().with_max_waiting(64);
 //! budget.deposit(); // the first send of a request
-//! let permit = admit(&budget)?;
+//! budget.try_withdraw()?; // a retry's worth
 //! assert_eq!(budget.level().withdrawn, 1);
-//! drop(permit);
+//! assert_eq!(budget.waiting(), 0);
 //! # Ok::<(), BoxError>(())
 //! ```
 
@@ -44,9 +39,9 @@ mod retry_budget;
 mod store;
 mod window;
 
-pub use admission::{AdmissionFull, WaitPermit};
+pub(crate) use admission::WaitPermit;
 pub use config::BudgetRule;
+pub use limits::Limits;
 pub(crate) use limits::Refusal;
-pub use limits::{Limits, DEFAULT_MAX_ELAPSED, DEFAULT_MAX_RETRIES, DEFAULT_MAX_SERVER_WAIT};
 pub use retry_budget::{BudgetExhausted, BudgetLevel, RetryBudget};
 pub use store::{BudgetStore, LocalWindow, WindowCounts};

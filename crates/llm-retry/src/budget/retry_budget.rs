@@ -35,7 +35,7 @@ use tokio::time::Instant;
 /// or a reading takes that lock for an O(1), allocation-free critical
 /// section that never spans an `.await`. [`RetryBudget::with_store`] moves
 /// the counts to a store shared by replicas. The
-/// [admission](RetryBudget::try_admit_wait) of waiting retries is lock-free.
+/// admission of waiting retries is lock-free.
 #[derive(Debug, Clone)]
 pub struct RetryBudget {
     pub(super) shared: Arc<Shared>,

@@ -5,7 +5,7 @@
 //! only when no status survived (a transport error carrying a message).
 //! Everything here is pure: no I/O, no clock, no runtime.
 //!
-//! See DESIGN.md's decision table; [`classify_response`] implements it.
+//! See the architecture document's decision table.
 
 mod context;
 mod phrase;
@@ -17,9 +17,10 @@ mod transport;
 pub use provider::{ContextOverflow, ProviderError};
 pub use reported::Reported;
 pub(crate) use reported::{find as find_reported, recognise, Recognise};
-pub use status::{classify_response, should_retry_header};
-pub(crate) use status::{classify_status, with_should_retry};
-pub use transport::classify_error;
+pub(crate) use status::{
+    classify_response, classify_status, should_retry_header, with_should_retry,
+};
+pub(crate) use transport::classify_error;
 
 use http::StatusCode;
 

@@ -49,7 +49,7 @@ pub trait Reported: Error + 'static {
     /// Whether the provider may have executed the request before the
     /// failure, though it reports a rejection: a stream whose error event
     /// came after the answer had begun. Such a failure is never a
-    /// [`Rejection`](crate::policy::Rejection).
+    /// rejection a failover acts on.
     fn may_have_executed(&self) -> bool {
         false
     }

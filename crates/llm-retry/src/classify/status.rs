@@ -9,7 +9,7 @@ const SHOULD_RETRY: &str = "x-should-retry";
 /// Reads `x-should-retry`: `Some(true)` / `Some(false)` for a value of
 /// `true` / `false` (any case, surrounding whitespace ignored), `None` when
 /// absent or anything else. When repeated, a valid `false` wins.
-pub fn should_retry_header(headers: &HeaderMap) -> Option<bool> {
+pub(crate) fn should_retry_header(headers: &HeaderMap) -> Option<bool> {
     let mut verdict = None;
     for value in headers.get_all(SHOULD_RETRY) {
         let Ok(value) = value.to_str() else { continue };
@@ -36,7 +36,7 @@ pub fn should_retry_header(headers: &HeaderMap) -> Option<bool> {
 ///    `overloaded_error` → overloaded; 408, 409 and 5xx but 501/505 →
 ///    retryable; 400 context overflow; 401 unauthorized; 402 and quota
 ///    bodies → quota exhausted; every other 4xx, 501 and 505 → fatal.
-pub fn classify_response(
+pub(crate) fn classify_response(
     status: StatusCode,
     headers: &HeaderMap,
     provider: Option<&ProviderError>,

@@ -44,8 +44,8 @@ const PHRASES: &[(&str, RetryableKind)] = &[
 /// they are through [`Reported`](super::Reported); this function does not
 /// know them, and reads an `Elapsed` by its text alone as
 /// [`Transport`](RetryableKind::Transport).
-/// [`RetryPolicy::judge`](crate::RetryPolicy::judge) reads them all.
-pub fn classify_error(error: &(dyn Error + 'static)) -> Classification {
+/// the policy's judgement reads them all.
+pub(crate) fn classify_error(error: &(dyn Error + 'static)) -> Classification {
     let kind = chain(error)
         .find_map(by_type)
         .or_else(|| by_phrase(error))

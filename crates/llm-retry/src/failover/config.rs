@@ -12,9 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Longest wait between rounds a configuration may allow.
-pub const MAX_ROUND_WAIT: Duration = Duration::from_secs(60);
+pub(crate) const MAX_ROUND_WAIT: Duration = Duration::from_secs(60);
 /// Most further rounds a configuration may allow.
-pub const MAX_ROUNDS: u32 = 3;
+pub(crate) const MAX_ROUNDS: u32 = 3;
 /// Default cap on a request body the failover keeps for its attempts.
 const DEFAULT_MAX_BODY: usize = 16 << 20;
 /// Default bound on requests of one failover waiting for a further round.
@@ -29,16 +29,16 @@ pub(super) const MAX_COOLDOWN: Duration = Duration::from_secs(60);
 /// Decides whether a request is bound to provider state held by the first
 /// target (a provider-side conversation, a stored response): such a request
 /// never changes targets.
-pub type StateBound = Arc<dyn Fn(&Parts, &Bytes) -> bool + Send + Sync>;
+pub(super) type StateBound = Arc<dyn Fn(&Parts, &Bytes) -> bool + Send + Sync>;
 
 /// A further round after every target turned a request away: opt-in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ExhaustionRetry {
-    /// Further rounds allowed (1 to [`MAX_ROUNDS`]).
+    /// Further rounds allowed (1 to 3).
     pub max_rounds: u32,
     /// The longest provider-named wait a further round waits out (up to
-    /// [`MAX_ROUND_WAIT`]): when the soonest one is longer, no round
+    /// 60 s): when the soonest one is longer, no round
     /// begins. Jitter adds up to a fifth of the wait (at least 50 ms) on
     /// top, so waiters do not wake together.
     pub max_wait: Duration,

@@ -5,8 +5,8 @@
 //! the library's retry stack ([`ClientLayer`](crate::ClientLayer)) over an
 //! HTTP client for one provider, deployment or API key. A request goes to
 //! the first target; it moves to the next only when the outcome proves the
-//! request was not executed (a [`Rejection`](crate::policy::Rejection), read
-//! by the same [`RetryPolicy::judge`](crate::RetryPolicy::judge) as every
+//! request was not executed (a rejection, read
+//! by the same judgement of the [`RetryPolicy`](crate::RetryPolicy) as every
 //! retry): a 429, a 529 or an `overloaded_error` (as a status, or as a
 //! stream's first event before any content), a connection never made, or
 //! a send refused locally. It also moves on after an overload answered
@@ -71,7 +71,7 @@
 //! wait fits in `max_wait`, the deadline can hold the wait and one more
 //! attempt as slow as the slowest so far, and fewer than
 //! `max_waiting_rounds` requests of this failover are already waiting;
-//! otherwise the [`Suppression`] is reported. Dropping the request (the
+//! otherwise the report names why no round began. Dropping the request (the
 //! client went away) or starting the [`Shutdown`] ends the wait. A
 //! rejection's body is read (its first 64 KiB) before the request moves
 //! on, so no connection is held while it waits.
@@ -97,15 +97,13 @@ mod shutdown;
 mod target;
 
 pub use body::FailoverBody;
-pub use config::{ExhaustionRetry, FailoverBuilder, StateBound, MAX_ROUNDS, MAX_ROUND_WAIT};
+pub use config::{ExhaustionRetry, FailoverBuilder};
 pub use error::{FailoverError, FailoverErrorKind};
 pub use marks::{Mark, MarkKind, SharedMarks};
-pub use report::{
-    AttemptOutcome, FailoverReport, FailoverStop, SkipReason, Suppression, TargetAttempt,
-};
+pub use report::{AttemptOutcome, FailoverReport, FailoverStop, SkipReason, TargetAttempt};
 pub use service::Failover;
 pub use shutdown::Shutdown;
-pub use target::{set_model, Rewrite, Target};
+pub use target::{set_model, Target};
 
 #[cfg(test)]
 mod deadline_tests;

@@ -22,8 +22,9 @@ pub struct FailoverReport {
     pub attempts: Vec<TargetAttempt>,
     /// Time spent waiting between rounds.
     pub waited: Duration,
-    /// Why no further round began, when a round was exhausted.
-    pub suppressed: Option<Suppression>,
+    /// Why no further round began, when a round was exhausted (the
+    /// report's `Display` names it).
+    pub(crate) suppressed: Option<Suppression>,
     /// Why the failover stopped.
     pub stop: FailoverStop,
 }
@@ -119,7 +120,7 @@ impl SkipReason {
 /// Why an exhausted round was not followed by another: a closed set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum Suppression {
+pub(crate) enum Suppression {
     /// No `exhaustion_retry` is configured: one pass only.
     Disabled,
     /// Every allowed round was spent.
@@ -154,7 +155,7 @@ pub enum Suppression {
 
 impl Suppression {
     /// A short, fixed name for metrics and logs.
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Suppression::Disabled => "disabled",
             Suppression::RoundsSpent => "rounds_spent",

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 /// Rewrites the original request for one target: its URI, credentials,
 /// model. Called with a fresh copy of the original for every attempt.
-pub type Rewrite = Arc<dyn Fn(&mut Parts, &mut Bytes) -> Result<(), BoxError> + Send + Sync>;
+pub(super) type Rewrite = Arc<dyn Fn(&mut Parts, &mut Bytes) -> Result<(), BoxError> + Send + Sync>;
 
 /// One upstream of a [`Failover`](super::Failover): a service (typically
 /// the library's retry stack over an HTTP client for one provider,
@@ -284,8 +284,7 @@ impl Cooldown {
 /// target that serves the same request under another model name (an Azure
 /// deployment, a gateway alias).
 ///
-/// It is [`recover::rewrite_body`](crate::recover::rewrite_body) with
-/// [`BodyEdit::Model`](crate::recover::BodyEdit::Model): every other member
+/// It rewrites the body's top-level `model` in place: every other member
 /// keeps its bytes, so provider prompt caches stay warm. A body that names
 /// no model (or is no JSON object at all: a `GET`, an upload) has none to
 /// rewrite and is sent as it is. A body that opens as a JSON object but

@@ -1,6 +1,7 @@
 //! The failover on loopback, against mock upstreams, on tokio's paused clock.
 #![allow(clippy::unwrap_used)]
 
+use super::report::Suppression;
 use super::*;
 use crate::error::BoxError;
 use bytes::Bytes;

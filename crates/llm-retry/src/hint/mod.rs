@@ -36,23 +36,10 @@
 //! [`MAX_HINT`], so a caller can compare the wait with its own limit and
 //! report how long the server asked for. Arithmetic is exact integer decimal
 //! arithmetic; no float is ever converted unchecked.
-//!
-//! # Example
-//!
-//! ```
-//! use http::{HeaderMap, HeaderValue};
-//! use llm_retry::hint::{parse_hint, WaitSource};
-//! use std::time::{Duration, SystemTime};
-//!
-//! let mut headers = HeaderMap::new();
-//! headers.insert("retry-after", HeaderValue::from_static("2.5"));
-//! headers.insert("x-should-retry", HeaderValue::from_static("true"));
-//! let hint = parse_hint(&headers, None, SystemTime::now());
-//! assert_eq!(hint.should_retry, Some(true));
-//! let wait = hint.wait.expect("a wait");
-//! assert_eq!(wait.duration, Duration::from_millis(2500));
-//! assert_eq!(wait.source, WaitSource::RetryAfterSeconds);
-//! ```
+
+// Crate-private: `pub` here marks what `crate::fuzzing` re-exports for the
+// fuzz targets under `--cfg fuzzing`; no other build can reach it.
+#![cfg_attr(not(fuzzing), allow(unreachable_pub))]
 
 mod body;
 mod go_duration;
@@ -60,11 +47,14 @@ mod headers;
 mod number;
 #[cfg(test)]
 mod proptests;
+#[cfg(test)]
+mod provider_shapes_tests;
 mod ratelimit;
 mod retry_after;
 mod rfc3339;
 mod stated;
 
+#[cfg(any(test, fuzzing))]
 pub use number::MAX_HINT;
 pub use retry_after::parse_retry_after;
 
@@ -130,6 +120,7 @@ pub struct TokenWindow {
 
 /// The token quota named by `headers`, the tighter when both providers'
 /// headers are present. Malformed values, or a zero quota, name none.
+#[cfg(any(test, fuzzing))]
 pub fn token_window(headers: &HeaderMap) -> Option<TokenWindow> {
     // No reset is read for a token quota: the clock is never asked.
     stated::stated_quotas(headers, || std::time::UNIX_EPOCH).1
@@ -183,6 +174,7 @@ pub enum WaitSource {
 /// beside an exhausted limit's 2 s reset means 2 s. The body is only scanned
 /// (its first 64 KiB) when no header named a positive wait. Never panics;
 /// any wait is at most [`MAX_HINT`].
+#[cfg(any(test, fuzzing))]
 pub fn parse_hint(headers: &HeaderMap, body: Option<&[u8]>, now: SystemTime) -> ServerHint {
     ServerHint {
         should_retry: crate::classify::should_retry_header(headers),
@@ -392,5 +384,27 @@ mod tests {
         assert_eq!(got.should_retry, Some(false));
         assert_eq!(got.wait, wait(1000, WaitSource::RetryAfterSeconds));
         assert_eq!(hint(&[], None), ServerHint::default());
+    }
+}
+
+#[cfg(test)]
+mod doc_examples {
+    //! The examples this module's documentation carried while it was public.
+    #![allow(clippy::unwrap_used)]
+
+    #[test]
+    fn example_1() {
+        use crate::hint::{parse_hint, WaitSource};
+        use http::{HeaderMap, HeaderValue};
+        use std::time::{Duration, SystemTime};
+
+        let mut headers = HeaderMap::new();
+        headers.insert("retry-after", HeaderValue::from_static("2.5"));
+        headers.insert("x-should-retry", HeaderValue::from_static("true"));
+        let hint = parse_hint(&headers, None, SystemTime::now());
+        assert_eq!(hint.should_retry, Some(true));
+        let wait = hint.wait.expect("a wait");
+        assert_eq!(wait.duration, Duration::from_millis(2500));
+        assert_eq!(wait.source, WaitSource::RetryAfterSeconds);
     }
 }

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 /// What an attempt produced.
 #[derive(Debug, Clone, Copy)]
-pub enum Outcome<'a> {
+pub(crate) enum Outcome<'a> {
     /// A response arrived.
     Response {
         /// Its status.
@@ -35,7 +35,7 @@ pub enum Outcome<'a> {
 
 /// What to do after an attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// The outcome is a success: hand it to the caller.
     Accept,
     /// Send again after `delay`.
@@ -66,7 +66,7 @@ pub enum Decision {
 /// Whose wait a [`Decision::Retry`] is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum WaitScope {
+pub(crate) enum WaitScope {
     /// This request's alone (computed backoff, an overload's or a 5xx's wait).
     Request,
     /// The key's: the provider named it for its rate limit.
@@ -76,14 +76,16 @@ pub enum WaitScope {
 /// The policy's reading of one outcome and its decision.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
-pub struct Judgement {
+pub(crate) struct Judgement {
     /// How the outcome was classified.
     pub class: Classification,
     /// The provider error in the body, if one was read.
     pub provider: Option<ProviderError>,
     /// What the server said about retrying.
     pub hint: ServerHint,
-    /// What the outcome says about the key, for a rate-limit gate.
+    /// What the outcome says about the key. The gate takes it from the
+    /// [`Reading`]; the judge's tests read it here.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub key: KeyNews,
     /// Whether the attempt reached the upstream (a send the gate refused
     /// did not, and is not counted as one).
@@ -169,7 +171,13 @@ impl RetryPolicy {
     /// This is the one place an outcome is given a meaning: the retry
     /// layer, the rate-limit gate and the `tower::retry` path all act on the
     /// [`Judgement`] it returns.
-    pub fn judge(&self, state: &RetryState, outcome: Outcome<'_>, elapsed: Duration) -> Judgement {
+    #[cfg(test)]
+    pub(crate) fn judge(
+        &self,
+        state: &RetryState,
+        outcome: Outcome<'_>,
+        elapsed: Duration,
+    ) -> Judgement {
         self.decide(state, self.read(state, outcome), elapsed)
     }
 

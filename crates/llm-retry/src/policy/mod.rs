@@ -1,7 +1,7 @@
 //! The decision: classification + server hint + backoff + bounds.
 //!
-//! [`RetryPolicy::judge`] is pure: given the request's [`RetryState`] and an
-//! attempt's [`Outcome`], it says whether to accept the outcome, stop, or
+//! The policy's judgement is pure: given the request's [`RetryState`] and
+//! an attempt's outcome, it says whether to accept the outcome, stop, or
 //! retry after a given delay. [`RetryLayer`](crate::RetryLayer) drives it;
 //! it also implements [`tower::retry::Policy`] so tower's own retry layer
 //! can use it (classifying on status and headers only, since tower's policy
@@ -18,12 +18,12 @@ mod state;
 #[cfg(test)]
 mod settings_tests;
 
+pub use crate::recover::OverflowCut;
 pub use builder::RetryPolicyBuilder;
-pub use judge::{Decision, Judgement, Outcome, WaitScope};
-pub use recovery::{
-    CredentialsFuture, Fallback, FallbackMode, Recovery, RecoveryAction, RefreshCredentials,
-};
-pub use rejection::{Rejection, RejectionKind};
+pub(crate) use judge::{Decision, Outcome};
+pub use recovery::{CredentialsFuture, FallbackMode, RecoveryAction, RefreshCredentials};
+pub(crate) use recovery::{Fallback, Recovery};
+pub(crate) use rejection::{Rejection, RejectionKind};
 pub use state::RetryState;
 
 use crate::backoff::Backoff;
@@ -37,7 +37,7 @@ use std::time::SystemTime;
 pub(crate) type WallClock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
 
 /// Default cap on the error body read to classify a failed response.
-pub const DEFAULT_ERROR_BODY_PEEK: usize = 64 * 1024;
+pub(crate) const DEFAULT_ERROR_BODY_PEEK: usize = 64 * 1024;
 
 /// How failed attempts are retried. Cheap to clone; clones share the RNG.
 ///
@@ -97,7 +97,7 @@ impl Default for RecoveryConfig {
 
 /// Default number of overloads in a row after which the fallback applies
 /// (or, without a fallback, the request gives up).
-pub const DEFAULT_MAX_CONSECUTIVE_OVERLOADS: u32 = 3;
+pub(crate) const DEFAULT_MAX_CONSECUTIVE_OVERLOADS: u32 = 3;
 
 impl RetryPolicy {
     /// Starts a builder with the defaults.
@@ -120,7 +120,7 @@ impl RetryPolicy {
     }
 
     /// The backoff used when the server names no wait.
-    pub fn backoff(&self) -> &Backoff {
+    pub(crate) fn backoff(&self) -> &Backoff {
         &self.config.backoff
     }
 
@@ -167,7 +167,8 @@ impl RetryPolicy {
     }
 
     /// The fallback model, if one is configured.
-    pub fn fallback(&self) -> Option<&Fallback> {
+    #[cfg(test)]
+    pub(crate) fn fallback(&self) -> Option<&Fallback> {
         self.config.recovery.fallback.as_ref()
     }
 

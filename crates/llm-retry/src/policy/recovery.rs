@@ -17,7 +17,7 @@ use std::time::Duration;
 /// A change to the next attempt, made before it is sent (without sleeping).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum Recovery {
+pub(crate) enum Recovery {
     /// Rewrite the body's output-token limit after a context overflow.
     CutMaxTokens {
         /// The new limit.
@@ -34,7 +34,7 @@ pub enum Recovery {
 
 impl Recovery {
     /// Which kind of recovery this is.
-    pub fn action(&self) -> RecoveryAction {
+    pub(crate) fn action(&self) -> RecoveryAction {
         match self {
             Recovery::CutMaxTokens { .. } => RecoveryAction::CutMaxTokens,
             Recovery::FallbackModel { .. } => RecoveryAction::FallbackModel,
@@ -43,7 +43,7 @@ impl Recovery {
     }
 }
 
-/// The kinds of [`Recovery`], for reports and hooks.
+/// The recoveries the policy may apply, for reports and hooks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum RecoveryAction {
@@ -88,7 +88,7 @@ pub enum FallbackMode {
 
 /// A fallback model and how to switch to it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fallback {
+pub(crate) struct Fallback {
     /// The model to use after repeated overloads.
     pub model: String,
     /// Switch automatically or hand the decision to the caller.

@@ -28,9 +28,9 @@ impl TokenCost {
     /// output limit. Insert the result into the request's extensions.
     ///
     /// The limit is found by skimming the body's top level, not parsing all
-    /// of it: on any valid JSON body it is what
-    /// [`requested_max_tokens`](crate::recover::requested_max_tokens)
-    /// reads, and a body that is not JSON may still get an estimate.
+    /// of it: on any valid JSON body it is the `max_tokens` (or
+    /// `max_output_tokens`, `max_completion_tokens`) a full parse reads, and
+    /// a body that is not JSON may still get an estimate.
     pub fn estimate(body: &[u8]) -> Option<TokenCost> {
         let output = crate::recover::skimmed_max_tokens(body)?;
         Some(TokenCost(output.saturating_add(body.len() as u64 / 4)))

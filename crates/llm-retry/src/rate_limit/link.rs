@@ -17,7 +17,7 @@ use tokio::time::Instant;
 /// What an attempt's judged outcome says about its key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum KeyNews {
+pub(crate) enum KeyNews {
     /// Nothing: the outcome says nothing about the key's rate.
     None,
     /// The key served the send, and its answer stated the provider's

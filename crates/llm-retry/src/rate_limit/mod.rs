@@ -25,8 +25,8 @@
 //! fails at once with a [`GateError`], which the retry policy treats as final.
 //!
 //! The gate reads no response itself. The retry layer above it judges each
-//! attempt ([`RetryPolicy::judge`](crate::RetryPolicy::judge)) and tells
-//! the gate what the outcome meant for the key ([`KeyNews`]): a served
+//! attempt (the [`RetryPolicy`](crate::RetryPolicy)) and tells
+//! the gate what the outcome meant for the key: a served
 //! send, or a rate limit (a 429, or a stream whose first event is a
 //! `rate_limit_error`) with the wait its provider named, which holds the
 //! key for that long, up to the request's longest honoured wait. While a
@@ -89,7 +89,7 @@ mod window;
 pub use error::GateError;
 pub use key::{RateKey, TokenCost};
 pub use layer::{Quotas, RateLimitLayer};
-pub use link::KeyNews;
+pub(crate) use link::KeyNews;
 pub use service::RateLimit;
 pub use shared::{PaceFuture, SharedGate, SharedPace};
 

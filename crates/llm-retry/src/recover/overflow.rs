@@ -68,18 +68,6 @@ impl std::error::Error for CutRefused {}
 /// (`limit − input`): this mirrors the reference client, which then relies
 /// on the provider's next answer. The requested `max_tokens` is not
 /// consulted, so the result can be larger than what was asked for.
-///
-/// ```
-/// use llm_retry::classify::ProviderError;
-/// use llm_retry::recover::{overflow_max_tokens, OverflowCut};
-///
-/// let body = br#"{"type":"error","error":{"type":"invalid_request_error",
-///   "message":"input length and `max_tokens` exceed context limit: 188059 + 20000 > 200000"}}"#;
-/// let overflow = ProviderError::parse(body)
-///     .and_then(|e| e.context_overflow())
-///     .expect("a context overflow");
-/// assert_eq!(overflow_max_tokens(&overflow, &OverflowCut::default()), Ok(10941));
-/// ```
 pub fn overflow_max_tokens(
     overflow: &ContextOverflow,
     cut: &OverflowCut,
@@ -255,5 +243,27 @@ mod tests {
         assert!(CutRefused::CountsUnknown
             .to_string()
             .contains("did not give both the input size and the context limit"));
+    }
+}
+
+#[cfg(test)]
+mod doc_examples {
+    //! The examples this module's documentation carried while it was public.
+    #![allow(clippy::unwrap_used)]
+
+    #[test]
+    fn example_1() {
+        use crate::classify::ProviderError;
+        use crate::recover::{overflow_max_tokens, OverflowCut};
+
+        let body = br#"{"type":"error","error":{"type":"invalid_request_error",
+          "message":"input length and `max_tokens` exceed context limit: 188059 + 20000 > 200000"}}"#;
+        let overflow = ProviderError::parse(body)
+            .and_then(|e| e.context_overflow())
+            .expect("a context overflow");
+        assert_eq!(
+            overflow_max_tokens(&overflow, &OverflowCut::default()),
+            Ok(10941)
+        );
     }
 }

@@ -91,15 +91,6 @@ impl std::error::Error for RewriteError {}
 /// Not UTF-8, not JSON, not exactly one object (a byte-order mark, trailing
 /// data) → [`RewriteError::NotJsonObject`]. Never panics; nesting depth is
 /// bounded only by the body's size.
-///
-/// ```
-/// use llm_retry::recover::{rewrite_body, BodyEdit};
-///
-/// let body = br#"{"model":"m","max_tokens":20000,"messages":[ {"role":"user"} ]}"#;
-/// let (new, applied) = rewrite_body(body, &BodyEdit::MaxTokens(10941)).expect("rewritable");
-/// assert_eq!(&new[..], br#"{"model":"m","max_tokens":10941,"messages":[ {"role":"user"} ]}"#);
-/// assert_eq!((applied.field, applied.old.as_str()), ("max_tokens", "20000"));
-/// ```
 pub fn rewrite_body(body: &[u8], edit: &BodyEdit) -> Result<(Bytes, EditApplied), RewriteError> {
     let text = std::str::from_utf8(body).map_err(|_| RewriteError::NotJsonObject)?;
     let object = RawObject::parse(text).ok_or(RewriteError::NotJsonObject)?;
@@ -137,4 +128,26 @@ pub fn requested_max_tokens(body: &[u8]) -> Option<u64> {
             .find(|(key, _)| key == field)
             .and_then(|(_, value)| value.get().trim().parse::<u64>().ok())
     })
+}
+
+#[cfg(test)]
+mod doc_examples {
+    //! The examples this module's documentation carried while it was public.
+    #![allow(clippy::unwrap_used)]
+
+    #[test]
+    fn example_1() {
+        use crate::recover::{rewrite_body, BodyEdit};
+
+        let body = br#"{"model":"m","max_tokens":20000,"messages":[ {"role":"user"} ]}"#;
+        let (new, applied) = rewrite_body(body, &BodyEdit::MaxTokens(10941)).expect("rewritable");
+        assert_eq!(
+            &new[..],
+            br#"{"model":"m","max_tokens":10941,"messages":[ {"role":"user"} ]}"#
+        );
+        assert_eq!(
+            (applied.field, applied.old.as_str()),
+            ("max_tokens", "20000")
+        );
+    }
 }

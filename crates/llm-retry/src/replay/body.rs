@@ -21,7 +21,7 @@ pub struct ReplayBody<B> {
 /// Why a [`ReplayBody`] clone could not produce the body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum ReplayError {
+pub(crate) enum ReplayError {
     /// The body grew past the replay cap, so its start is gone.
     TooLarge {
         /// The cap in bytes.
@@ -68,7 +68,7 @@ impl<B> ReplayBody<B> {
     }
 
     /// A clone from the first byte, whether or not it can still be replayed
-    /// (reading a clone that cannot fails with a [`ReplayError`]).
+    /// (reading a clone that cannot fails with a replay error).
     pub(crate) fn replica(&self) -> ReplayBody<B> {
         ReplayBody {
             shared: Arc::clone(&self.shared),

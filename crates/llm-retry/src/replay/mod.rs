@@ -11,7 +11,7 @@
 mod body;
 mod shared;
 
-pub use body::{ReplayBody, ReplayError};
+pub use body::ReplayBody;
 
 /// Default replay buffer cap: long-context requests are megabytes of JSON.
-pub const DEFAULT_MAX_REPLAY_BODY: usize = 16 * 1024 * 1024;
+pub(crate) const DEFAULT_MAX_REPLAY_BODY: usize = 16 * 1024 * 1024;

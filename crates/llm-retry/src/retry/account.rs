@@ -253,7 +253,7 @@ impl Account {
             retry: self.state.attempts().max(1),
             max_retries: self.policy.limits().max_retries,
             delay,
-            server_wait,
+            server_wait: server_wait.map(|w| w.duration),
             status,
             error: error.map(|e| crate::redact::error_text(&e.to_string())),
             class: judgement.class,

@@ -204,7 +204,7 @@ async fn transport_errors_end_in_one_retry_error_with_the_report() {
     let svc = RetryLayer::new(policy).layer(upstream.clone());
     let err = svc.oneshot(request()).await.unwrap_err();
     let err = err.downcast::<RetryError>().unwrap();
-    assert!(err.is_exhausted());
+    assert!(err.stop().is_retries_exhausted());
     assert_eq!(err.report().attempts, 3);
     assert!(std::error::Error::source(&*err).is_some());
     let text = err.to_string();
@@ -290,7 +290,7 @@ async fn a_request_body_that_fails_mid_stream_is_reported_as_such() {
         StopReason::RequestBodyFailed,
         "{error}"
     );
-    assert!(error.is_request_body_failed());
+    assert!(error.stop().is_request_body_failed());
     assert!(!error.to_string().contains("replay buffer"), "{error}");
 }
 

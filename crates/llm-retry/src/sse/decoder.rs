@@ -93,6 +93,7 @@ impl SseDecoder {
     /// mid-line, or after `data: …\n` with no blank line) is discarded: it
     /// is never returned, by `finish` or later. Call it until it returns
     /// `None` to drain the queue. Input fed afterwards starts a fresh line.
+    #[cfg(any(test, fuzzing))]
     pub fn finish(&mut self) -> Option<SseEvent> {
         self.line.clear();
         self.fields = EventBuilder::default();
@@ -103,6 +104,7 @@ impl SseDecoder {
 
     /// Total bytes passed to [`feed`](SseDecoder::feed), including any
     /// refused after a failure.
+    #[cfg(any(test, fuzzing))]
     pub fn bytes_consumed(&self) -> u64 {
         self.consumed
     }
@@ -114,6 +116,7 @@ impl SseDecoder {
 
     /// Whether an incomplete event or line is held: a stream that ends now
     /// ends mid-event.
+    #[cfg(any(test, fuzzing))]
     pub fn is_mid_event(&self) -> bool {
         !self.line.is_empty() || !self.fields.is_empty()
     }

@@ -23,6 +23,7 @@ pub struct SseEvent {
 
 impl SseEvent {
     /// The event's name: the `event` field, or `"message"` when none was sent.
+    #[cfg(any(test, fuzzing))]
     pub fn name(&self) -> &str {
         self.event.as_deref().unwrap_or("message")
     }

@@ -25,6 +25,7 @@ impl EventBuilder {
     }
 
     /// Whether any field was read since the last dispatch.
+    #[cfg(any(test, fuzzing))]
     pub(super) fn is_empty(&self) -> bool {
         !self.has_data && self.event.is_empty() && self.id.is_none()
     }

@@ -41,8 +41,9 @@ pub enum EventKind {
     Done,
 }
 
-/// Which events carry no content; [`classify`](EventRules::classify) reads
-/// one event with them.
+/// Which events of a streamed response carry no content (pings,
+/// envelopes), for [`StreamGuardLayer::event_rules`](crate::stream_guard::StreamGuardLayer::event_rules):
+/// the guard holds the response back until the first event that does.
 #[derive(Debug, Clone)]
 pub struct EventRules {
     non_content: BTreeSet<String>,
@@ -96,7 +97,7 @@ impl EventRules {
     ///    `finish_reason`); a role-only first chunk or a usage-only chunk
     ///    is non-content.
     /// 8. Anything else → content: an unknown event commits.
-    pub fn classify(&self, event: &SseEvent) -> EventKind {
+    pub(crate) fn classify(&self, event: &SseEvent) -> EventKind {
         let data = event.data.as_str();
         if let Some("error" | "response.failed") = event.event.as_deref() {
             return error_event(data);

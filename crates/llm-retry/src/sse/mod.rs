@@ -14,29 +14,10 @@
 //!   ([`EventKind`]): content, non-content (pings, envelopes), an error
 //!   (classified by [`classify_stream_error`], the HTTP decision table
 //!   applied to the error's type or code), or `[DONE]`.
-//!
-//! # Example
-//!
-//! ```
-//! use llm_retry::classify::{Classification, RetryableKind};
-//! use llm_retry::sse::{EventKind, EventRules, SseDecoder};
-//!
-//! let mut decoder = SseDecoder::new(64 * 1024);
-//! let rules = EventRules::default();
-//! // Anthropic: the envelope, then an overload before any text.
-//! decoder.feed(b"event: message_start\ndata: {\"type\":\"message_start\"}\n\nevent: er")?;
-//! decoder.feed(b"ror\r\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\"}}\r\n\r\n")?;
-//!
-//! let first = decoder.next_event().expect("message_start");
-//! assert_eq!(rules.classify(&first), EventKind::NonContent);
-//! let second = decoder.next_event().expect("error");
-//! assert!(matches!(
-//!     rules.classify(&second),
-//!     EventKind::Error { class: Classification::Retryable(RetryableKind::Overloaded), .. }
-//! ));
-//! assert_eq!(decoder.next_event(), None);
-//! # Ok::<(), llm_retry::sse::SseError>(())
-//! ```
+
+// Crate-private: `pub` here marks what `crate::fuzzing` re-exports for the
+// fuzz targets under `--cfg fuzzing`; no other build can reach it.
+#![cfg_attr(not(fuzzing), allow(unreachable_pub))]
 
 mod chunk;
 mod decoder;
@@ -53,3 +34,36 @@ pub use decoder::SseDecoder;
 pub use event::{SseError, SseEvent};
 pub use first_event::{EventKind, EventRules};
 pub use stream_error::classify_stream_error;
+
+#[cfg(test)]
+mod doc_examples {
+    //! The examples this module's documentation carried while it was public.
+    #![allow(clippy::unwrap_used)]
+
+    #[test]
+    fn example_1() -> Result<(), crate::BoxError> {
+        use crate::classify::{Classification, RetryableKind};
+        use crate::sse::{EventKind, EventRules, SseDecoder};
+
+        let mut decoder = SseDecoder::new(64 * 1024);
+        let rules = EventRules::default();
+        // Anthropic: the envelope, then an overload before any text.
+        decoder.feed(b"event: message_start\ndata: {\"type\":\"message_start\"}\n\nevent: er")?;
+        decoder.feed(
+            b"ror\r\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\"}}\r\n\r\n",
+        )?;
+
+        let first = decoder.next_event().expect("message_start");
+        assert_eq!(rules.classify(&first), EventKind::NonContent);
+        let second = decoder.next_event().expect("error");
+        assert!(matches!(
+            rules.classify(&second),
+            EventKind::Error {
+                class: Classification::Retryable(RetryableKind::Overloaded),
+                ..
+            }
+        ));
+        assert_eq!(decoder.next_event(), None);
+        Ok(())
+    }
+}

@@ -85,11 +85,10 @@ impl StreamCommit {
 }
 
 /// Whether `response` may be sent again by an outer retry loop: `false`
-/// once any byte of a guarded stream reached the caller.
-///
-/// Responses that were not guarded (no [`StreamCommit`] in their
-/// extensions) carry no stream state and may be replayed.
-pub fn may_replay<B>(response: &http::Response<B>) -> bool {
+/// once any byte of a guarded stream reached the caller. Responses that
+/// were not guarded (no [`StreamCommit`] in their extensions) may be.
+#[cfg(test)]
+pub(crate) fn may_replay<B>(response: &http::Response<B>) -> bool {
     response
         .extensions()
         .get::<StreamCommit>()

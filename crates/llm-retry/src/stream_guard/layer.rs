@@ -7,10 +7,10 @@ use std::time::Duration;
 use tower::Layer;
 
 /// Default cap on the bytes held back while waiting for the first content event.
-pub const DEFAULT_PREFIX_LIMIT: usize = 64 * 1024;
+pub(crate) const DEFAULT_PREFIX_LIMIT: usize = 64 * 1024;
 /// Default longest wait for the first content event before the held bytes
 /// are released anyway.
-pub const DEFAULT_FIRST_EVENT_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_FIRST_EVENT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Holds a streamed response back until its first content event, turning
 /// failures before it into retryable errors. See the [module docs](crate::stream_guard).
@@ -47,15 +47,15 @@ impl StreamGuardLayer {
         }
     }
 
-    /// Most bytes held back before the first content event; past it the
-    /// held bytes are released and the attempt commits.
+    /// Most bytes held back before the first content event (default
+    /// 64 KiB); past it the held bytes are released and the attempt commits.
     pub fn prefix_limit(mut self, bytes: usize) -> StreamGuardLayer {
         Arc::make_mut(&mut self.config).prefix_limit = bytes;
         self
     }
 
-    /// Longest wait for the first content event; past it the held bytes
-    /// are released and the attempt commits.
+    /// Longest wait for the first content event (default 30 s); past it
+    /// the held bytes are released and the attempt commits.
     pub fn first_event_timeout(mut self, timeout: Duration) -> StreamGuardLayer {
         Arc::make_mut(&mut self.config).first_event_timeout = timeout;
         self

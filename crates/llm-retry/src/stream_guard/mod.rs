@@ -15,7 +15,7 @@
 //! - *Committed* — the held prefix is released unchanged and the rest
 //!   streams through. From the first forwarded byte the attempt is never
 //!   replayed: a later failure ends the body with [`StreamInterrupted`], and
-//!   the response's [`StreamCommit`] (or [`may_replay`]) tells any outer
+//!   the response's [`StreamCommit`] tells any outer
 //!   retry loop to keep its hands off.
 //!
 //! Place it under [`RetryLayer`](crate::RetryLayer):
@@ -44,10 +44,11 @@ mod hold;
 mod layer;
 mod service;
 
+pub use crate::sse::EventRules;
 pub use body::GuardedBody;
-pub use commit::{may_replay, StreamCommit, StreamEnd};
+pub use commit::{StreamCommit, StreamEnd};
 pub use error::{PreContentError, PreContentReason, StreamInterrupted};
-pub use layer::{StreamGuardLayer, DEFAULT_FIRST_EVENT_TIMEOUT, DEFAULT_PREFIX_LIMIT};
+pub use layer::StreamGuardLayer;
 pub use service::StreamGuard;
 
 #[cfg(test)]

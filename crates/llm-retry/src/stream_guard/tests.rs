@@ -2,6 +2,7 @@
 //! commit accounting, callbacks once.
 #![allow(clippy::unwrap_used)]
 
+use super::commit::may_replay;
 use super::*;
 use crate::error::BoxError;
 use bytes::Bytes;

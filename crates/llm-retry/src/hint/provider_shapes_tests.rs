@@ -3,11 +3,11 @@
 //! finds, for Anthropic's RFC 3339 resets and OpenAI's Go durations alike.
 #![allow(clippy::unwrap_used)]
 
+use super::{parse_hint, request_window, WaitSource};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use llm_retry::hint::{parse_hint, request_window, WaitSource};
 use llm_retry_mock::{Limit, MockServer, Quota, Reply, Route, Script, Shape};
 use std::time::{Duration, SystemTime};
 
