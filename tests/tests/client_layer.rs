@@ -204,7 +204,7 @@ async fn a_stack_built_by_hand_behaves_as_client_layer() {
     let (ok, _) = crowd(ClientLayer::new(policy()).layer(client()), &mock, 20).await;
     assert_eq!(ok, 20);
     // Send for send, the two make the same decisions: proven without a
-    // network in retry/equivalence_proptest.rs, where arrival order is fixed.
+    // network in retry/equivalence_property_tests.rs, where arrival order is fixed.
 }
 
 /// `builder` with a shared budget that grants no retry at all: only the

@@ -34,7 +34,7 @@ mod admission;
 mod config;
 mod limits;
 #[cfg(test)]
-mod proptests;
+mod property_tests;
 mod retry_budget;
 mod store;
 mod window;

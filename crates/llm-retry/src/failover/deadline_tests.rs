@@ -2,7 +2,7 @@
 //! resends only within what the route has left.
 #![allow(clippy::unwrap_used)]
 
-use super::tests::{rate_limited, report, request, retrying_target, upstream, RetrySvc};
+use super::service_tests::{rate_limited, report, request, retrying_target, upstream, RetrySvc};
 use super::*;
 use llm_retry_mock::{MockServer, Reply, Route};
 use std::time::Duration;

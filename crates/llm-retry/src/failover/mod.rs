@@ -108,4 +108,4 @@ pub use target::{set_model, Target};
 #[cfg(test)]
 mod deadline_tests;
 #[cfg(test)]
-mod tests;
+mod service_tests;

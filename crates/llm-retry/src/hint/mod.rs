@@ -46,7 +46,7 @@ mod go_duration;
 mod headers;
 mod number;
 #[cfg(test)]
-mod proptests;
+mod property_tests;
 #[cfg(test)]
 mod provider_shapes_tests;
 mod ratelimit;

@@ -96,4 +96,4 @@ pub use shared::{PaceFuture, SharedGate, SharedPace};
 #[cfg(test)]
 mod harm_tests;
 #[cfg(test)]
-mod tests;
+mod internals_tests;

@@ -15,7 +15,7 @@ mod overflow;
 mod raw_object;
 mod rewrite;
 #[cfg(test)]
-mod rewrite_proptests;
+mod rewrite_property_tests;
 #[cfg(test)]
 mod rewrite_tests;
 mod skim;

@@ -266,5 +266,5 @@ where
 }
 
 #[cfg(test)]
-#[path = "tests.rs"]
+#[path = "body_tests.rs"]
 mod tests;

@@ -17,14 +17,14 @@ pub use layer::RetryLayer;
 pub use service::Retry;
 
 #[cfg(test)]
-mod bounds_proptest;
+mod bounds_property_tests;
 #[cfg(test)]
 mod carry_tests;
 #[cfg(test)]
-mod equivalence_proptest;
+mod equivalence_property_tests;
 #[cfg(test)]
-mod stream_proptest;
+pub(crate) mod service_tests;
 #[cfg(test)]
-pub(crate) mod tests;
+mod stream_property_tests;
 #[cfg(all(test, feature = "metrics"))]
 pub(crate) use tests as tests_support;

@@ -25,7 +25,7 @@ mod event;
 mod fields;
 mod first_event;
 #[cfg(test)]
-mod proptests;
+mod property_tests;
 mod stream_error;
 #[cfg(test)]
 mod stream_tests;

@@ -52,4 +52,4 @@ pub use layer::StreamGuardLayer;
 pub use service::StreamGuard;
 
 #[cfg(test)]
-mod tests;
+mod guard_tests;

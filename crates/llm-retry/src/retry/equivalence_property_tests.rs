@@ -8,7 +8,7 @@
 //! shared budget (which the gate's pacing changes for 429s, alike in both).
 #![allow(clippy::unwrap_used)]
 
-use super::tests::{reply, request, Upstream};
+use super::service_tests::{reply, request, Upstream};
 use crate::rate_limit::RateLimitLayer;
 use crate::stream_guard::StreamGuardLayer;
 use crate::{

@@ -5,7 +5,7 @@
 //! attempt that delivered content is ever followed by another.
 #![allow(clippy::unwrap_used)]
 
-use super::tests::request;
+use super::service_tests::request;
 use crate::stream_guard::StreamGuardLayer;
 use crate::{BoxError, RetryLayer, RetryPolicy};
 use bytes::Bytes;

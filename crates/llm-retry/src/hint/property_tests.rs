@@ -50,7 +50,7 @@ fn check(headers: &HeaderMap, body: Option<&[u8]>, now: SystemTime) -> Result<()
 }
 
 proptest! {
-    // Failing cases are saved next to this file, as `proptests.regressions`.
+    // Failing cases are saved next to this file, as `property_tests.regressions`.
     #![proptest_config(ProptestConfig {
         failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("regressions"))),
         ..ProptestConfig::default()

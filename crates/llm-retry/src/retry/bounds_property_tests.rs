@@ -3,7 +3,7 @@
 //! the upstream saw.
 #![allow(clippy::unwrap_used)]
 
-use super::tests::{reply, request, Upstream};
+use super::service_tests::{reply, request, Upstream};
 use crate::backoff::Jitter;
 use crate::{BoxError, RetryError, RetryLayer, RetryPolicy, RetryReport};
 use bytes::Bytes;

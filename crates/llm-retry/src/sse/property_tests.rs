@@ -116,7 +116,7 @@ fn stream_bytes() -> impl Strategy<Value = Vec<u8>> {
 }
 
 proptest! {
-    // Failing cases are saved next to this file, as `proptests.regressions`.
+    // Failing cases are saved next to this file, as `property_tests.regressions`.
     #![proptest_config(ProptestConfig {
         failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("regressions"))),
         ..ProptestConfig::default()
