@@ -27,4 +27,4 @@ pub(crate) mod service_tests;
 #[cfg(test)]
 mod stream_property_tests;
 #[cfg(all(test, feature = "metrics"))]
-pub(crate) use tests as tests_support;
+pub(crate) use service_tests as tests_support;
