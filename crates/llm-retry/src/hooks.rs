@@ -5,7 +5,7 @@
 //! reach them.
 
 use crate::classify::Classification;
-use crate::policy::RecoveryAction;
+use crate::report::RecoveryAction;
 use crate::report::RetryReport;
 use http::StatusCode;
 use std::fmt;

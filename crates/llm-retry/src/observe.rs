@@ -15,7 +15,7 @@ pub(crate) fn retry(class: &Classification) {
 }
 
 /// A recovery is applied.
-pub(crate) fn recovery(action: crate::policy::RecoveryAction) {
+pub(crate) fn recovery(action: crate::report::RecoveryAction) {
     #[cfg(feature = "metrics")]
     metrics::counter!("llm_retry_recoveries_total", "action" => action.label()).increment(1);
     let _ = action;

@@ -12,18 +12,18 @@ mod env;
 mod judge;
 mod known;
 mod recovery;
-mod rejection;
 mod state;
 
 #[cfg(test)]
 mod settings_tests;
 
 pub use crate::recover::OverflowCut;
+pub use crate::report::RecoveryAction;
+pub(crate) use crate::report::{Rejection, RejectionKind};
 pub use builder::RetryPolicyBuilder;
 pub(crate) use judge::{Decision, Outcome};
-pub use recovery::{CredentialsFuture, FallbackMode, RecoveryAction, RefreshCredentials};
+pub use recovery::{CredentialsFuture, FallbackMode, RefreshCredentials};
 pub(crate) use recovery::{Fallback, Recovery};
-pub(crate) use rejection::{Rejection, RejectionKind};
 pub use state::RetryState;
 
 use crate::backoff::Backoff;

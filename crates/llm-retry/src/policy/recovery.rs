@@ -7,9 +7,8 @@ use crate::budget::Refusal;
 use crate::classify::{ContextOverflow, FatalKind};
 use crate::error::BoxError;
 use crate::recover::overflow_max_tokens;
-use crate::report::StopReason;
+use crate::report::{RecoveryAction, StopReason};
 use http::HeaderMap;
-use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
@@ -40,39 +39,6 @@ impl Recovery {
             Recovery::FallbackModel { .. } => RecoveryAction::FallbackModel,
             Recovery::RefreshCredentials => RecoveryAction::RefreshCredentials,
         }
-    }
-}
-
-/// The recoveries the policy may apply, for reports and hooks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum RecoveryAction {
-    /// A smaller `max_tokens`.
-    CutMaxTokens,
-    /// A fallback model.
-    FallbackModel,
-    /// Fresh credentials.
-    RefreshCredentials,
-}
-
-impl RecoveryAction {
-    /// A short, fixed name for metrics and logs.
-    pub fn label(&self) -> &'static str {
-        match self {
-            RecoveryAction::CutMaxTokens => "cut_max_tokens",
-            RecoveryAction::FallbackModel => "fallback_model",
-            RecoveryAction::RefreshCredentials => "refresh_credentials",
-        }
-    }
-}
-
-impl fmt::Display for RecoveryAction {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            RecoveryAction::CutMaxTokens => "max_tokens cut",
-            RecoveryAction::FallbackModel => "fallback model",
-            RecoveryAction::RefreshCredentials => "credential refresh",
-        })
     }
 }
 

@@ -1,7 +1,12 @@
 //! What happened to a logical request: every attempt counted, why it stopped.
 
+mod recovery_action;
+mod rejection;
+
+pub use recovery_action::RecoveryAction;
+pub(crate) use rejection::{Rejection, RejectionKind};
+
 use crate::classify::{Classification, FatalKind};
-use crate::policy::RecoveryAction;
 use http::StatusCode;
 use std::fmt;
 use std::time::Duration;
@@ -297,7 +302,7 @@ pub struct RetryReport {
     /// when it equals `attempts`, no send of the request was executed.
     pub rejected_sends: u32,
     /// The last send's rejection, when it was one.
-    pub(crate) last_rejection: Option<crate::policy::Rejection>,
+    pub(crate) last_rejection: Option<Rejection>,
     /// Recoveries applied, in order.
     pub recoveries: Vec<RecoveryAction>,
     /// Why the loop stopped.
