@@ -216,6 +216,47 @@ async fn a_wait_one_replica_learned_holds_the_other_replicas_sends() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_window_one_replica_saw_spent_holds_the_other_replicas_sends_until_its_reset() {
+    // OpenAI-shaped: the first answer states no request left in the
+    // window, which resets in 2 s.
+    let spent = Reply::openai_ok("ok")
+        .header("x-ratelimit-limit-requests", "60")
+        .header("x-ratelimit-remaining-requests", "0")
+        .header("x-ratelimit-reset-requests", "2s");
+    let script = Script::new().route(
+        "/v1/messages",
+        Route::sequence([spent, Reply::anthropic_ok("ok")]),
+    );
+    let mock = MockServer::start(script).await.unwrap();
+    let holds: std::sync::Arc<InMemoryHolds> = std::sync::Arc::default();
+    let replica = || {
+        ServiceBuilder::new()
+            .layer(RetryLayer::new(fast_policy().build().unwrap()))
+            .layer(
+                RateLimitLayer::new(Quotas::none())
+                    .unwrap()
+                    .share_with(holds.clone()),
+            )
+            .service(client())
+    };
+    let url = mock.url("/v1/messages");
+    let first = replica().oneshot(messages_request(&url)).await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(
+        holds.0.lock().unwrap().len(),
+        1,
+        "the spent window was published"
+    );
+    // The other replica never saw that answer: it waits for the reset
+    // instead of drawing a 429 of its own.
+    let second = replica().oneshot(messages_request(&url)).await.unwrap();
+    assert_eq!(second.status(), StatusCode::OK);
+    let sent = mock.requests();
+    assert_eq!(sent.len(), 2);
+    assert!(sent[1].received_at - sent[0].received_at >= Duration::from_secs(2));
+}
+
+#[tokio::test(start_paused = true)]
 async fn another_replica_s_hold_longer_than_a_request_honours_does_not_keep_it() {
     let script = Script::new().route(
         "/v1/messages",

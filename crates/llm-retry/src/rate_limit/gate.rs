@@ -705,15 +705,15 @@ impl Gate {
         limit: Duration,
     ) {
         if let Some(state) = self.lock().get_mut(&key) {
-            self.window_in(state, order, now, window, limit);
+            self.window_in(key, state, (order, now), window, limit);
         }
     }
 
     fn window_in(
         &self,
+        key: u64,
         state: &mut KeyState,
-        order: u64,
-        now: Instant,
+        (order, now): (u64, Instant),
         window: crate::hint::RequestWindow,
         limit: Duration,
     ) {
@@ -738,6 +738,12 @@ impl Gate {
                 .checked_add(reset_in.min(limit))
                 .map(|at| (Some(at), remaining)),
         };
+        // A window with nothing left until its reset holds the key for
+        // every replica as a named wait would: their sends would only be
+        // refused until then.
+        if let (Some(shared), Some((Some(reset), 0))) = (&self.shared, stated) {
+            shared.publish_hold(key, reset);
+        }
         state.restate_window(stated, now);
     }
 
@@ -779,7 +785,7 @@ impl Gate {
             self.tokens_in(state, tokens, now);
         }
         if let Some(window) = window {
-            self.window_in(state, order, now, window, limit);
+            self.window_in(key, state, (order, now), window, limit);
         }
     }
 
