@@ -184,6 +184,26 @@ impl llm_retry::rate_limit::SharedGate for InMemoryHolds {
     }
 }
 
+/// One replica: `RetryLayer` with `policy` over a gate of its own that
+/// shares its holds through `holds`.
+fn shared_replica(
+    holds: &std::sync::Arc<InMemoryHolds>,
+    policy: llm_retry::RetryPolicy,
+) -> impl tower::Service<
+    http::Request<http_body_util::Full<bytes::Bytes>>,
+    Response = http::Response<llm_retry::RetryBody<impl Sized>>,
+    Error = llm_retry::BoxError,
+> {
+    ServiceBuilder::new()
+        .layer(RetryLayer::new(policy))
+        .layer(
+            RateLimitLayer::new(Quotas::none())
+                .unwrap()
+                .share_with(holds.clone()),
+        )
+        .service(client())
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_wait_one_replica_learned_holds_the_other_replicas_sends() {
     let script = Script::new().route(
@@ -193,17 +213,8 @@ async fn a_wait_one_replica_learned_holds_the_other_replicas_sends() {
     let mock = MockServer::start(script).await.unwrap();
     let holds: std::sync::Arc<InMemoryHolds> = std::sync::Arc::default();
     // Two replicas: gates of their own, one store of holds.
-    let replica = |retries| {
-        let gate = RateLimitLayer::new(Quotas::none())
-            .unwrap()
-            .share_with(holds.clone());
-        ServiceBuilder::new()
-            .layer(RetryLayer::new(
-                fast_policy().max_retries(retries).build().unwrap(),
-            ))
-            .layer(gate)
-            .service(client())
-    };
+    let replica =
+        |retries| shared_replica(&holds, fast_policy().max_retries(retries).build().unwrap());
     let published = || assert_eq!(holds.0.lock().unwrap().len(), 1, "the hold was published");
     taught_then_held(
         replica(0),
@@ -229,16 +240,7 @@ async fn a_window_one_replica_saw_spent_holds_the_other_replicas_sends_until_its
     );
     let mock = MockServer::start(script).await.unwrap();
     let holds: std::sync::Arc<InMemoryHolds> = std::sync::Arc::default();
-    let replica = || {
-        ServiceBuilder::new()
-            .layer(RetryLayer::new(fast_policy().build().unwrap()))
-            .layer(
-                RateLimitLayer::new(Quotas::none())
-                    .unwrap()
-                    .share_with(holds.clone()),
-            )
-            .service(client())
-    };
+    let replica = || shared_replica(&holds, fast_policy().build().unwrap());
     let url = mock.url("/v1/messages");
     let first = replica().oneshot(messages_request(&url)).await.unwrap();
     assert_eq!(first.status(), StatusCode::OK);
@@ -271,14 +273,7 @@ async fn another_replica_s_hold_longer_than_a_request_honours_does_not_keep_it()
             .max_elapsed(Duration::from_secs(300))
             .build()
             .unwrap();
-        ServiceBuilder::new()
-            .layer(RetryLayer::new(policy))
-            .layer(
-                RateLimitLayer::new(Quotas::none())
-                    .unwrap()
-                    .share_with(holds.clone()),
-            )
-            .service(client())
+        shared_replica(&holds, policy)
     };
     let url = mock.url("/v1/messages");
     let first = replica(Duration::from_secs(120))
