@@ -45,6 +45,6 @@ fuzz_target!(|input: &[u8]| {
     };
     if let Some(retries) = lookup("LLM_RETRY_MAX_RETRIES").and_then(|v| v.trim().parse().ok()) {
         let retries: u32 = retries;
-        assert_eq!(policy.limits().max_retries, retries);
+        assert_eq!(policy.max_retries(), retries);
     }
 });

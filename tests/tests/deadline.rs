@@ -4,9 +4,12 @@
 
 mod support;
 
-use llm_retry::policy::{CredentialsFuture, RefreshCredentials};
-use llm_retry::{RetryError, RetryLayer, StopReason};
+use http::HeaderMap;
+use llm_retry::policy::RefreshCredentials;
+use llm_retry::{BoxError, RetryError, RetryLayer, StopReason};
 use llm_retry_mock::{Reply, Route};
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 use support::{client, fast_policy, messages_request, mock};
 use tokio::time::Instant;
@@ -18,7 +21,7 @@ struct Stuck;
 impl RefreshCredentials for Stuck {
     fn clear_token_cache(&self) {}
 
-    fn refresh(&self) -> CredentialsFuture {
+    fn refresh(&self) -> Pin<Box<dyn Future<Output = Result<HeaderMap, BoxError>> + Send>> {
         Box::pin(std::future::pending())
     }
 }

@@ -8,6 +8,8 @@ use http::StatusCode;
 use llm_retry::rate_limit::{Quotas, RateLimitLayer};
 use llm_retry::{ClientLayer, RetryLayer, RetryReport};
 use llm_retry_mock::{Limit, MockServer, Quota, Reply, Route, Script, Shape};
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 use support::{client, fast_policy, messages_request};
 use tower::{Layer, ServiceBuilder, ServiceExt};
@@ -178,7 +180,7 @@ impl llm_retry::rate_limit::SharedGate for InMemoryHolds {
         _: u64,
         _: llm_retry::rate_limit::SharedPace,
         _: Option<Duration>,
-    ) -> llm_retry::rate_limit::PaceFuture {
+    ) -> Pin<Box<dyn Future<Output = Result<Duration, Duration>> + Send>> {
         // No quota here: never asked.
         unreachable!("no key here has a quota")
     }
@@ -313,7 +315,7 @@ impl llm_retry::rate_limit::SharedGate for FixedPace {
         _: u64,
         _: llm_retry::rate_limit::SharedPace,
         max_wait: Option<Duration>,
-    ) -> llm_retry::rate_limit::PaceFuture {
+    ) -> Pin<Box<dyn Future<Output = Result<Duration, Duration>> + Send>> {
         let wait = self.0;
         let fits = max_wait.is_none_or(|max| wait <= max);
         Box::pin(async move {

@@ -7,11 +7,13 @@ mod support;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode};
 use http_body_util::Full;
-use llm_retry::policy::{CredentialsFuture, FallbackMode, RefreshCredentials};
+use llm_retry::policy::{FallbackMode, RefreshCredentials};
 use llm_retry::stream_guard::StreamGuardLayer;
-use llm_retry::{RetryError, RetryLayer, RetryReport, StopReason};
+use llm_retry::{BoxError, RetryError, RetryLayer, RetryReport, StopReason};
 use llm_retry_mock::{MockServer, Reply, Route};
 use serde_json::{json, Value};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use support::{client, fast_policy, mock, API_KEY};
@@ -284,7 +286,7 @@ impl RefreshCredentials for Refresher {
         self.cleared.fetch_add(1, Ordering::SeqCst);
     }
 
-    fn refresh(&self) -> CredentialsFuture {
+    fn refresh(&self) -> Pin<Box<dyn Future<Output = Result<HeaderMap, BoxError>> + Send>> {
         self.refreshed.fetch_add(1, Ordering::SeqCst);
         Box::pin(async {
             let mut headers = HeaderMap::new();

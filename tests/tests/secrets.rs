@@ -6,10 +6,12 @@
 
 mod support;
 
-use http::StatusCode;
-use llm_retry::policy::{CredentialsFuture, RefreshCredentials};
-use llm_retry::{RetryLayer, RetryReport};
+use http::{HeaderMap, StatusCode};
+use llm_retry::policy::RefreshCredentials;
+use llm_retry::{BoxError, RetryLayer, RetryReport};
 use llm_retry_mock::{Reply, Route};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use support::{
     captured_logs, client, drain, fast_policy, messages_request, mock, send_recorded, Recorder,
@@ -68,7 +70,7 @@ struct Refresher;
 const FRESH_KEY: &str = "sk-ant-api03-FRESHSECRET-after-refresh";
 
 impl RefreshCredentials for Refresher {
-    fn refresh(&self) -> CredentialsFuture {
+    fn refresh(&self) -> Pin<Box<dyn Future<Output = Result<HeaderMap, BoxError>> + Send>> {
         Box::pin(async {
             let mut headers = http::HeaderMap::new();
             headers.insert("x-api-key", http::HeaderValue::from_static(FRESH_KEY));

@@ -662,7 +662,7 @@ attempt_timeout = "2s"
 /// The gateway keeps its reports; the client sees statuses. A stand-in
 /// report carries what the checks read.
 fn stand_in_report<B>(mut response: http::Response<B>) -> http::Response<B> {
-    let mut report = llm_retry::policy::RetryState::new().report(llm_retry::StopReason::Succeeded);
+    let mut report = RetryReport::new(llm_retry::StopReason::Succeeded);
     report.last_status = Some(response.status());
     response.extensions_mut().insert(report);
     response
@@ -670,7 +670,7 @@ fn stand_in_report<B>(mut response: http::Response<B>) -> http::Response<B> {
 
 /// What a response without a report was: served at its first send.
 fn served_first(status: http::StatusCode) -> RetryReport {
-    let mut report = llm_retry::policy::RetryState::new().report(llm_retry::StopReason::Succeeded);
+    let mut report = RetryReport::new(llm_retry::StopReason::Succeeded);
     report.attempts = 1;
     report.last_status = Some(status);
     report

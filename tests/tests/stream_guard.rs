@@ -83,8 +83,8 @@ async fn a_reset_after_content_is_never_replayed() {
         .await
         .unwrap();
     assert_eq!(res.status(), StatusCode::OK);
-    assert!(may_replay(&res), "nothing forwarded yet");
     let commit = res.extensions().get::<StreamCommit>().cloned().unwrap();
+    assert!(!commit.is_committed(), "nothing forwarded yet");
     let (bytes, error) = read_all(res.into_body()).await;
     assert_eq!(bytes, &full[..n], "the first {n} bytes, once");
     let error = error.expect("the stream ends in an error");
@@ -207,8 +207,10 @@ async fn non_streamed_responses_pass_through_without_a_commit_handle() {
         .oneshot(messages_request(&mock.url("/v1/messages")))
         .await
         .unwrap();
-    assert!(res.extensions().get::<StreamCommit>().is_none());
-    assert!(may_replay(&res));
+    assert!(
+        res.extensions().get::<StreamCommit>().is_none(),
+        "an unguarded response carries no commit: an outer loop may replay it"
+    );
     assert_eq!(
         res.into_body().collect().await.unwrap().to_bytes(),
         expected
@@ -217,13 +219,4 @@ async fn non_streamed_responses_pass_through_without_a_commit_handle() {
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
-}
-
-/// Whether an outer retry loop may send `response`'s request again: not
-/// once any byte of a guarded stream reached the caller.
-fn may_replay<B>(response: &http::Response<B>) -> bool {
-    response
-        .extensions()
-        .get::<StreamCommit>()
-        .is_none_or(|commit| !commit.is_committed())
 }

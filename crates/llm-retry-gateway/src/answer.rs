@@ -6,6 +6,7 @@
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http::{HeaderValue, StatusCode};
+use llm_retry::downstream::GiveUpHeadersLayer;
 use std::time::Duration;
 
 /// Whose error shape an answer takes.
@@ -99,20 +100,9 @@ pub(crate) fn final_error(uri: &http::Uri, status: StatusCode, message: &str) ->
 pub(crate) fn retry_soon(uri: &http::Uri, message: &str) -> Response {
     let mut response = json(uri, StatusCode::SERVICE_UNAVAILABLE, message, true);
     let headers = response.headers_mut();
-    crate::answer::set_wait_headers(headers, Duration::from_secs(1));
+    GiveUpHeadersLayer::set_wait_headers(headers, Duration::from_secs(1));
     headers.insert("connection", HeaderValue::from_static("close"));
     response
-}
-
-/// Tells a client when to come back: `retry-after` in whole seconds
-/// (rounded up) and `retry-after-ms`, replacing any already there.
-pub(crate) fn set_wait_headers(headers: &mut http::HeaderMap, wait: std::time::Duration) {
-    let millis = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
-    headers.insert(
-        "retry-after",
-        http::HeaderValue::from(millis.div_ceil(1000)),
-    );
-    headers.insert("retry-after-ms", http::HeaderValue::from(millis));
 }
 
 #[cfg(test)]

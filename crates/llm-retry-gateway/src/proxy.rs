@@ -17,9 +17,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode};
 use http_body_util::{BodyExt, Either, Full, Limited};
 use llm_retry::downstream::mark_give_up;
-use llm_retry::failover::{
-    AttemptOutcome, FailoverBody, FailoverError, FailoverErrorKind, FailoverReport, FailoverStop,
-};
+use llm_retry::failover::{FailoverBody, FailoverError, FailoverReport, FailoverStop};
 use llm_retry::BoxError;
 use llm_retry::RetryReport;
 use serde::Deserialize;
@@ -249,9 +247,7 @@ where
         Ok(response) => {
             let (mut head, body) = response.into_parts();
             let failover = head.extensions.get::<FailoverReport>();
-            if let Some(report) = failover {
-                target = answered_by(report);
-            }
+            target = failover.and_then(FailoverReport::answered_by).cloned();
             // An exhausted failover marked its answer with the wait left;
             // a target that gave up on its own is marked here.
             let exhausted = failover.is_some_and(|r| r.stop == FailoverStop::Exhausted);
@@ -266,16 +262,6 @@ where
         Err(failure) => failed(&uri, &failure).map(Either::Right),
     };
     (Arc::clone(&route.counts), answer, target)
-}
-
-/// The target whose answer the failover handed over: its last attempt.
-fn answered_by(report: &FailoverReport) -> Option<Arc<str>> {
-    report
-        .attempts
-        .iter()
-        .rev()
-        .find(|a| !matches!(a.outcome, AttemptOutcome::Skipped(_)))
-        .map(|a| Arc::clone(&a.target))
 }
 
 /// Whether the request presents the gateway's key, compared in time that
@@ -331,23 +317,23 @@ fn failed(uri: &http::Uri, failure: &llm_retry::BoxError) -> Response {
     let Some(failure) = failure.downcast_ref::<FailoverError>() else {
         return error(uri, StatusCode::BAD_GATEWAY, "upstream failed");
     };
-    let (status, message) = match failure.kind() {
-        FailoverErrorKind::Deadline => (StatusCode::GATEWAY_TIMEOUT, "the route's deadline passed"),
-        FailoverErrorKind::BodyTooLarge { .. } => {
+    let (status, message) = match failure.stop() {
+        FailoverStop::Deadline => (StatusCode::GATEWAY_TIMEOUT, "the route's deadline passed"),
+        FailoverStop::BodyTooLarge { .. } => {
             (StatusCode::PAYLOAD_TOO_LARGE, "request body too large")
         }
-        FailoverErrorKind::BodyFailed => {
+        FailoverStop::BodyFailed => {
             (StatusCode::BAD_REQUEST, "request body could not be read")
         }
-        FailoverErrorKind::FirstContentTimeout => (
+        FailoverStop::FirstContentTimeout => (
             StatusCode::GATEWAY_TIMEOUT,
             "the upstream stalled: no target sent its first content within its first_content_timeout",
         ),
-        FailoverErrorKind::Exhausted if failure.is_rate_limited() => (
+        FailoverStop::Exhausted if failure.is_rate_limited() => (
             StatusCode::TOO_MANY_REQUESTS,
             "every upstream is rate-limited: retry after the wait in retry-after",
         ),
-        FailoverErrorKind::Exhausted => (
+        FailoverStop::Exhausted => (
             StatusCode::SERVICE_UNAVAILABLE,
             "every upstream turned the request away",
         ),
@@ -356,7 +342,7 @@ fn failed(uri: &http::Uri, failure: &llm_retry::BoxError) -> Response {
     tracing::info!(report = %failure.report(), "request not answered");
     let mut answer = error(uri, status, message);
     if let Some(wait) = failure.retry_after() {
-        crate::answer::set_wait_headers(answer.headers_mut(), wait);
+        llm_retry::downstream::GiveUpHeadersLayer::set_wait_headers(answer.headers_mut(), wait);
     }
     answer
 }

@@ -177,7 +177,11 @@ impl<E: Entry> crate::task::Synced for SyncedEnds<E> {
 
 /// Keeps the later of the entry there and `value`, within
 /// [`Entry::MAX_PENDING`] keys (a key already there is always updated).
-fn keep_later<E: Entry>(pending: &mut HashMap<E::Key, E::Value>, key: E::Key, value: E::Value) {
+pub(crate) fn keep_later<E: Entry>(
+    pending: &mut HashMap<E::Key, E::Value>,
+    key: E::Key,
+    value: E::Value,
+) {
     if pending.len() >= E::MAX_PENDING && !pending.contains_key(&key) {
         return;
     }

@@ -1,4 +1,5 @@
-//! What both shared stores do alike: one lazy connection whose calls each
+//! What the shared stores (the gate's, the budget's and the failover's
+//! marks) do alike: one lazy connection whose calls each
 //! sync bounds, and a task that syncs on a timer or when woken, until the
 //! store is dropped.
 

@@ -11,9 +11,7 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use llm_retry::failover::{
-    AttemptOutcome, Failover, FailoverReport, SharedMarks, SkipReason, Target,
-};
+use llm_retry::failover::{Failover, FailoverReport, MarkKind, SharedMarks, Target};
 use llm_retry::BoxError;
 use llm_retry_mock::{MockServer, Reply, Route, Script};
 use llm_retry_redis::{RedisTargetMarks, SharedOptions, StateName};
@@ -101,8 +99,8 @@ async fn a_wait_named_to_one_replica_keeps_the_other_off_the_target() {
         .cloned()
         .unwrap();
     assert_eq!(
-        report.attempts[0].outcome,
-        AttemptOutcome::Skipped(SkipReason::CoolingDown)
+        report.set_aside().collect::<Vec<_>>(),
+        [("a", MarkKind::Cooldown)]
     );
     assert_eq!(a.request_count(), 1, "the second replica never sent to a");
     assert_eq!(b.request_count(), 2);

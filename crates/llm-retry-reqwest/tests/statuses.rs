@@ -5,8 +5,11 @@
 
 mod support;
 
-use llm_retry::StopReason;
+use http::HeaderMap;
+use llm_retry::{BoxError, StopReason};
 use llm_retry_mock::{Reply, Route};
+use std::future::Future;
+use std::pin::Pin;
 use support::{client, fast_policy, mock, post};
 
 /// 2xx, 3xx and 4xx answers that are final: handed back as they came.
@@ -107,7 +110,7 @@ async fn the_retry_count_is_reached_exactly() {
 struct FreshKey;
 
 impl llm_retry::policy::RefreshCredentials for FreshKey {
-    fn refresh(&self) -> llm_retry::policy::CredentialsFuture {
+    fn refresh(&self) -> Pin<Box<dyn Future<Output = Result<HeaderMap, BoxError>> + Send>> {
         Box::pin(async {
             let mut headers = http::HeaderMap::new();
             headers.insert("x-api-key", http::HeaderValue::from_static("fresh"));

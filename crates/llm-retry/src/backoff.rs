@@ -1,5 +1,8 @@
-//! How long to wait when the server named no wait: exponential backoff with
-//! a choice of jitter, and the small spread added to a server-named wait.
+//! How long to wait when the server named no wait: exponential backoff from
+//! [`initial_backoff`](crate::RetryPolicyBuilder::initial_backoff), spread
+//! by the [`Jitter`] set with
+//! [`RetryPolicyBuilder::jitter`](crate::RetryPolicyBuilder::jitter), and the
+//! small spread added to a server-named wait.
 //!
 //! Pure: randomness comes from the caller's RNG, so a seeded RNG gives an
 //! exact sequence in tests.

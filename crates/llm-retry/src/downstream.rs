@@ -25,17 +25,9 @@ pub fn mark_give_up(report: &RetryReport, headers: &mut HeaderMap) -> bool {
     }
     headers.insert("x-should-retry", HeaderValue::from_static("false"));
     if let Some(wait) = report.last_server_wait {
-        set_wait_headers(headers, wait);
+        GiveUpHeadersLayer::set_wait_headers(headers, wait);
     }
     true
-}
-
-/// Tells a client when to come back: `retry-after` in whole seconds
-/// (rounded up) and `retry-after-ms`, replacing any already there.
-pub(crate) fn set_wait_headers(headers: &mut HeaderMap, wait: std::time::Duration) {
-    let millis = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
-    headers.insert("retry-after", HeaderValue::from(millis.div_ceil(1000)));
-    headers.insert("retry-after-ms", HeaderValue::from(millis));
 }
 
 /// Applies [`mark_give_up`] to every response carrying a [`RetryReport`].
@@ -46,6 +38,26 @@ impl GiveUpHeadersLayer {
     /// The layer.
     pub const fn new() -> GiveUpHeadersLayer {
         GiveUpHeadersLayer
+    }
+
+    /// Writes a wait the way this layer does: `retry-after` in whole
+    /// seconds (rounded up) and `retry-after-ms`, replacing any already
+    /// there. For a server's own answers (a 503 while draining, say) that
+    /// should tell clients when to come back as a give-up does.
+    ///
+    /// ```
+    /// use llm_retry::downstream::GiveUpHeadersLayer;
+    /// use std::time::Duration;
+    ///
+    /// let mut headers = http::HeaderMap::new();
+    /// GiveUpHeadersLayer::set_wait_headers(&mut headers, Duration::from_millis(1_200));
+    /// assert_eq!(headers["retry-after"], "2");
+    /// assert_eq!(headers["retry-after-ms"], "1200");
+    /// ```
+    pub fn set_wait_headers(headers: &mut HeaderMap, wait: std::time::Duration) {
+        let millis = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+        headers.insert("retry-after", HeaderValue::from(millis.div_ceil(1000)));
+        headers.insert("retry-after-ms", HeaderValue::from(millis));
     }
 }
 
@@ -112,9 +124,8 @@ mod tests {
     use std::time::Duration;
 
     fn report(stop: StopReason, wait: Option<Duration>) -> RetryReport {
-        let mut state = crate::policy::RetryState::new();
-        state.record_send();
-        let mut report = state.report(stop);
+        let mut report = RetryReport::new(stop);
+        report.attempts = 1;
         report.last_server_wait = wait;
         report
     }

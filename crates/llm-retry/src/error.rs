@@ -59,9 +59,9 @@ mod tests {
     use std::time::Duration;
 
     fn error(stop: StopReason, source: Option<BoxError>) -> RetryError {
-        let mut state = crate::policy::RetryState::new();
-        state.record_send();
-        RetryError::new(state.report(stop), source)
+        let mut report = RetryReport::new(stop);
+        report.attempts = 1;
+        RetryError::new(report, source)
     }
 
     #[test]

@@ -96,9 +96,9 @@ impl Default for SharedHooks {
 /// let hooks = llm_retry::on_retry(|event: &llm_retry::RetryEvent| {
 ///     eprintln!("retry {} in {:?}", event.retry, event.delay);
 /// });
-/// # let _ = hooks;
+/// assert!(format!("{hooks:?}").starts_with("OnRetry"));
 /// ```
-pub fn on_retry<F>(f: F) -> impl RetryHooks
+pub fn on_retry<F>(f: F) -> impl RetryHooks + fmt::Debug
 where
     F: Fn(&RetryEvent) + Send + Sync + 'static,
 {

@@ -1,7 +1,7 @@
 //! The `metrics` feature: what a retried request records.
 #![allow(clippy::unwrap_used)]
 
-use crate::retry::tests_support::{reply, request, Upstream};
+use crate::retry::service_tests::{reply, request, Upstream};
 use crate::{RetryLayer, RetryPolicy};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use tower::{Layer, ServiceExt};

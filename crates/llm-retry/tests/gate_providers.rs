@@ -262,9 +262,13 @@ fn token_bucket(per_sec: u64, sends: Sends) -> Upstream {
             async move {
                 use http_body_util::BodyExt;
                 let body = req.into_body().collect().await?.to_bytes();
-                // Its `max_tokens` plus a quarter of its bytes.
-                let cost = llm_retry::rate_limit::TokenCost::estimate(&body)
-                    .map_or((body.len() / 4) as f64, |cost| cost.0 as f64);
+                // Its `max_tokens` plus a quarter of its bytes, read as the
+                // upstream reads it (a JSON parse), not with the gate's skim.
+                let max_tokens = serde_json::from_slice::<serde_json::Value>(&body)
+                    .ok()
+                    .and_then(|json| json.get("max_tokens")?.as_u64())
+                    .unwrap_or(0);
+                let cost = (max_tokens + body.len() as u64 / 4) as f64;
                 tokio::time::sleep(LATENCY).await;
                 let now = Instant::now();
                 let (ok, left, wait) = {

@@ -8,9 +8,11 @@ use crate::health::Health;
 use crate::key::StateName;
 use crate::options::SharedOptions;
 use crate::task::{connection, sync_loop};
-use llm_retry::rate_limit::{PaceFuture, SharedGate, SharedPace};
+use llm_retry::rate_limit::{SharedGate, SharedPace};
 use redis::aio::ConnectionManager;
+use std::future::Future;
 use std::hash::Hasher;
+use std::pin::Pin;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -188,7 +190,12 @@ impl SharedGate for RedisGate {
         self.inner.holds.known().get(&key).copied()
     }
 
-    fn pace(&self, key: u64, pace: SharedPace, max_wait: Option<Duration>) -> PaceFuture {
+    fn pace(
+        &self,
+        key: u64,
+        pace: SharedPace,
+        max_wait: Option<Duration>,
+    ) -> Pin<Box<dyn Future<Output = Result<Duration, Duration>> + Send>> {
         let inner = Arc::clone(&self.inner);
         Box::pin(async move { inner.pace(key, pace, max_wait).await })
     }

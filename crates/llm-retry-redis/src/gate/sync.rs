@@ -36,13 +36,9 @@ impl Entry for Holds {
     }
 
     fn know(known: &mut Self::Known, key: &u64, until: Instant) {
-        if known.len() >= MAX_HOLDS && !known.contains_key(key) {
-            return;
-        }
-        let entry = known.entry(*key).or_insert(until);
-        if until > *entry {
-            *entry = until;
-        }
+        // Known holds are kept as pending ones are: by key, the later end,
+        // within `MAX_HOLDS`.
+        crate::ends::keep_later::<Holds>(known, *key, until);
     }
 }
 

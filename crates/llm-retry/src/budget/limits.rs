@@ -15,20 +15,21 @@ pub(crate) const DEFAULT_MAX_ELAPSED: Duration = Duration::from_secs(300);
 /// ends the request at once instead of freezing the caller.
 pub(crate) const DEFAULT_MAX_SERVER_WAIT: Duration = Duration::from_secs(120);
 
-/// The bounds every logical request stays inside.
+/// The bounds every logical request stays inside (read through
+/// [`RetryPolicy`](crate::RetryPolicy)'s accessors).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// Retries after the first attempt.
-    pub max_retries: u32,
+    pub(crate) max_retries: u32,
     /// Total time from the first send, waits included. A wait that would
     /// end past it is not started.
-    pub max_elapsed: Duration,
+    pub(crate) max_elapsed: Duration,
     /// Longest server-named wait honoured.
-    pub max_server_wait: Duration,
+    pub(crate) max_server_wait: Duration,
     /// Longest time one attempt may take to its response head (off by
     /// default: the deadline alone bounds it). An attempt cut by it, or by
     /// the deadline, counts as a timeout.
-    pub attempt_timeout: Option<Duration>,
+    pub(crate) attempt_timeout: Option<Duration>,
 }
 
 impl Default for Limits {

@@ -2,8 +2,10 @@
 //!
 //! Two kinds of bound, checked together by the policy:
 //!
-//! - Per request, [`Limits`]: attempts, total elapsed time (waits included)
-//!   and the longest server-named wait honoured.
+//! - Per request, the limits set on the
+//!   [`RetryPolicyBuilder`](crate::RetryPolicyBuilder): attempts, total
+//!   elapsed time (waits included) and the longest server-named wait
+//!   honoured.
 //! - Shared by every request of a client or route, [`RetryBudget`]: retries
 //!   may add at most a share of the recent first attempts (default 20%) plus
 //!   a small floor (default 10 a second, over a 10 s window), so a crowd of
@@ -20,14 +22,12 @@
 //!
 //! ```
 //! use llm_retry::budget::RetryBudget;
-//! use llm_retry::BoxError;
 //!
 //! let budget = RetryBudget::default().with_max_waiting(64);
 //! budget.deposit(); // the first send of a request
-//! budget.try_withdraw()?; // a retry's worth
+//! assert!(budget.try_withdraw().is_ok()); // a retry's worth
 //! assert_eq!(budget.level().withdrawn, 1);
 //! assert_eq!(budget.waiting(), 0);
-//! # Ok::<(), BoxError>(())
 //! ```
 
 mod admission;
@@ -41,7 +41,6 @@ mod window;
 
 pub(crate) use admission::WaitPermit;
 pub use config::BudgetRule;
-pub use limits::Limits;
-pub(crate) use limits::Refusal;
-pub use retry_budget::{BudgetExhausted, BudgetLevel, RetryBudget};
+pub(crate) use limits::{Limits, Refusal};
+pub use retry_budget::{BudgetLevel, RetryBudget};
 pub use store::{BudgetStore, LocalWindow, WindowCounts};

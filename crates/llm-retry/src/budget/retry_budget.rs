@@ -153,9 +153,16 @@ impl RetryBudget {
         self.deposit_at(Instant::now());
     }
 
-    /// Takes one retry from the budget, or says why not. A refused retry
-    /// costs nothing.
-    pub fn try_withdraw(&self) -> Result<(), BudgetExhausted> {
+    /// Takes one retry from the budget; refused, returns the counts in
+    /// the window that refused it, as a [`BudgetStore`] does. A refused
+    /// retry costs nothing.
+    pub fn try_withdraw(&self) -> Result<(), WindowCounts> {
+        self.withdraw().map_err(|refused| refused.counts)
+    }
+
+    /// As [`try_withdraw`](Self::try_withdraw), a refusal saying why in
+    /// words (a give-up's `StopReason::BudgetExhausted`).
+    pub(crate) fn withdraw(&self) -> Result<(), BudgetExhausted> {
         self.try_withdraw_at(Instant::now())
     }
 
@@ -174,11 +181,7 @@ impl RetryBudget {
             .counts
             .store()
             .try_withdraw(now, &config)
-            .map_err(|counts| BudgetExhausted {
-                deposited: counts.deposited,
-                withdrawn: counts.withdrawn,
-                config,
-            })
+            .map_err(|counts| BudgetExhausted { counts, config })
     }
 
     pub(crate) fn level_at(&self, now: Instant) -> BudgetLevel {
@@ -198,26 +201,9 @@ impl RetryBudget {
 /// A retry refused by a [`RetryBudget`]: the window's retries already use
 /// all that its first attempts and the floor allow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BudgetExhausted {
-    deposited: u64,
-    withdrawn: u64,
+pub(crate) struct BudgetExhausted {
+    counts: WindowCounts,
     config: BudgetRule,
-}
-
-impl BudgetExhausted {
-    /// The budget's counts when the retry was refused (`available` is 0).
-    pub fn level(&self) -> BudgetLevel {
-        BudgetLevel {
-            deposited: self.deposited,
-            withdrawn: self.withdrawn,
-            available: 0,
-        }
-    }
-
-    /// The budget's window.
-    pub fn window(&self) -> Duration {
-        self.config.window()
-    }
 }
 
 /// `retry budget exhausted: 12 retries already spent against 50 requests
@@ -225,15 +211,19 @@ impl BudgetExhausted {
 impl fmt::Display for BudgetExhausted {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let plural = |n: u64, one, many| if n == 1 { one } else { many };
+        let WindowCounts {
+            deposited,
+            withdrawn,
+        } = self.counts;
         write!(
             f,
             "retry budget exhausted: {} {} already spent against {} {} in the last ",
-            self.withdrawn,
-            plural(self.withdrawn, "retry", "retries"),
-            self.deposited,
-            plural(self.deposited, "request", "requests"),
+            withdrawn,
+            plural(withdrawn, "retry", "retries"),
+            deposited,
+            plural(deposited, "request", "requests"),
         )?;
-        write_decimal(f, self.window().as_millis(), 3)?;
+        write_decimal(f, self.config.window().as_millis(), 3)?;
         write!(f, " s ({})", self.config)
     }
 }

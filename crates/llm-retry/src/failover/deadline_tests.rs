@@ -93,7 +93,7 @@ async fn a_target_cut_at_the_route_deadline_ends_the_request_as_a_deadline() {
     let error = failover.oneshot(request()).await.unwrap_err();
     assert_eq!(started.elapsed(), Duration::from_secs(2));
     assert_eq!(
-        error.downcast_ref::<FailoverError>().unwrap().kind(),
-        FailoverErrorKind::Deadline
+        error.downcast_ref::<FailoverError>().unwrap().stop(),
+        FailoverStop::Deadline
     );
 }

@@ -1,6 +1,6 @@
 //! [`FailoverError`]: a request a failover could hand no answer for.
 
-use super::report::FailoverReport;
+use super::report::{FailoverReport, FailoverStop};
 use crate::error::BoxError;
 use std::fmt;
 
@@ -8,49 +8,16 @@ use std::fmt;
 /// [`FailoverReport`] and, as its source, the last target's error.
 #[derive(Debug)]
 pub struct FailoverError {
-    kind: FailoverErrorKind,
     report: FailoverReport,
     retry_after: Option<std::time::Duration>,
     rate_limited: bool,
     source: Option<BoxError>,
 }
 
-/// What kind of end a [`FailoverError`] is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum FailoverErrorKind {
-    /// Every target turned the request away without an answer to hand
-    /// over (connections refused, sends refused locally, all cooling down).
-    Exhausted,
-    /// No target sent its answer (for a stream under the stream guard: its
-    /// first content) within its
-    /// [`first_content_timeout`](super::Target::first_content_timeout),
-    /// and no other answer came to hand over: the upstream stalled.
-    FirstContentTimeout,
-    /// A target failed in a way that may have executed the request: no
-    /// other target was tried.
-    Failed,
-    /// The request's deadline passed.
-    Deadline,
-    /// The request body is larger than the failover keeps.
-    BodyTooLarge {
-        /// The cap in bytes.
-        cap: usize,
-    },
-    /// The request body failed while it was read.
-    BodyFailed,
-    /// A target's rewrite of the request failed.
-    Rewrite,
-}
-
 impl FailoverError {
-    pub(super) fn new(
-        kind: FailoverErrorKind,
-        report: FailoverReport,
-        source: Option<BoxError>,
-    ) -> FailoverError {
+    /// An error ending as `report.stop` says.
+    pub(super) fn new(report: FailoverReport, source: Option<BoxError>) -> FailoverError {
         FailoverError {
-            kind,
             report,
             retry_after: None,
             rate_limited: false,
@@ -84,9 +51,11 @@ impl FailoverError {
         self.retry_after
     }
 
-    /// What kind of end this is.
-    pub fn kind(&self) -> FailoverErrorKind {
-        self.kind
+    /// Why the failover stopped (its report's
+    /// [`stop`](FailoverReport::stop)): never
+    /// [`Answered`](FailoverStop::Answered).
+    pub fn stop(&self) -> FailoverStop {
+        self.report.stop
     }
 
     /// What the failover did.
@@ -97,23 +66,21 @@ impl FailoverError {
 
 impl fmt::Display for FailoverError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.kind {
-            FailoverErrorKind::Exhausted => write!(f, "failover exhausted: {}", self.report),
-            FailoverErrorKind::FirstContentTimeout => write!(
-                f,
-                "no first content within the first-content timeout: {}",
-                self.report
-            ),
-            FailoverErrorKind::Failed => write!(f, "failover stopped: {}", self.report),
-            FailoverErrorKind::Deadline => write!(f, "failover deadline passed: {}", self.report),
-            FailoverErrorKind::BodyTooLarge { cap } => {
+        match self.report.stop {
+            FailoverStop::Exhausted => write!(f, "failover exhausted: {}", self.report),
+            FailoverStop::FirstContentTimeout => write!(f, "failover stalled: {}", self.report),
+            FailoverStop::Answered | FailoverStop::Failed => {
+                write!(f, "failover stopped: {}", self.report)
+            }
+            FailoverStop::Deadline => write!(f, "failover deadline passed: {}", self.report),
+            FailoverStop::BodyTooLarge { cap } => {
                 write!(
                     f,
                     "request body is larger than the failover's {cap}-byte buffer"
                 )
             }
-            FailoverErrorKind::BodyFailed => f.write_str("request body failed while it was read"),
-            FailoverErrorKind::Rewrite => f.write_str("a target's request rewrite failed"),
+            FailoverStop::BodyFailed => f.write_str("request body failed while it was read"),
+            FailoverStop::Rewrite => f.write_str("a target's request rewrite failed"),
         }
     }
 }

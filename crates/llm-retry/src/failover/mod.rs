@@ -98,14 +98,18 @@ mod target;
 
 pub use body::FailoverBody;
 pub use config::{ExhaustionRetry, FailoverBuilder};
-pub use error::{FailoverError, FailoverErrorKind};
+pub use error::FailoverError;
 pub use marks::{Mark, MarkKind, SharedMarks};
-pub use report::{AttemptOutcome, FailoverReport, FailoverStop, SkipReason, TargetAttempt};
+#[cfg(test)]
+use report::AttemptOutcome;
+pub use report::{FailoverReport, FailoverStop};
 pub use service::Failover;
 pub use shutdown::Shutdown;
 pub use target::{set_model, Target};
 
 #[cfg(test)]
 mod deadline_tests;
+#[cfg(test)]
+mod report_tests;
 #[cfg(test)]
 mod service_tests;

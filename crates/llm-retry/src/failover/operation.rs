@@ -3,7 +3,7 @@
 
 use super::body::FailoverBody;
 use super::config::{Config, MAX_COOLDOWN, UNNAMED_ROUND_WAIT};
-use super::error::{FailoverError, FailoverErrorKind};
+use super::error::FailoverError;
 use super::overload::{self, Shape};
 use super::report::{
     AttemptOutcome, FailoverReport, FailoverStop, SkipReason, Suppression, TargetAttempt,
@@ -51,9 +51,9 @@ pub(super) struct Operation<S> {
     report: FailoverReport,
     /// Per target, when it takes requests again, once it turned this one away.
     ready: Vec<Option<Ready>>,
-    /// The last rejection that came as an answer, its body read: what an
-    /// exhausted request hands over.
-    last_answer: Option<Response<Bytes>>,
+    /// The last rejection that came as an answer, its body read, and the
+    /// target that sent it: what an exhausted request hands over.
+    last_answer: Option<(Arc<str>, Response<Bytes>)>,
     /// The last rejection that came as an error, for when no answer came.
     last_error: Option<BoxError>,
     /// The slowest attempt so far: what one more attempt may take.
@@ -117,7 +117,7 @@ impl<S> Operation<S> {
         let (mut parts, body) = request.into_parts();
         let body = match collect(body, self.config.max_body, self.deadline).await {
             Ok(body) => body,
-            Err((kind, source)) => return Err(self.error(kind, source)),
+            Err((stop, source)) => return Err(self.error(stop, source)),
         };
         // A target's retry stack waits and resends only within what the
         // failover has left: a named wait that would outlast it ends the
@@ -198,9 +198,7 @@ impl<S> Operation<S> {
             let mut request_body = body.clone();
             if let Some(rewrite) = &target.rewrite {
                 if let Err(error) = rewrite(&mut request_parts, &mut request_body) {
-                    return RoundEnd::Final(Err(
-                        self.error(FailoverErrorKind::Rewrite, Some(error))
-                    ));
+                    return RoundEnd::Final(Err(self.error(FailoverStop::Rewrite, Some(error))));
                 }
             }
             let request = Request::from_parts(request_parts, Full::new(request_body));
@@ -235,7 +233,7 @@ impl<S> Operation<S> {
                     Verdict::Rejected(rejection) => {
                         self.rejected(index, target, rejection);
                         not_throttled |= !throttled(rejection);
-                        self.last_answer = Some(keep(response).await);
+                        self.last_answer = Some((Arc::clone(&target.name), keep(response).await));
                     }
                     Verdict::Final => {
                         let mut response = match moves_on(response).await {
@@ -246,7 +244,7 @@ impl<S> Operation<S> {
                                 failed(target);
                                 ambiguous = true;
                                 self.ready[index] = overload::named_ready(kept.headers());
-                                self.last_answer = Some(kept);
+                                self.last_answer = Some((Arc::clone(&target.name), kept));
                                 continue;
                             }
                             Err(response) => response,
@@ -259,6 +257,7 @@ impl<S> Operation<S> {
                             observe::failover_round_served();
                         }
                         self.report.stop = FailoverStop::Answered;
+                        self.report.answered_by = Some(Arc::clone(&target.name));
                         response.extensions_mut().insert(self.report.clone());
                         return RoundEnd::Final(Ok(response));
                     }
@@ -276,9 +275,7 @@ impl<S> Operation<S> {
                         if self.past_deadline(Instant::now()) {
                             return self.deadline_passed();
                         }
-                        return RoundEnd::Final(Err(
-                            self.error(FailoverErrorKind::Failed, Some(error))
-                        ));
+                        return RoundEnd::Final(Err(self.error(FailoverStop::Failed, Some(error))));
                     }
                 },
             }
@@ -529,7 +526,7 @@ impl<S> Operation<S> {
         if self.last_answer.is_some() {
             return RoundEnd::Final(self.take_exhausted(Suppression::Deadline));
         }
-        RoundEnd::Final(Err(self.error(FailoverErrorKind::Deadline, None)))
+        RoundEnd::Final(Err(self.error(FailoverStop::Deadline, None)))
     }
 
     /// No further round: the last rejection, marked so the caller does not
@@ -541,12 +538,11 @@ impl<S> Operation<S> {
         observe::failover_suppressed(suppression.label());
         observe::failover_exhausted();
         self.report.suppressed = Some(suppression);
-        self.report.stop = FailoverStop::Exhausted;
         let now = Instant::now();
         let cause = self.soonest_cause(now, true);
         let named = cause.map(|(at, _)| at);
         match self.last_answer.take() {
-            Some(response) => {
+            Some((target, response)) => {
                 let mut response = response.map(FailoverBody::kept);
                 let headers = response.headers_mut();
                 headers.insert("x-should-retry", HeaderValue::from_static("false"));
@@ -554,7 +550,7 @@ impl<S> Operation<S> {
                 // answer's own wait was named when it came, not now.
                 match named {
                     Some(at) => {
-                        crate::downstream::set_wait_headers(
+                        crate::downstream::GiveUpHeadersLayer::set_wait_headers(
                             headers,
                             at.saturating_duration_since(now),
                         );
@@ -564,6 +560,8 @@ impl<S> Operation<S> {
                         headers.remove("retry-after-ms");
                     }
                 }
+                self.report.stop = FailoverStop::Exhausted;
+                self.report.answered_by = Some(target);
                 response.extensions_mut().insert(self.report.clone());
                 Ok(response)
             }
@@ -577,12 +575,12 @@ impl<S> Operation<S> {
                     .attempts
                     .iter()
                     .any(|a| a.outcome == AttemptOutcome::FirstContentTimeout);
-                let kind = if timed_out {
-                    FailoverErrorKind::FirstContentTimeout
+                self.report.stop = if timed_out {
+                    FailoverStop::FirstContentTimeout
                 } else {
-                    FailoverErrorKind::Exhausted
+                    FailoverStop::Exhausted
                 };
-                let error = FailoverError::new(kind, self.report.clone(), source)
+                let error = FailoverError::new(self.report.clone(), source)
                     .with_retry_after(left)
                     .with_rate_limited(cause.is_some_and(|(_, rate_limited)| rate_limited));
                 Err(Box::new(error))
@@ -590,14 +588,11 @@ impl<S> Operation<S> {
         }
     }
 
-    fn error(&mut self, kind: FailoverErrorKind, source: Option<BoxError>) -> BoxError {
+    fn error(&mut self, stop: FailoverStop, source: Option<BoxError>) -> BoxError {
         // An exhaustion's error is made where its wait is known
         // (`take_exhausted`); every other end comes here.
-        self.report.stop = match kind {
-            FailoverErrorKind::Deadline => FailoverStop::Deadline,
-            _ => FailoverStop::Failed,
-        };
-        Box::new(FailoverError::new(kind, self.report.clone(), source))
+        self.report.stop = stop;
+        Box::new(FailoverError::new(self.report.clone(), source))
     }
 }
 
@@ -671,7 +666,7 @@ async fn collect<B>(
     body: B,
     cap: usize,
     deadline: Option<Instant>,
-) -> Result<Bytes, (FailoverErrorKind, Option<BoxError>)>
+) -> Result<Bytes, (FailoverStop, Option<BoxError>)>
 where
     B: Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
@@ -680,16 +675,16 @@ where
     let collected = match deadline {
         Some(deadline) => match tokio::time::timeout_at(deadline, collect).await {
             Ok(collected) => collected,
-            Err(_) => return Err((FailoverErrorKind::Deadline, None)),
+            Err(_) => return Err((FailoverStop::Deadline, None)),
         },
         None => collect.await,
     };
     match collected {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(error) if error.is::<LengthLimitError>() => {
-            Err((FailoverErrorKind::BodyTooLarge { cap }, None))
+            Err((FailoverStop::BodyTooLarge { cap }, None))
         }
-        Err(error) => Err((FailoverErrorKind::BodyFailed, Some(error))),
+        Err(error) => Err((FailoverStop::BodyFailed, Some(error))),
     }
 }
 

@@ -1,6 +1,7 @@
 //! What a failover did with one request: every target attempt, every
 //! round, why it stopped.
 
+use super::marks::MarkKind;
 use crate::policy::Rejection;
 use http::StatusCode;
 use std::fmt;
@@ -18,8 +19,11 @@ pub struct FailoverReport {
     /// Upstream sends made, over every target and round (a target's retry
     /// stack may make several per attempt).
     pub upstream_sends: u32,
-    /// Each target the request went to or skipped, in order.
-    pub attempts: Vec<TargetAttempt>,
+    /// Each target the request went to or skipped, in order (the report's
+    /// `Debug` shows them).
+    pub(crate) attempts: Vec<TargetAttempt>,
+    /// The target whose answer was handed over.
+    pub(crate) answered_by: Option<Arc<str>>,
     /// Time spent waiting between rounds.
     pub waited: Duration,
     /// Why no further round began, when a round was exhausted (the
@@ -35,6 +39,7 @@ impl FailoverReport {
             rounds: 1,
             upstream_sends: 0,
             attempts: Vec::new(),
+            answered_by: None,
             waited: Duration::ZERO,
             suppressed: None,
             stop: FailoverStop::Answered,
@@ -48,24 +53,50 @@ impl FailoverReport {
             .filter(|a| !matches!(a.outcome, AttemptOutcome::Skipped(_)))
             .count()
     }
+
+    /// The target whose answer was handed over (a success, a failure, or
+    /// an exhausted request's last rejection): `None` when the failover
+    /// handed over no answer, as in a
+    /// [`FailoverError`](super::FailoverError)'s report.
+    pub fn answered_by(&self) -> Option<&Arc<str>> {
+        self.answered_by.as_ref()
+    }
+
+    /// The targets a mark set aside, each with that mark, in the order
+    /// they were met (a target set aside in several rounds is named in
+    /// each): [`MarkKind::Cooldown`] while inside a wait its provider named
+    /// (for every request with [`cooldown`](super::Target::cooldown), or
+    /// for this one in a further round), [`MarkKind::Unhealthy`] after
+    /// failing too often ([`unhealthy_after`](super::Target::unhealthy_after)).
+    /// A mark another process published through
+    /// [`SharedMarks`](super::SharedMarks) counts as the target's own.
+    pub fn set_aside(&self) -> impl Iterator<Item = (&str, MarkKind)> + '_ {
+        self.attempts.iter().filter_map(|a| match a.outcome {
+            AttemptOutcome::Skipped(SkipReason::CoolingDown) => {
+                Some((&*a.target, MarkKind::Cooldown))
+            }
+            AttemptOutcome::Skipped(SkipReason::Unhealthy) => {
+                Some((&*a.target, MarkKind::Unhealthy))
+            }
+            _ => None,
+        })
+    }
 }
 
 /// One target's turn in one round.
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct TargetAttempt {
+pub(crate) struct TargetAttempt {
     /// The target's name.
-    pub target: Arc<str>,
+    pub(crate) target: Arc<str>,
     /// The round, from 1.
-    pub round: u32,
+    pub(crate) round: u32,
     /// What came of it.
-    pub outcome: AttemptOutcome,
+    pub(crate) outcome: AttemptOutcome,
 }
 
 /// What came of one target's turn.
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum AttemptOutcome {
+pub(crate) enum AttemptOutcome {
     /// An answer the failover handed over (a success, or a failure that is
     /// not a certified rejection).
     Answered(StatusCode),
@@ -86,8 +117,7 @@ pub enum AttemptOutcome {
 
 /// Why a target was not tried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum SkipReason {
+pub(crate) enum SkipReason {
     /// The request is bound to provider state held by the first target.
     StateBound,
     /// The round's `max_target_attempts` were spent.
@@ -103,9 +133,10 @@ pub enum SkipReason {
     Deadline,
 }
 
+#[cfg(test)]
 impl SkipReason {
-    /// A short, fixed name for metrics and logs.
-    pub fn label(self) -> &'static str {
+    /// A short, fixed name, for the tests' trails.
+    pub(crate) fn label(self) -> &'static str {
         match self {
             SkipReason::StateBound => "state_bound",
             SkipReason::AttemptLimit => "attempt_limit",
@@ -171,21 +202,38 @@ impl Suppression {
     }
 }
 
-/// Why a failover stopped.
+/// Why a failover stopped: in its [`FailoverReport`], and read through
+/// [`FailoverError::stop`](super::FailoverError::stop) when no answer was
+/// handed over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum FailoverStop {
     /// A target's answer was handed over.
     Answered,
     /// Every round ended with every target turning the request away; the
-    /// last rejection was handed over (or, with no answer to hand over, a
-    /// [`FailoverError`](super::FailoverError) returned).
+    /// last rejection was handed over, or, with none to hand over
+    /// (connections refused, sends refused locally, all cooling down), a
+    /// [`FailoverError`](super::FailoverError) returned.
     Exhausted,
-    /// A target failed in a way that may have executed the request, or
-    /// the request could not be made (its body, a rewrite).
+    /// No target sent its answer (for a stream under the stream guard: its
+    /// first content) within its
+    /// [`first_content_timeout`](super::Target::first_content_timeout),
+    /// and no other answer came to hand over: the upstream stalled.
+    FirstContentTimeout,
+    /// A target failed in a way that may have executed the request: no
+    /// other target was tried.
     Failed,
     /// The deadline passed with no answer to hand over.
     Deadline,
+    /// The request body is larger than the failover keeps.
+    BodyTooLarge {
+        /// The cap in bytes.
+        cap: usize,
+    },
+    /// The request body failed while it was read.
+    BodyFailed,
+    /// A target's [`rewrite`](super::Target::rewrite) of the request failed.
+    Rewrite,
 }
 
 impl fmt::Display for FailoverReport {
@@ -193,8 +241,12 @@ impl fmt::Display for FailoverReport {
         let stop = match self.stop {
             FailoverStop::Answered => "answered",
             FailoverStop::Exhausted => "every target turned the request away",
+            FailoverStop::FirstContentTimeout => "no target sent its first content in time",
             FailoverStop::Failed => "a target failed",
             FailoverStop::Deadline => "the deadline passed",
+            FailoverStop::BodyTooLarge { .. } => "the request body is too large",
+            FailoverStop::BodyFailed => "the request body failed",
+            FailoverStop::Rewrite => "a rewrite failed",
         };
         write!(
             f,

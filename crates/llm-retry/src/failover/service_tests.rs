@@ -28,7 +28,7 @@ pub(super) async fn upstream(route: Route) -> MockServer {
 }
 
 /// A plain client (one send per attempt) aimed at `base`.
-fn target_at(name: &str, base: String) -> Target<Svc> {
+pub(super) fn target_at(name: &str, base: String) -> Target<Svc> {
     let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
     let service = BoxCloneSyncService::new(client.map_err(BoxError::from));
     Target::new(name, service).rewrite(move |parts, _| {
@@ -37,7 +37,15 @@ fn target_at(name: &str, base: String) -> Target<Svc> {
     })
 }
 
-fn target(name: &str, mock: &MockServer) -> Target<Svc> {
+/// The base URL of a port nothing listens on: every connect is refused.
+pub(super) fn dead_address() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = format!("http://{}", listener.local_addr().unwrap());
+    drop(listener);
+    dead
+}
+
+pub(super) fn target(name: &str, mock: &MockServer) -> Target<Svc> {
     target_at(name, mock.url(""))
 }
 
@@ -195,9 +203,7 @@ async fn a_stream_whose_first_event_is_an_overload_moves_on_under_the_stream_gua
 
 #[tokio::test(start_paused = true)]
 async fn a_refused_connection_moves_on() {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let dead = format!("http://{}", listener.local_addr().unwrap());
-    drop(listener);
+    let dead = dead_address();
     let b = upstream(Route::always(Reply::anthropic_ok("b"))).await;
     let failover = Failover::builder(vec![target_at("dead", dead), target("b", &b)])
         .build()
@@ -451,8 +457,8 @@ async fn the_deadline_bounds_attempts_and_forbids_a_round_it_cannot_hold() {
     let error = failover.oneshot(request()).await.unwrap_err();
     assert_eq!(started.elapsed(), Duration::from_secs(2));
     assert_eq!(
-        error.downcast_ref::<FailoverError>().unwrap().kind(),
-        FailoverErrorKind::Deadline
+        error.downcast_ref::<FailoverError>().unwrap().stop(),
+        FailoverStop::Deadline
     );
 
     // Answers take 1.4 s: at 1.4 s, a 1 s wait and another 1.4 s attempt
@@ -816,7 +822,7 @@ async fn an_error_event_after_the_answer_began_is_not_a_rejection() {
     .unwrap();
     let error = failover.oneshot(request()).await.unwrap_err();
     let error = error.downcast_ref::<FailoverError>().unwrap();
-    assert_eq!(error.kind(), FailoverErrorKind::Failed, "{error}");
+    assert_eq!(error.stop(), FailoverStop::Failed, "{error}");
     assert_eq!(
         b.request_count(),
         0,
@@ -826,9 +832,7 @@ async fn an_error_event_after_the_answer_began_is_not_a_rejection() {
 
 #[tokio::test(start_paused = true)]
 async fn only_rate_limits_and_overloads_let_a_further_round_begin() {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let dead = format!("http://{}", listener.local_addr().unwrap());
-    drop(listener);
+    let dead = dead_address();
     let b = upstream(Route::always(rate_limited("1"))).await;
     let failover = with_round(vec![target_at("dead", dead), target("b", &b)])
         .build()
@@ -888,15 +892,15 @@ async fn a_window_with_nothing_left_cools_the_target_down() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_failing_rewrite_and_an_oversized_body_end_the_request_with_their_kind() {
+async fn a_failing_rewrite_and_an_oversized_body_end_the_request_with_their_stop() {
     let a = upstream(Route::always(Reply::anthropic_ok("a"))).await;
     let failover = Failover::builder(vec![target("a", &a).rewrite(|_, _| Err("no route".into()))])
         .build()
         .unwrap();
     let error = failover.oneshot(request()).await.unwrap_err();
     assert_eq!(
-        error.downcast_ref::<FailoverError>().unwrap().kind(),
-        FailoverErrorKind::Rewrite
+        error.downcast_ref::<FailoverError>().unwrap().stop(),
+        FailoverStop::Rewrite
     );
     let failover = Failover::builder(vec![target("a", &a)])
         .max_body(8)
@@ -904,8 +908,8 @@ async fn a_failing_rewrite_and_an_oversized_body_end_the_request_with_their_kind
         .unwrap();
     let error = failover.oneshot(request()).await.unwrap_err();
     assert_eq!(
-        error.downcast_ref::<FailoverError>().unwrap().kind(),
-        FailoverErrorKind::BodyTooLarge { cap: 8 }
+        error.downcast_ref::<FailoverError>().unwrap().stop(),
+        FailoverStop::BodyTooLarge { cap: 8 }
     );
     assert_eq!(a.request_count(), 0);
 }
@@ -1046,15 +1050,13 @@ async fn an_error_says_why_the_failover_stopped() {
     let error = error.downcast_ref::<FailoverError>().unwrap();
     assert_eq!(error.report().stop, FailoverStop::Deadline);
 
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let dead = format!("http://{}", listener.local_addr().unwrap());
-    drop(listener);
+    let dead = dead_address();
     let failover = Failover::builder(vec![target_at("dead", dead)])
         .build()
         .unwrap();
     let error = failover.oneshot(request()).await.unwrap_err();
     let error = error.downcast_ref::<FailoverError>().unwrap();
-    assert_eq!(error.kind(), FailoverErrorKind::Exhausted);
+    assert_eq!(error.stop(), FailoverStop::Exhausted);
     assert_eq!(error.report().stop, FailoverStop::Exhausted);
     assert_eq!(error.retry_after(), None, "no provider named a wait");
 }
@@ -1069,8 +1071,8 @@ async fn a_request_body_that_fails_is_not_called_too_large() {
     ]));
     let error = failover.oneshot(Request::new(failing)).await.unwrap_err();
     assert_eq!(
-        error.downcast_ref::<FailoverError>().unwrap().kind(),
-        FailoverErrorKind::BodyFailed
+        error.downcast_ref::<FailoverError>().unwrap().stop(),
+        FailoverStop::BodyFailed
     );
     assert_eq!(a.request_count(), 0);
 }
@@ -1200,7 +1202,7 @@ async fn a_stall_with_no_answer_to_hand_over_ends_as_a_first_content_timeout() {
     .unwrap();
     let error = failover.oneshot(request()).await.unwrap_err();
     let error = error.downcast_ref::<FailoverError>().unwrap();
-    assert_eq!(error.kind(), FailoverErrorKind::FirstContentTimeout);
+    assert_eq!(error.stop(), FailoverStop::FirstContentTimeout);
     assert!(!error.is_rate_limited());
 }
 
@@ -1217,7 +1219,7 @@ async fn a_cooldown_remembers_whether_a_rate_limit_named_it() {
         let _ = failover.clone().oneshot(request()).await.unwrap();
         let error = failover.oneshot(request()).await.unwrap_err();
         let error = error.downcast_ref::<FailoverError>().unwrap();
-        assert_eq!(error.kind(), FailoverErrorKind::Exhausted);
+        assert_eq!(error.stop(), FailoverStop::Exhausted);
         assert_eq!(error.is_rate_limited(), rate_limited);
         assert_eq!(error.retry_after(), Some(Duration::from_secs(5)));
         assert_eq!(a.request_count(), 1);

@@ -80,7 +80,7 @@ impl<S> Target<S> {
 
     /// Rewrites each attempt's copy of the original request for this
     /// target (its URI, its credentials, its model). An error ends the
-    /// request with [`FailoverErrorKind::Rewrite`](super::FailoverErrorKind::Rewrite).
+    /// request with [`FailoverStop::Rewrite`](super::FailoverStop::Rewrite).
     pub fn rewrite<F>(mut self, rewrite: F) -> Target<S>
     where
         F: Fn(&mut Parts, &mut Bytes) -> Result<(), BoxError> + Send + Sync + 'static,
@@ -289,7 +289,9 @@ impl Cooldown {
 /// no model (or is no JSON object at all: a `GET`, an upload) has none to
 /// rewrite and is sent as it is. A body that opens as a JSON object but
 /// does not parse as one fails the rewrite: sent on, it would reach the
-/// target under the other target's model name.
+/// target under the other target's model name. The failure's error says so
+/// in its message; its type is not public (the failover reports it as
+/// [`FailoverStop::Rewrite`](super::FailoverStop::Rewrite)).
 pub fn set_model(
     model: impl Into<String>,
 ) -> impl Fn(&mut Parts, &mut Bytes) -> Result<(), BoxError> + Send + Sync + 'static {

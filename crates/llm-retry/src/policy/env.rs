@@ -150,7 +150,7 @@ impl RetryPolicyBuilder {
     ///     _ => None,
     /// };
     /// let policy = RetryPolicy::builder().from_env_with(env)?.build()?;
-    /// assert_eq!(policy.limits().max_retries, 3);
+    /// assert_eq!(policy.max_retries(), 3);
     ///
     /// let err = RetryPolicy::builder()
     ///     .from_env_with(|_| Some("ten".to_owned()))

@@ -1,6 +1,6 @@
 //! The decision: classification + server hint + backoff + bounds.
 //!
-//! The policy's judgement is pure: given the request's [`RetryState`] and
+//! The policy's judgement is pure: given the request's `RetryState` and
 //! an attempt's outcome, it says whether to accept the outcome, stop, or
 //! retry after a given delay. [`RetryLayer`](crate::RetryLayer) drives it;
 //! it also implements [`tower::retry::Policy`] so tower's own retry layer
@@ -22,9 +22,9 @@ pub use crate::report::RecoveryAction;
 pub(crate) use crate::report::{Rejection, RejectionKind};
 pub use builder::RetryPolicyBuilder;
 pub(crate) use judge::{Decision, Outcome};
-pub use recovery::{CredentialsFuture, FallbackMode, RefreshCredentials};
-pub(crate) use recovery::{Fallback, Recovery};
-pub use state::RetryState;
+pub(crate) use recovery::{CredentialsFuture, Fallback, Recovery};
+pub use recovery::{FallbackMode, RefreshCredentials};
+pub(crate) use state::RetryState;
 
 use crate::backoff::Backoff;
 use crate::budget::Limits;
@@ -50,7 +50,7 @@ pub(crate) const DEFAULT_ERROR_BODY_PEEK: usize = 64 * 1024;
 ///     .max_elapsed(Duration::from_secs(60))
 ///     .build()
 ///     .expect("valid policy");
-/// assert_eq!(policy.limits().max_retries, 5);
+/// assert_eq!(policy.max_retries(), 5);
 /// ```
 #[derive(Clone)]
 pub struct RetryPolicy {
@@ -137,8 +137,29 @@ impl RetryPolicy {
     }
 
     /// The per-request bounds.
-    pub fn limits(&self) -> &Limits {
+    pub(crate) fn limits(&self) -> &Limits {
         &self.config.limits
+    }
+
+    /// Retries after the first attempt.
+    pub fn max_retries(&self) -> u32 {
+        self.config.limits.max_retries
+    }
+
+    /// Bound on a request's total time, waits included.
+    pub fn max_elapsed(&self) -> std::time::Duration {
+        self.config.limits.max_elapsed
+    }
+
+    /// Longest server-named wait honoured.
+    pub fn max_server_wait(&self) -> std::time::Duration {
+        self.config.limits.max_server_wait
+    }
+
+    /// Longest time one attempt may take to its response head, if bounded
+    /// by more than the deadline.
+    pub fn attempt_timeout(&self) -> Option<std::time::Duration> {
+        self.config.limits.attempt_timeout
     }
 
     /// The request-body replay cap in bytes.
@@ -204,7 +225,7 @@ impl RetryPolicy {
                 })?;
             Some(permit)
         };
-        let withdrawn = budget.try_withdraw();
+        let withdrawn = budget.withdraw();
         crate::observe::budget_available(budget.level().available, budget.name());
         withdrawn.map_err(|exhausted| StopReason::BudgetExhausted {
             reason: exhausted.to_string(),

@@ -61,8 +61,9 @@ pub(crate) struct Fallback {
     pub mode: FallbackMode,
 }
 
-/// The credentials header values a [`RefreshCredentials`] hook returns.
-pub type CredentialsFuture = Pin<Box<dyn Future<Output = Result<HeaderMap, BoxError>> + Send>>;
+/// What [`RefreshCredentials::refresh`] returns, as the retry loop holds it.
+pub(crate) type CredentialsFuture =
+    Pin<Box<dyn Future<Output = Result<HeaderMap, BoxError>> + Send + 'static>>;
 
 /// Supplies fresh credentials after a 401: called at most once per request.
 ///
@@ -72,8 +73,11 @@ pub trait RefreshCredentials: Send + Sync + 'static {
     /// Drops any cached token; called right before [`refresh`](Self::refresh).
     fn clear_token_cache(&self) {}
 
-    /// Fetches new credential headers.
-    fn refresh(&self) -> CredentialsFuture;
+    /// Fetches new credential headers: the header values that replace
+    /// those of the same name on the resent request.
+    fn refresh(
+        &self,
+    ) -> Pin<Box<dyn Future<Output = Result<HeaderMap, BoxError>> + Send + 'static>>;
 }
 
 impl RetryPolicy {

@@ -120,7 +120,7 @@ fn the_hooks_given_are_the_ones_called() {
     }
     let calls = Arc::new(AtomicU32::new(0));
     let policy = RetryPolicy::default().with_hooks(Count(Arc::clone(&calls)));
-    let report = super::RetryState::new().report(StopReason::Succeeded);
+    let report = crate::RetryReport::new(StopReason::Succeeded);
     policy.hooks().on_give_up(&report);
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 }

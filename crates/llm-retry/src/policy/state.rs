@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 /// The running account of one logical request, from its first send.
 #[derive(Debug, Clone)]
-pub struct RetryState {
+pub(crate) struct RetryState {
     started: Instant,
     attempts: u32,
     total_wait: Duration,
@@ -44,7 +44,7 @@ impl Default for RetryState {
 
 impl RetryState {
     /// A fresh account starting now (tokio's clock, so paused-clock tests see virtual time).
-    pub fn new() -> RetryState {
+    pub(crate) fn new() -> RetryState {
         RetryState::started_at(Instant::now())
     }
 
@@ -70,12 +70,12 @@ impl RetryState {
     }
 
     /// Sends made so far.
-    pub fn attempts(&self) -> u32 {
+    pub(crate) fn attempts(&self) -> u32 {
         self.attempts
     }
 
     /// Time since the account started.
-    pub fn elapsed(&self) -> Duration {
+    pub(crate) fn elapsed(&self) -> Duration {
         self.started.elapsed()
     }
 
@@ -83,12 +83,12 @@ impl RetryState {
     /// named none. The backoff's exponent counts these only: a request that
     /// honoured five `Retry-After`s and then meets a silent 503 starts the
     /// backoff at its first step, not its sixth.
-    pub fn computed_waits(&self) -> u32 {
+    pub(crate) fn computed_waits(&self) -> u32 {
         self.computed_waits
     }
 
     /// Overloads in a row, ending at the last attempt.
-    pub fn consecutive_overloads(&self) -> u32 {
+    pub(crate) fn consecutive_overloads(&self) -> u32 {
         self.consecutive_overloads
     }
 
@@ -178,7 +178,7 @@ impl RetryState {
     }
 
     /// Whether a recovery of this kind was already applied to this request.
-    pub fn recovered(&self, action: RecoveryAction) -> bool {
+    pub(crate) fn recovered(&self, action: RecoveryAction) -> bool {
         self.recoveries.contains(&action)
     }
 
@@ -190,11 +190,6 @@ impl RetryState {
         } else {
             self.computed_waits = self.computed_waits.saturating_add(1);
         }
-    }
-
-    /// The report of this request, stopping for `stop`.
-    pub fn report(&self, stop: StopReason) -> RetryReport {
-        self.report_after(stop, self.elapsed())
     }
 
     /// The report, `elapsed` after the start (read by the caller already).

@@ -91,9 +91,11 @@ pub use key::{RateKey, TokenCost};
 pub use layer::{Quotas, RateLimitLayer};
 pub(crate) use link::KeyNews;
 pub use service::RateLimit;
-pub use shared::{PaceFuture, SharedGate, SharedPace};
+pub use shared::{SharedGate, SharedPace};
 
 #[cfg(test)]
 mod harm_tests;
 #[cfg(test)]
 mod internals_tests;
+#[cfg(test)]
+mod pacer_property_tests;

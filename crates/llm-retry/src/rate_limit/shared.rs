@@ -40,12 +40,17 @@ pub trait SharedGate: Send + Sync + fmt::Debug {
     /// later than `max_wait` (the send's deadline), and none was taken. The
     /// future must end within the store's own bound; where the store
     /// cannot reach the others it answers from a pace of its own.
-    fn pace(&self, key: u64, pace: SharedPace, max_wait: Option<Duration>) -> PaceFuture;
+    fn pace(
+        &self,
+        key: u64,
+        pace: SharedPace,
+        max_wait: Option<Duration>,
+    ) -> Pin<Box<dyn Future<Output = Result<Duration, Duration>> + Send + 'static>>;
 }
 
-/// What [`SharedGate::pace`] answers: the wait for the turn taken, or the
-/// wait that was too long to take it.
-pub type PaceFuture = Pin<Box<dyn Future<Output = Result<Duration, Duration>> + Send>>;
+/// What [`SharedGate::pace`] returns, as a send holds it.
+pub(crate) type PaceFuture =
+    Pin<Box<dyn Future<Output = Result<Duration, Duration>> + Send + 'static>>;
 
 /// A key's pace as the fleet shares it: one send every `interval`, and
 /// `burst` at once after a quiet spell (a GCRA's bucket).

@@ -297,8 +297,8 @@ pub struct RetryReport {
     pub last_class: Option<Classification>,
     /// The wait the last response named, if any (for a gateway's own `retry-after`).
     pub last_server_wait: Option<Duration>,
-    /// Sends the upstream turned away before executing them
-    /// (a local refusal, a 429 that named no execution, …):
+    /// Sends that provably were not executed: a 429 or a 529, a
+    /// connection never made, a send a gate below refused:
     /// when it equals `attempts`, no send of the request was executed.
     pub rejected_sends: u32,
     /// The last send's rejection, when it was one.
@@ -310,6 +310,34 @@ pub struct RetryReport {
 }
 
 impl RetryReport {
+    /// A report of a request that made no send and waited nothing,
+    /// stopping for `stop`: a stand-in (in a test, a mock service) whose
+    /// fields are then set to what it stands for.
+    ///
+    /// ```
+    /// use llm_retry::{RetryReport, StopReason};
+    ///
+    /// let mut report = RetryReport::new(StopReason::LeftToGateway);
+    /// report.attempts = 1;
+    /// assert!(!report.retried());
+    /// ```
+    pub fn new(stop: StopReason) -> RetryReport {
+        RetryReport {
+            attempts: 0,
+            total_wait: Duration::ZERO,
+            elapsed: Duration::ZERO,
+            server_waits_honoured: 0,
+            last_status: None,
+            last_error_type: None,
+            last_class: None,
+            last_server_wait: None,
+            rejected_sends: 0,
+            last_rejection: None,
+            recoveries: Vec::new(),
+            stop,
+        }
+    }
+
     /// Whether more than one attempt was made.
     pub fn retried(&self) -> bool {
         self.attempts > 1

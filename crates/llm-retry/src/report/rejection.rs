@@ -11,18 +11,16 @@ use std::time::Duration;
 /// a reset after the request was written, a malformed answer, an auth or
 /// configuration error, partial output) may have been executed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Rejection {
+pub(crate) struct Rejection {
     /// What turned the request away.
-    pub kind: RejectionKind,
+    pub(crate) kind: RejectionKind,
     /// The wait its provider named (or the local hold's), if any.
-    pub wait: Option<Duration>,
+    pub(crate) wait: Option<Duration>,
 }
 
 /// What turned a request away before it was executed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum RejectionKind {
+pub(crate) enum RejectionKind {
     /// A rate limit: a 429, or a stream whose first event is a
     /// `rate_limit_error`.
     RateLimited,
@@ -35,9 +33,10 @@ pub enum RejectionKind {
     NotSent,
 }
 
+#[cfg(test)]
 impl RejectionKind {
-    /// A short, fixed name for metrics and logs.
-    pub fn label(self) -> &'static str {
+    /// A short, fixed name, for the tests' trails.
+    pub(crate) fn label(self) -> &'static str {
         match self {
             RejectionKind::RateLimited => "rate_limited",
             RejectionKind::Overloaded => "overloaded",

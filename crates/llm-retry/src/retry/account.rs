@@ -3,7 +3,7 @@
 //!
 //! [`RetryLayer`](crate::RetryLayer) and the `tower::retry::Policy` path
 //! both keep an [`Account`] and hand every outcome to [`Account::judge`],
-//! which asks the policy for its [`Judgement`](crate::policy::Judgement),
+//! which asks the policy for its judgement,
 //! tells a gate below what it meant for the key, spends the budget, applies
 //! recoveries to the request through [`Resend`], fires the hooks and
 //! returns the one [`Step`] the path then carries out.

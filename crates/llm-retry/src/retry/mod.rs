@@ -26,5 +26,3 @@ mod equivalence_property_tests;
 pub(crate) mod service_tests;
 #[cfg(test)]
 mod stream_property_tests;
-#[cfg(all(test, feature = "metrics"))]
-pub(crate) use service_tests as tests_support;

@@ -83,14 +83,3 @@ impl StreamCommit {
             .is_ok()
     }
 }
-
-/// Whether `response` may be sent again by an outer retry loop: `false`
-/// once any byte of a guarded stream reached the caller. Responses that
-/// were not guarded (no [`StreamCommit`] in their extensions) may be.
-#[cfg(test)]
-pub(crate) fn may_replay<B>(response: &http::Response<B>) -> bool {
-    response
-        .extensions()
-        .get::<StreamCommit>()
-        .is_none_or(|commit| !commit.is_committed())
-}

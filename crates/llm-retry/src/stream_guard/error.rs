@@ -25,10 +25,9 @@ pub struct PreContentError {
     source: Option<BoxError>,
 }
 
-/// What went wrong before content.
+/// What went wrong before content: the error's `Display` says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum PreContentReason {
+pub(crate) enum PreContentReason {
     /// The stream's first decisive event was an error.
     ErrorEvent,
     /// The stream ended (or sent `[DONE]`) before any content.
@@ -99,11 +98,6 @@ impl PreContentError {
     /// The provider error carried by the error event, if any.
     pub fn provider_error(&self) -> Option<&ProviderError> {
         self.provider.as_ref()
-    }
-
-    /// What went wrong.
-    pub fn reason(&self) -> PreContentReason {
-        self.reason
     }
 }
 

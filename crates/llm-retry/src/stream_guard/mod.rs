@@ -47,7 +47,7 @@ mod service;
 pub use crate::sse::EventRules;
 pub use body::GuardedBody;
 pub use commit::{StreamCommit, StreamEnd};
-pub use error::{PreContentError, PreContentReason, StreamInterrupted};
+pub use error::{PreContentError, StreamInterrupted};
 pub use layer::StreamGuardLayer;
 pub use service::StreamGuard;
 
