@@ -162,6 +162,54 @@ mod tests {
         assert_eq!(offsets, [0, 0, 0, 100, 200, 300]);
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_hold_pushes_what_is_booked_ahead_and_empties_the_bucket_at_its_end() {
+        let pace = Pace::per_minute(600, 3).unwrap(); // 100 ms a unit, 3 at once
+        let now = Instant::now();
+        let ms = Duration::from_millis;
+        // Nothing booked ahead: the bucket is empty at the hold's end, so
+        // the next unit goes one period after it.
+        let mut tat = Tat(Some(now));
+        tat.push_back(&pace, now, ms(5_000), now + ms(1_000));
+        assert_eq!(tat.slot(&pace, now, 1), now + ms(1_100));
+        // Booked ahead past the hold: those bookings move by the push.
+        let mut tat = Tat(Some(now + ms(2_000)));
+        tat.push_back(&pace, now, ms(1_000), now + ms(1_000));
+        assert_eq!(tat.0, Some(now + ms(3_000)));
+        // Booked ahead, but less than the hold's end: the empty bucket wins.
+        let mut tat = Tat(Some(now + ms(200)));
+        tat.push_back(&pace, now, ms(100), now + ms(1_000));
+        assert_eq!(tat.0, Some(now + ms(1_300)));
+        // Never used: the same empty bucket.
+        let mut tat = Tat(None);
+        tat.push_back(&pace, now, ms(5_000), now + ms(1_000));
+        assert_eq!(tat.0, Some(now + ms(1_300)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_key_is_idle_once_its_last_booking_is_due() {
+        let pace = Pace::per_minute(600, 1).unwrap();
+        let now = Instant::now();
+        assert!(Tat(None).idle(now));
+        let mut tat = Tat(None);
+        tat.book(&pace, now, 1);
+        assert!(!tat.idle(now), "booked until 100 ms on");
+        assert!(tat.idle(now + Duration::from_millis(100)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_new_pace_keeps_the_units_booked_ahead() {
+        let slow = Pace::per_minute(600, 1).unwrap(); // 100 ms a unit
+        let fast = Pace::per_minute(6_000, 1).unwrap(); // 10 ms a unit
+        let now = Instant::now();
+        let mut tat = Tat(Some(now + Duration::from_millis(500)));
+        tat.repace(&slow, &fast, now);
+        assert_eq!(tat.0, Some(now + Duration::from_millis(50)), "5 units");
+        let mut past = Tat(Some(now));
+        past.repace(&slow, &fast, now + Duration::from_secs(1));
+        assert_eq!(past.0, Some(now), "nothing ahead: nothing moves");
+    }
+
     #[test]
     fn capacity_is_the_burst() {
         assert_eq!(Pace::per_minute(600, 3).unwrap().capacity(), 3);

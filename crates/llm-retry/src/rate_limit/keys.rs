@@ -193,5 +193,31 @@ mod tests {
         let low: std::collections::HashSet<u64> = (0..4096).map(|k| hash(k) & 0xfff).collect();
         assert_eq!(top.len(), 128, "every tag is used");
         assert!(low.len() > 2_000, "{} of 4096 low patterns", low.len());
+        // Keys that differ only in their high bits still pick different
+        // groups: the product's high half is folded into the low bits.
+        let high: std::collections::HashSet<u64> =
+            (0..4096).map(|k| hash(k << 52) & 0xfff).collect();
+        assert!(high.len() > 2_000, "{} of 4096 low patterns", high.len());
+    }
+
+    #[test]
+    fn keys_hashed_as_bytes_still_spread() {
+        let hash = |bytes: &[u8]| {
+            let mut hasher = Spread::default();
+            hasher.write(bytes);
+            hasher.finish()
+        };
+        let hashes: std::collections::HashSet<u64> =
+            (0u16..4096).map(|k| hash(&k.to_le_bytes())).collect();
+        assert_eq!(hashes.len(), 4096, "no two short byte keys collide");
+        // Past eight bytes, later bytes fold onto earlier ones without
+        // masking them: all-ones bytes on top of the key keep it whole.
+        let long: std::collections::HashSet<u64> = (0u16..4096)
+            .map(|k| {
+                let [lo, hi] = k.to_le_bytes();
+                hash(&[lo, hi, 0, 0, 0, 0, 0, 0, 0xff, 0xff])
+            })
+            .collect();
+        assert_eq!(long.len(), 4096, "no two long byte keys collide");
     }
 }

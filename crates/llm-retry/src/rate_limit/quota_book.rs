@@ -188,6 +188,47 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn the_configured_token_quota_books_refunds_and_moves_with_a_hold() {
+        let t0 = Instant::now();
+        // 600 tokens a minute (one per 100 ms), 300 at once.
+        let tokens = Pace::per_minute(600, 300).unwrap();
+        let paces = Paces {
+            requests: None,
+            tokens: Some(tokens),
+        };
+        assert!(paces.any(), "a token quota alone is a quota");
+        assert!(!Paces::default().any());
+        let requests_only = Paces {
+            requests: Some(tokens),
+            tokens: None,
+        };
+        assert!(requests_only.any(), "a request quota alone is a quota");
+        let mut book = QuotaBook::new(t0, None);
+        assert_eq!(book.token_slot(&paces, 300, t0), t0, "a full bucket");
+        book.book_tokens(&paces, 300, t0);
+        assert_eq!(book.token_slot(&paces, 10, t0), t0 + MS(1_000), "spent");
+        book.refund_tokens(&paces, 300, t0);
+        assert_eq!(book.token_slot(&paces, 10, t0), t0, "given back");
+        // A hold to 2 s said the upstream's bucket is empty then: the next
+        // token comes one period after it.
+        book.push_back(&paces, t0, MS(2_000), t0 + MS(2_000));
+        assert_eq!(book.token_slot(&paces, 1, t0), t0 + MS(2_100));
+    }
+
+    #[test]
+    fn stated_room_lets_that_many_sends_through_and_no_more() {
+        let mut book = QuotaBook::new(Instant::now(), None);
+        assert!(!book.take_room(), "nothing stated: no room");
+        book.set_room(2);
+        assert_eq!(book.room(), 2);
+        assert!(book.take_room());
+        assert_eq!(book.room(), 1);
+        assert!(book.take_room());
+        assert!(!book.take_room(), "spent");
+        assert_eq!(book.room(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn costed_sends_queue_for_their_stated_tokens_in_order() {
         let t0 = Instant::now();
         let mut book = stated(500, t0);

@@ -318,6 +318,44 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_probe_whose_deadline_comes_before_its_turn_leaves_the_turn_to_the_next() {
+        let now = Instant::now();
+        let secs = |n| now + Duration::from_secs(n);
+        let mut ledger = Ledger::default();
+        assert!(!ledger.reset_unknown(), "no window");
+        ledger.restate(Some((None, 0)), now);
+        assert!(ledger.reset_unknown());
+        let first = ledger.place(now);
+        assert_eq!(first, Place::Probe { at: now, epoch: 1 });
+        ledger.enter(first, Some(now));
+        let second = ledger.place(now);
+        assert_eq!(
+            second,
+            Place::Probe {
+                at: secs(1),
+                epoch: 1
+            },
+            "a deadline at the turn takes it"
+        );
+        ledger.enter(second, Some(now + Duration::from_millis(500)));
+        assert_eq!(
+            ledger.place(now),
+            second,
+            "it will not see its turn: the next takes it"
+        );
+        ledger.enter(second, None);
+        assert_eq!(
+            ledger.place(now),
+            Place::Probe {
+                at: secs(2),
+                epoch: 1
+            }
+        );
+        ledger.restate(Some((Some(secs(60)), 0)), now);
+        assert!(!ledger.reset_unknown(), "an answer stated the reset");
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn an_answer_of_a_spent_window_with_no_reset_is_news_unless_it_was_so_already() {
         let now = Instant::now();
         let later = now + Duration::from_secs(10);
