@@ -44,6 +44,38 @@ async fn sends_are_paced_first_in_first_out() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_fresh_key_lets_its_configured_burst_go_at_once() {
+    // A bucket starts full: a key's first sends go as a burst, and only
+    // the sends beyond it are paced.
+    let sends = Sends::default();
+    let svc = RateLimitLayer::new(Quotas::none().requests_per_minute_with_burst(600, 4))
+        .unwrap()
+        .layer(upstream(sends.clone()));
+    let start = Instant::now();
+    let calls: Vec<_> = (0..6)
+        .map(|i| svc.clone().oneshot(get(&format!("http://a.test/{i}"))))
+        .collect();
+    for res in futures_util::future::join_all(calls).await {
+        res.unwrap();
+    }
+    assert_eq!(offsets(&sends, start), [0, 0, 0, 0, 100, 200]);
+
+    // The default burst is one second's worth.
+    let sends = Sends::default();
+    let svc = RateLimitLayer::new(Quotas::none().requests_per_minute(120))
+        .unwrap()
+        .layer(upstream(sends.clone()));
+    let start = Instant::now();
+    let calls: Vec<_> = (0..3)
+        .map(|i| svc.clone().oneshot(get(&format!("http://b.test/{i}"))))
+        .collect();
+    for res in futures_util::future::join_all(calls).await {
+        res.unwrap();
+    }
+    assert_eq!(offsets(&sends, start), [0, 0, 500]);
+}
+
+#[tokio::test(start_paused = true)]
 async fn tokens_per_minute_pace_by_cost_and_refuse_what_never_fits() {
     let sends = Sends::default();
     let svc = RateLimitLayer::new(Quotas::none().tokens_per_minute(6_000))

@@ -49,11 +49,13 @@ fn times(interval: Duration, n: u64) -> Duration {
 }
 
 impl Pacer {
-    pub(super) fn new(now: Instant) -> Pacer {
+    /// A pacer whose bucket is full at `now`, as a provider's is before
+    /// its first request: `burst` tickets may go at once.
+    pub(super) fn new(now: Instant, burst: u32) -> Pacer {
         Pacer {
             base_ticket: 0,
             base_time: now,
-            credit: 0,
+            credit: u64::from(burst.saturating_sub(1)),
             next_ticket: 0,
             released: None,
             abandoned: Vec::new(),
@@ -67,6 +69,20 @@ impl Pacer {
             .saturating_sub(self.credit);
         let at = self.base_time.checked_add(times(interval, ahead));
         at.unwrap_or(self.base_time)
+    }
+
+    /// When `ticket` would have gone had the pace no base: before
+    /// `base_time` by the burst credit it leaves unused, which the bucket
+    /// keeps (so idle time adds to it rather than replacing it).
+    fn bucket_time(&self, ticket: u64, interval: Duration) -> Instant {
+        let used = ticket.saturating_sub(self.base_ticket);
+        match self.credit.checked_sub(used) {
+            Some(unused) if unused > 0 => self
+                .base_time
+                .checked_sub(times(interval, unused))
+                .unwrap_or(self.base_time),
+            _ => self.time_of(ticket, interval),
+        }
     }
 
     /// When the next ticket handed out would go (at the earliest): until
@@ -83,7 +99,7 @@ impl Pacer {
     /// paced from it), else at `now` (the waiting ones are due already).
     pub(super) fn take(&mut self, now: Instant, from: Instant, pace: Pace) -> u64 {
         let ticket = self.next_ticket;
-        let due = self.time_of(ticket, pace.interval);
+        let due = self.bucket_time(ticket, pace.interval);
         let waiting = self
             .released
             .map_or(self.base_ticket, |(t, _)| t.saturating_add(1))
@@ -190,7 +206,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_burst_goes_at_once_then_the_rest_are_spaced() {
         let t0 = Instant::now();
-        let mut p = Pacer::new(t0 - Duration::from_secs(10));
+        let mut p = Pacer::new(t0, 3);
         assert_eq!(take(&mut p, 5, t0, t0, pace(100, 3)), [0, 0, 0, 100, 200]);
     }
 
@@ -199,7 +215,7 @@ mod tests {
         // As a GCRA bucket refills: 3 at once, then 2 s idle at one a second
         // earn two back, not three.
         let t0 = Instant::now();
-        let mut p = Pacer::new(t0 - Duration::from_secs(10));
+        let mut p = Pacer::new(t0, 3);
         let one_a_second = pace(1_000, 3);
         assert_eq!(take(&mut p, 3, t0, t0, one_a_second), [0, 0, 0]);
         let t2 = t0 + Duration::from_secs(2);
@@ -207,10 +223,28 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_burst_not_all_used_is_kept_and_idle_time_adds_to_it() {
+        // 4 at once, one used at 0: 50 ms later the three left still go at
+        // once (a bucket keeps what was not taken), then the pace.
+        let t0 = Instant::now();
+        let mut p = Pacer::new(t0, 4);
+        let four = pace(100, 4);
+        assert_eq!(take(&mut p, 1, t0, t0, four), [0]);
+        let t50 = t0 + MS(50);
+        assert_eq!(take(&mut p, 4, t0, t50, four), [50, 50, 50, 150]);
+        // Never more than the burst, however long the idle time.
+        let later = t0 + MS(10_000);
+        assert_eq!(
+            take(&mut p, 5, t0, later, four),
+            [10_000, 10_000, 10_000, 10_000, 10_100]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn tickets_given_up_come_back_with_the_tail_and_a_floor_waits_for_the_queue() {
         let t0 = Instant::now();
         let one_a_second = pace(1_000, 1);
-        let mut p = Pacer::new(t0);
+        let mut p = Pacer::new(t0, 1);
         let tickets: Vec<u64> = (0..4).map(|_| p.take(t0, t0, one_a_second)).collect();
         p.release(tickets[0], t0);
         p.abandon(tickets[1]);
@@ -246,7 +280,7 @@ mod tests {
     async fn a_ticket_taken_back_is_the_next_one_handed_out() {
         let t0 = Instant::now();
         let one_a_second = pace(1_000, 1);
-        let mut p = Pacer::new(t0);
+        let mut p = Pacer::new(t0, 1);
         let first = p.take(t0, t0, one_a_second);
         let refused = p.take(t0, t0, one_a_second);
         p.untake();
@@ -259,7 +293,7 @@ mod tests {
     async fn only_tickets_of_the_queue_are_given_back() {
         let t0 = Instant::now();
         let one_a_second = pace(1_000, 1);
-        let mut p = Pacer::new(t0);
+        let mut p = Pacer::new(t0, 1);
         let tickets: Vec<u64> = (0..3).map(|_| p.take(t0, t0, one_a_second)).collect();
         // Not handed out yet: nothing to give back.
         p.abandon(tickets[2] + 1);
@@ -279,7 +313,7 @@ mod tests {
     async fn gaps_past_the_memory_bound_are_forgotten_oldest_first() {
         let t0 = Instant::now();
         let one_a_second = pace(1_000, 1);
-        let mut p = Pacer::new(t0);
+        let mut p = Pacer::new(t0, 1);
         let n = MAX_ABANDONED as u64 + 2;
         let tickets: Vec<u64> = (0..=n).map(|_| p.take(t0, t0, one_a_second)).collect();
         // Every ticket but the last given up (two more than are kept), the
@@ -297,7 +331,7 @@ mod tests {
     async fn a_rebase_goes_one_interval_after_the_last_release_not_before_its_floor() {
         let t0 = Instant::now();
         let one_a_second = pace(1_000, 1);
-        let mut p = Pacer::new(t0);
+        let mut p = Pacer::new(t0, 1);
         let tickets: Vec<u64> = (0..3).map(|_| p.take(t0, t0, one_a_second)).collect();
         p.release(tickets[0], t0);
         p.abandon(tickets[1]);

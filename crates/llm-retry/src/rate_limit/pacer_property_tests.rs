@@ -44,7 +44,7 @@ proptest! {
         let pace = Pace { interval: Duration::from_millis(interval_ms), burst };
         let start = Instant::now();
         let mut now = start;
-        let mut pacer = Pacer::new(start);
+        let mut pacer = Pacer::new(start, burst);
         // Tickets taken and neither sent nor given up.
         let mut waiting: BTreeSet<u64> = BTreeSet::new();
         // The last ticket taken, while it may still be taken back.

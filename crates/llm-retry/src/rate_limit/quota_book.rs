@@ -44,7 +44,7 @@ pub(super) struct QuotaBook {
 impl QuotaBook {
     pub(super) fn new(now: Instant, pace: Option<RequestPace>) -> QuotaBook {
         QuotaBook {
-            pacer: Pacer::new(now),
+            pacer: Pacer::new(now, pace.map_or(1, |pace| pace.burst)),
             pace,
             tokens: Tat::default(),
             stated_tokens: None,
