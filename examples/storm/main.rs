@@ -55,7 +55,9 @@
 //!   per client), and 529s to a random 10 % whatever the concurrency. Each
 //!   is measured against the row without a gate (`RetryLayer` alone, or no
 //!   retries where nothing is refused), and stopped 60 s after its upstream
-//!   started.
+//!   started. A burst's run lasts tens of milliseconds, so each row of 11
+//!   is run five times, interleaved with the other rows, and the run with
+//!   the median completion is reported.
 //!
 //! `--scenario TEXT` runs only the scenarios whose label contains TEXT
 //! (for instance `--scenario "random 429s"`), `--only TEXT` only those
@@ -170,10 +172,19 @@ async fn main() -> Result<(), BoxError> {
             cell_config.requests,
             cell_config.latency.as_millis()
         );
-        let mut runs = Vec::new();
-        for policy in Policy::ALL.into_iter().filter(|p| config.runs(p.label())) {
-            runs.push(run::run(&cell_config, policy, Scenario::Harm(harm)).await?);
+        let policies: Vec<Policy> = Policy::ALL
+            .into_iter()
+            .filter(|p| config.runs(p.label()))
+            .collect();
+        // Every row's runs interleaved, so a slow spell of the machine
+        // falls on all rows alike.
+        let mut trials: Vec<Vec<stats::Run>> = policies.iter().map(|_| Vec::new()).collect();
+        for _ in 0..harm.repeats() {
+            for (policy, trials) in policies.iter().zip(&mut trials) {
+                trials.push(run::run(&cell_config, *policy, Scenario::Harm(harm)).await?);
+            }
         }
+        let runs: Vec<stats::Run> = trials.into_iter().map(stats::median_run).collect();
         eprint!("{}", harm_report::brief(harm, &runs));
         harms.push((harm, runs));
     }

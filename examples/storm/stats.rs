@@ -258,6 +258,14 @@ fn tally_models(done: &[Done], records: &[RecordedRequest]) -> Vec<ModelTally> {
 }
 
 /// The `p`th percentile of `sorted`, nearest rank.
+/// Of a row's runs (at least one), the one whose completion is the
+/// median (the later of the two middle ones for an even count).
+pub(crate) fn median_run(mut runs: Vec<Run>) -> Run {
+    runs.sort_by_key(|run| run.duration);
+    let middle = runs.len() / 2;
+    runs.swap_remove(middle)
+}
+
 pub(crate) fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
