@@ -129,6 +129,24 @@ mod tests {
     }
 
     #[test]
+    fn a_fingerprint_is_the_same_in_every_build() {
+        // Replicas sharing a secret and a store must fingerprint one key
+        // alike, whatever their build: the parts, their tags and their
+        // order are pinned here.
+        let hasher = super::super::shared::KeyHasher::keyed(*b"sixteen byte key");
+        let request = http::Request::post("https://generativelanguage.test/v1?alt=sse&key=secret")
+            .header("x-api-key", "sk-one")
+            .header("authorization", "Bearer two")
+            .body(())
+            .unwrap();
+        let (parts, ()) = request.into_parts();
+        assert_eq!(
+            super::default_key(&parts, Some(br#""model-a""#), &hasher),
+            0xa954_9583_e1b1_6030
+        );
+    }
+
+    #[test]
     fn each_gate_keys_with_a_secret_of_its_own() {
         let request = parts("http://a.test/v1/messages", "k1");
         let one = std::hash::RandomState::new();

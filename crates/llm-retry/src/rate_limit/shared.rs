@@ -152,6 +152,56 @@ mod tests {
             fingerprint(KeyHasher::random()),
             fingerprint(KeyHasher::random())
         );
-        assert!(!format!("{:?}", KeyHasher::keyed(secret)).contains("sixteen"));
+        assert_eq!(
+            format!("{:?}", KeyHasher::keyed(secret)),
+            "KeyHasher(<secret>)"
+        );
+    }
+
+    /// Holds as another replica published them.
+    #[derive(Debug)]
+    struct Published(Option<Instant>);
+
+    impl SharedGate for Published {
+        fn key_secret(&self) -> [u8; 16] {
+            [0; 16]
+        }
+
+        fn publish_hold(&self, _: u64, _: Instant) {}
+
+        fn read_hold(&self, _: u64) -> Option<Instant> {
+            self.0
+        }
+
+        fn pace(
+            &self,
+            _: u64,
+            _: SharedPace,
+            _: Option<Duration>,
+        ) -> Pin<Box<dyn Future<Output = Result<Duration, Duration>> + Send + 'static>> {
+            Box::pin(std::future::ready(Ok(Duration::ZERO)))
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn another_replicas_hold_is_a_floor_while_it_lasts_and_the_send_honours_it() {
+        let now = Instant::now();
+        let s = Duration::from_secs;
+        let until = now + s(5);
+        let held = Published(Some(until));
+        assert_eq!(shared_floor(&held, 1, now, None), Some(until));
+        assert_eq!(
+            shared_floor(&held, 1, now, Some(s(5))),
+            Some(until),
+            "exactly its wait"
+        );
+        assert_eq!(
+            shared_floor(&held, 1, now, Some(s(4))),
+            None,
+            "longer than the send honours: it goes, and learns the wait itself"
+        );
+        assert_eq!(shared_floor(&held, 1, until, None), None, "over at its end");
+        assert_eq!(shared_floor(&held, 1, until + s(1), None), None);
+        assert_eq!(shared_floor(&Published(None), 1, now, None), None);
     }
 }
