@@ -106,6 +106,26 @@ async fn only_the_whole_seconds_past_the_first_hold_a_key_paced_at_a_stated_quot
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_provider_that_counts_room_left_is_believed_over_the_estimates() {
+    // 1,000 tokens a minute, and every answer says all 1,000 are left
+    // (the provider counts fewer than each send's estimate of 600): one
+    // send after another, none waits. Keeping the estimates booked
+    // instead, the second would go 12 s in (for the 200 missing), and
+    // each later one 36 s after the one before.
+    let upstream = Upstream::timed(|_| (Duration::ZERO, answer(200, &tokens(1_000, 1_000))));
+    let svc = stack(once(), &RateLimitLayer::learned(), &upstream);
+    let start = answered(&svc, post("/stating")).await;
+    for n in 0..5 {
+        svc.clone()
+            .oneshot(costing(&format!("/{n}"), 600))
+            .await
+            .unwrap();
+    }
+    let at = |n: usize| sent_at(&upstream, &format!("/{n}"), start);
+    assert_eq!((0..5).map(at).collect::<Vec<_>>(), [0; 5]);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_stated_token_quota_books_only_sends_that_cost_something_and_can_fit() {
     // 1,000 tokens a minute, all left. 600 are booked; 5,000 (more than
     // the quota ever holds: the provider answers it) and nothing book

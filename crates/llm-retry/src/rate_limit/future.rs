@@ -338,7 +338,7 @@ where
                             ticket.key,
                             at,
                             booking.order,
-                            booking.stated_cost(),
+                            booking.stated_cost_and_mark(),
                             counted,
                         );
                     }

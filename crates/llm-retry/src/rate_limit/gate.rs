@@ -184,6 +184,9 @@ pub(super) struct Booking {
     /// Its tokens under the provider's stated token quota, and when they
     /// are there.
     stated: Option<(u64, Instant)>,
+    /// The stated tokens booked on the key once it booked its own: what
+    /// its answer's statement may not have counted is what came after.
+    stated_mark: u64,
     /// Whether the send may go already: its ticket was released (or it
     /// has none) when it was queued.
     released: bool,
@@ -221,9 +224,10 @@ impl Booking {
         self.released
     }
 
-    /// The tokens it booked under a stated token quota (0 for none).
-    pub(super) fn stated_cost(&self) -> u64 {
-        self.stated.map_or(0, |(cost, _)| cost)
+    /// The tokens it booked under a stated token quota (0 for none), and
+    /// the stated tokens booked on its key once it booked its own.
+    pub(super) fn stated_cost_and_mark(&self) -> (u64, u64) {
+        (self.stated.map_or(0, |(cost, _)| cost), self.stated_mark)
     }
 }
 
@@ -421,6 +425,7 @@ impl Gate {
             order: 0,
             place,
             stated,
+            stated_mark: state.quotas.stated_mark(),
             released: false,
             key_id: state.id,
             cost,
@@ -559,16 +564,29 @@ impl Gate {
 
     /// An answer stated `key`'s token quota: its costed sends book tokens
     /// from now on.
-    pub(super) fn observed_tokens(&self, key: u64, window: crate::hint::TokenWindow, now: Instant) {
+    /// `mark` is the answered send's [`Booking::stated_mark`].
+    pub(super) fn observed_tokens(
+        &self,
+        key: u64,
+        window: crate::hint::TokenWindow,
+        now: Instant,
+        mark: u64,
+    ) {
         if let Some(state) = self.lock().get_mut(&key) {
-            self.tokens_in(state, window, now);
+            self.tokens_in(state, window, now, mark);
         }
     }
 
-    fn tokens_in(&self, state: &mut KeyState, window: crate::hint::TokenWindow, now: Instant) {
+    fn tokens_in(
+        &self,
+        state: &mut KeyState,
+        window: crate::hint::TokenWindow,
+        now: Instant,
+        mark: u64,
+    ) {
         if state
             .quotas
-            .observe_tokens(window.per_minute, window.remaining, now)
+            .observe_tokens(window.per_minute, window.remaining, now, mark)
         {
             self.tokens_stated.store(true, Ordering::Relaxed);
         }
@@ -754,7 +772,7 @@ impl Gate {
     pub(super) fn served(
         &self,
         key: u64,
-        (order, sent): (u64, Instant),
+        (order, sent, mark): (u64, Instant, u64),
         now: Instant,
         window: Option<crate::hint::RequestWindow>,
         tokens: Option<crate::hint::TokenWindow>,
@@ -782,7 +800,7 @@ impl Gate {
             rate.on_success(bounds, sent, now)
         });
         if let Some(tokens) = tokens {
-            self.tokens_in(state, tokens, now);
+            self.tokens_in(state, tokens, now, mark);
         }
         if let Some(window) = window {
             self.window_in(key, state, (order, now), window, limit);
@@ -792,7 +810,7 @@ impl Gate {
     /// A send succeeded, its answer stating nothing.
     #[cfg(test)]
     pub(super) fn succeeded(&self, key: u64, now: Instant) {
-        self.served(key, (0, now), now, None, None, Duration::ZERO);
+        self.served(key, (0, now, 0), now, None, None, Duration::ZERO);
     }
 
     /// Lets `update` change the key's learned rate; a change re-bases the

@@ -96,6 +96,19 @@ impl Tat {
         self.0 = Some(self.0.map_or(floor, |tat| tat.max(floor)));
     }
 
+    /// The bucket's owner stated that it holds `remaining` units now, and
+    /// `unreflected` units booked here since were not counted in that
+    /// statement: it holds what the statement says less those, more or
+    /// fewer than this side thought (its costs are estimates; the owner's
+    /// count is not).
+    pub(super) fn restate(&mut self, pace: &Pace, remaining: u64, unreflected: u64, now: Instant) {
+        let spent = pace
+            .capacity()
+            .saturating_sub(remaining)
+            .saturating_add(unreflected);
+        self.0 = Some(later(now, pace.cost(spent)));
+    }
+
     /// The bucket is `to`'s now, not `from`'s: what is booked ahead keeps
     /// its units.
     pub(super) fn repace(&mut self, from: &Pace, to: &Pace, now: Instant) {

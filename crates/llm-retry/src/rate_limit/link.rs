@@ -136,6 +136,9 @@ pub(crate) struct Sent {
     order: u64,
     /// The tokens it booked under the key's stated token quota (0: none).
     cost: u64,
+    /// The stated tokens booked on its key once it booked its own
+    /// (the second of [`Booking::stated_cost_and_mark`](super::gate::Booking::stated_cost_and_mark)).
+    mark: u64,
     /// Counts the send in flight until its answer is judged.
     in_flight: InFlight,
 }
@@ -268,7 +271,7 @@ impl GateLink {
         key: u64,
         at: Instant,
         order: u64,
-        cost: u64,
+        (cost, mark): (u64, u64),
         in_flight: InFlight,
     ) {
         let sent = Sent {
@@ -277,6 +280,7 @@ impl GateLink {
             at,
             order,
             cost,
+            mark,
             in_flight,
         };
         *self.lock() = Some(sent);
@@ -323,6 +327,7 @@ impl Sent {
             at,
             order,
             cost: _,
+            mark,
             in_flight,
         } = self;
         let in_a_row = &link.0.slotted_overloads;
@@ -342,7 +347,7 @@ impl Sent {
             }
             KeyNews::Served { window, tokens } => {
                 in_flight.served();
-                gate.served(key, (order, at), now, window, tokens, max_server_wait);
+                gate.served(key, (order, at, mark), now, window, tokens, max_server_wait);
                 GateWait::Own
             }
             KeyNews::Throttled {
@@ -355,7 +360,7 @@ impl Sent {
                 final_answer,
             } => {
                 if let Some(tokens) = tokens {
-                    gate.observed_tokens(key, tokens, now);
+                    gate.observed_tokens(key, tokens, now, mark);
                 }
                 // A stated quota first: it is the key's rate, and the rest
                 // of the first wave's 429s are no decrease.

@@ -36,6 +36,14 @@ pub(super) struct QuotaBook {
     /// The token quota the provider's answers state, once one did: the
     /// same bucket as a configured quota's, resynced to each statement.
     stated_tokens: Option<(Pace, Tat)>,
+    /// Tokens booked under the stated quota so far (only ever grows): a
+    /// send's mark is the count once it booked, so an answer's statement
+    /// counts what was booked after its send as not yet seen by the
+    /// provider.
+    stated_booked: u64,
+    /// The mark of the send whose answer last restated the bucket: an
+    /// answer to an earlier send is older news, and only lowers it.
+    stated_synced: u64,
     /// Sends its stated request quota has room for, beyond those let
     /// through since: they go at once, unpaced.
     stated_room: u64,
@@ -48,6 +56,8 @@ impl QuotaBook {
             pace,
             tokens: Tat::default(),
             stated_tokens: None,
+            stated_booked: 0,
+            stated_synced: 0,
             stated_room: 0,
         }
     }
@@ -127,7 +137,13 @@ impl QuotaBook {
     pub(super) fn book_stated(&mut self, cost: u64, now: Instant) {
         if let Some((pace, tat)) = &mut self.stated_tokens {
             tat.book(pace, now, cost);
+            self.stated_booked = self.stated_booked.saturating_add(cost);
         }
+    }
+
+    /// The mark a send takes once booked: the stated tokens booked so far.
+    pub(super) fn stated_mark(&self) -> u64 {
+        self.stated_booked
     }
 
     /// A send that booked `cost` stated tokens never went.
@@ -137,9 +153,19 @@ impl QuotaBook {
         }
     }
 
-    /// An answer stated the token quota: `per_minute`, with `remaining`
-    /// left. True when it is the first.
-    pub(super) fn observe_tokens(&mut self, per_minute: u64, remaining: u64, now: Instant) -> bool {
+    /// An answer to the send that took `mark` stated the token quota:
+    /// `per_minute`, with `remaining` left. The newest answer's count is
+    /// the bucket's, less what was booked after its send (a provider's
+    /// statement of room is evidence, and this side's costs are only
+    /// estimates); an older answer's only lowers it. True when it is the
+    /// first.
+    pub(super) fn observe_tokens(
+        &mut self,
+        per_minute: u64,
+        remaining: u64,
+        now: Instant,
+        mark: u64,
+    ) -> bool {
         let per_minute = u32::try_from(per_minute).unwrap_or(u32::MAX);
         let Some(stated) = Pace::per_minute(per_minute, per_minute) else {
             return false;
@@ -150,7 +176,13 @@ impl QuotaBook {
             tat.repace(pace, &stated, now);
             *pace = stated;
         }
-        tat.resync(pace, remaining, now);
+        if mark >= self.stated_synced {
+            let unreflected = self.stated_booked.saturating_sub(mark);
+            tat.restate(pace, remaining, unreflected, now);
+            self.stated_synced = mark;
+        } else {
+            tat.resync(pace, remaining, now);
+        }
         first
     }
 
@@ -177,7 +209,7 @@ mod tests {
     fn stated(remaining: u64, now: Instant) -> QuotaBook {
         let mut book = QuotaBook::new(now, None);
         assert!(
-            book.observe_tokens(60_000, remaining, now),
+            book.observe_tokens(60_000, remaining, now, 0),
             "the first statement"
         );
         book
@@ -301,23 +333,56 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn an_answer_can_only_lower_what_is_left_and_a_new_quota_keeps_the_queue() {
+    async fn the_newest_answer_restates_the_bucket_and_an_older_one_only_lowers_it() {
         let t0 = Instant::now();
         let mut book = stated(5_000, t0);
-        assert!(!book.observe_tokens(60_000, 1_000, t0));
+        assert!(!book.observe_tokens(60_000, 1_000, t0, 0));
         assert_eq!(wait(&book, 2_000, t0), MS(1_000));
-        book.observe_tokens(60_000, 50_000, t0);
-        assert_eq!(
-            wait(&book, 2_000, t0),
-            MS(1_000),
-            "others' spending is counted, our queue is kept"
-        );
-        // Twice the quota, all of it left by the provider's count: what is
-        // booked ahead (59 000 tokens) stays booked, so 61 000 are left,
+        // More left by the provider's count than this side thought (its
+        // costs are estimates): the provider's count wins.
+        book.observe_tokens(60_000, 50_000, t0, 0);
+        assert_eq!(wait(&book, 50_000, t0), MS(0));
+        assert_eq!(wait(&book, 51_000, t0), MS(1_000));
+        // Two sends book 10 000 and 5 000: 35 000 left.
+        book.book_stated(10_000, t0);
+        let first = book.stated_mark();
+        book.book_stated(5_000, t0);
+        let second = book.stated_mark();
+        assert_eq!(wait(&book, 35_000, t0), MS(0));
+        // The first one's answer counts 40 000 left, but not the 5 000
+        // booked after it: 35 000.
+        book.observe_tokens(60_000, 40_000, t0, first);
+        assert_eq!(wait(&book, 35_000, t0), MS(0));
+        assert_eq!(wait(&book, 36_000, t0), MS(1_000));
+        // The second one's answer counts everything: 45 000 left.
+        book.observe_tokens(60_000, 45_000, t0, second);
+        assert_eq!(wait(&book, 45_000, t0), MS(0));
+        assert_eq!(wait(&book, 46_000, t0), MS(1_000));
+        // A late answer to the first is older news: it lowers what is
+        // left, never raises it.
+        book.observe_tokens(60_000, 50_000, t0, first);
+        assert_eq!(wait(&book, 46_000, t0), MS(1_000));
+        book.observe_tokens(60_000, 20_000, t0, first);
+        assert_eq!(wait(&book, 20_000, t0), MS(0));
+        assert_eq!(wait(&book, 21_000, t0), MS(1_000));
+        // Twice the quota, all of it left by the newest count.
+        book.observe_tokens(120_000, 120_000, t0, second);
+        assert_eq!(wait(&book, 120_000, t0), MS(0));
+        assert!(!book.observe_tokens(0, 0, t0, second), "no quota stated");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_new_quota_keeps_what_was_booked_after_the_answered_send() {
+        // 59 000 tokens booked after the send whose answer states twice
+        // the quota, all of it left: they stay booked, so 61 000 are left,
         // and the rest come at two a millisecond.
-        book.observe_tokens(120_000, 120_000, t0);
+        let t0 = Instant::now();
+        let mut book = stated(60_000, t0);
+        let answered = book.stated_mark();
+        book.book_stated(59_000, t0);
+        book.observe_tokens(120_000, 120_000, t0, answered);
+        assert_eq!(wait(&book, 61_000, t0), MS(0));
         assert_eq!(wait(&book, 62_000, t0), MS(500));
-        assert!(!book.observe_tokens(0, 0, t0), "no quota stated");
     }
 
     #[tokio::test(start_paused = true)]
