@@ -19,20 +19,29 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tower::{Layer, Service, ServiceExt};
 
-#[tokio::test(start_paused = true)]
-async fn sends_are_paced_first_in_first_out() {
+/// Sends `n` requests to `host` at once through a gate told `quotas`:
+/// what the upstream saw, and when each went (ms from the start).
+async fn at_once(quotas: Quotas, host: &str, n: usize) -> (Sends, Vec<u128>) {
     let sends = Sends::default();
-    let svc = RateLimitLayer::new(Quotas::none().requests_per_minute_with_burst(600, 1))
+    let svc = RateLimitLayer::new(quotas)
         .unwrap()
         .layer(upstream(sends.clone()));
     let start = Instant::now();
-    let calls: Vec<_> = (0..6)
-        .map(|i| svc.clone().oneshot(get(&format!("http://a.test/{i}"))))
+    let calls: Vec<_> = (0..n)
+        .map(|i| svc.clone().oneshot(get(&format!("http://{host}/{i}"))))
         .collect();
     for res in futures_util::future::join_all(calls).await {
         res.unwrap();
     }
-    assert_eq!(offsets(&sends, start), [0, 100, 200, 300, 400, 500]);
+    let at = offsets(&sends, start);
+    (sends, at)
+}
+
+#[tokio::test(start_paused = true)]
+async fn sends_are_paced_first_in_first_out() {
+    let quota = Quotas::none().requests_per_minute_with_burst(600, 1);
+    let (sends, at) = at_once(quota, "a.test", 6).await;
+    assert_eq!(at, [0, 100, 200, 300, 400, 500]);
     let order: Vec<String> = sends
         .lock()
         .unwrap()
@@ -47,32 +56,11 @@ async fn sends_are_paced_first_in_first_out() {
 async fn a_fresh_key_lets_its_configured_burst_go_at_once() {
     // A bucket starts full: a key's first sends go as a burst, and only
     // the sends beyond it are paced.
-    let sends = Sends::default();
-    let svc = RateLimitLayer::new(Quotas::none().requests_per_minute_with_burst(600, 4))
-        .unwrap()
-        .layer(upstream(sends.clone()));
-    let start = Instant::now();
-    let calls: Vec<_> = (0..6)
-        .map(|i| svc.clone().oneshot(get(&format!("http://a.test/{i}"))))
-        .collect();
-    for res in futures_util::future::join_all(calls).await {
-        res.unwrap();
-    }
-    assert_eq!(offsets(&sends, start), [0, 0, 0, 0, 100, 200]);
-
+    let quota = Quotas::none().requests_per_minute_with_burst(600, 4);
+    assert_eq!(at_once(quota, "a.test", 6).await.1, [0, 0, 0, 0, 100, 200]);
     // The default burst is one second's worth.
-    let sends = Sends::default();
-    let svc = RateLimitLayer::new(Quotas::none().requests_per_minute(120))
-        .unwrap()
-        .layer(upstream(sends.clone()));
-    let start = Instant::now();
-    let calls: Vec<_> = (0..3)
-        .map(|i| svc.clone().oneshot(get(&format!("http://b.test/{i}"))))
-        .collect();
-    for res in futures_util::future::join_all(calls).await {
-        res.unwrap();
-    }
-    assert_eq!(offsets(&sends, start), [0, 0, 500]);
+    let quota = Quotas::none().requests_per_minute(120);
+    assert_eq!(at_once(quota, "b.test", 3).await.1, [0, 0, 500]);
 }
 
 #[tokio::test(start_paused = true)]

@@ -386,15 +386,9 @@ mod tests {
             attempts: 10,
             total_wait: Duration::from_secs(90),
             elapsed: Duration::from_millis(93_200),
-            server_waits_honoured: 0,
             last_status: Some(StatusCode::from_u16(529).expect("valid")),
             last_error_type: Some("overloaded_error".into()),
-            last_class: None,
-            last_server_wait: None,
-            rejected_sends: 0,
-            last_rejection: None,
-            recoveries: Vec::new(),
-            stop,
+            ..RetryReport::new(stop)
         }
     }
 
