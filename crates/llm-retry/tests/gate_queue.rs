@@ -8,7 +8,7 @@ mod gate_support;
 
 use gate_support::*;
 use llm_retry::rate_limit::{GateError, Quotas, RateLimitLayer};
-use llm_retry::RetryError;
+use llm_retry::{RetryError, RetryPolicy};
 use std::time::Duration;
 use tower::{Layer, ServiceExt};
 
@@ -190,4 +190,28 @@ async fn a_hold_exactly_at_the_longest_wait_a_request_honours_is_waited_out() {
         .await
         .unwrap();
     assert_eq!(upstream.sent_to("/exact"), [5_000]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_request_resends_no_sooner_than_its_own_wait_when_the_key_serves_again() {
+    // `/told` is refused with a 2 s wait; the four sends let through
+    // after it are served, so the key's hold ends about 20 ms in. The
+    // hold was the request's own: its resend still waits its 2 s.
+    let upstream = Upstream::timed(|seen| match (seen.path.as_str(), seen.nth) {
+        ("/told", 0) => (Duration::from_millis(10), refused_for_ms(2_000)),
+        _ => (Duration::from_millis(20), ok()),
+    });
+    let svc = stack(
+        RetryPolicy::builder().no_budget().max_retries(1),
+        &RateLimitLayer::learned(),
+        &upstream,
+    );
+    let calls = spawn_all(&svc, &["/told", "/a", "/b", "/c", "/d"]).await;
+    for call in calls {
+        call.await.unwrap().unwrap();
+    }
+    let told = upstream.sent_to("/told");
+    assert_eq!(told.len(), 2, "refused once, then served");
+    assert!(told[1] >= told[0] + 2_010, "resent at {} ms", told[1]);
+    assert!(upstream.sent_to("/d")[0] < 100, "the key served the others");
 }
