@@ -176,7 +176,9 @@ impl QuotaBook {
             tat.repace(pace, &stated, now);
             *pace = stated;
         }
-        if mark >= self.stated_synced {
+        // A mark past this book's count was taken under an earlier state
+        // of the key (swept while idle): older news too.
+        if mark >= self.stated_synced && mark <= self.stated_booked {
             let unreflected = self.stated_booked.saturating_sub(mark);
             tat.restate(pace, remaining, unreflected, now);
             self.stated_synced = mark;
@@ -364,6 +366,10 @@ mod tests {
         assert_eq!(wait(&book, 46_000, t0), MS(1_000));
         book.observe_tokens(60_000, 20_000, t0, first);
         assert_eq!(wait(&book, 20_000, t0), MS(0));
+        assert_eq!(wait(&book, 21_000, t0), MS(1_000));
+        // A mark this book never handed out (taken before the key was
+        // swept and made anew) is older news as well.
+        book.observe_tokens(60_000, 50_000, t0, second + 1);
         assert_eq!(wait(&book, 21_000, t0), MS(1_000));
         // Twice the quota, all of it left by the newest count.
         book.observe_tokens(120_000, 120_000, t0, second);
