@@ -338,7 +338,7 @@ where
                             ticket.key,
                             at,
                             booking.order,
-                            booking.stated_cost_and_mark(),
+                            booking.token_mark(),
                             counted,
                         );
                     }

@@ -141,6 +141,9 @@ impl KeyState {
     fn let_go(&mut self, booking: &mut Booking) {
         booking.order = self.ledger.let_go(booking.place);
         booking.released = true;
+        booking.gone_mark = self
+            .quotas
+            .go_stated(booking.stated.map_or(0, |(cost, _)| cost));
     }
 
     /// States a new window (`None`: none in force); the sends waiting to
@@ -184,9 +187,10 @@ pub(super) struct Booking {
     /// Its tokens under the provider's stated token quota, and when they
     /// are there.
     stated: Option<(u64, Instant)>,
-    /// The stated tokens booked on the key once it booked its own: what
-    /// its answer's statement may not have counted is what came after.
-    stated_mark: u64,
+    /// The key's stated tokens gone once it went (see
+    /// [`QuotaBook::go_stated`]): what its answer's count has not seen is
+    /// what went after it.
+    gone_mark: u64,
     /// Whether the send may go already: its ticket was released (or it
     /// has none) when it was queued.
     released: bool,
@@ -224,12 +228,30 @@ impl Booking {
         self.released
     }
 
-    /// The tokens it booked under a stated token quota (0 for none), and
-    /// the stated tokens booked on its key once it booked its own.
-    pub(super) fn stated_cost_and_mark(&self) -> (u64, u64) {
-        (self.stated.map_or(0, |(cost, _)| cost), self.stated_mark)
+    /// What its answer's stated token count is read against.
+    pub(super) fn token_mark(&self) -> TokenMark {
+        TokenMark {
+            cost: self.stated.map_or(0, |(cost, _)| cost),
+            order: self.order,
+            gone: self.gone_mark,
+            key_id: self.key_id,
+        }
     }
 }
+
+/// What an answer's stated token count is read against: the send's stated
+/// tokens, its place among its key's sends, the key's stated tokens gone
+/// once it went, and the key state it went under.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct TokenMark {
+    /// The tokens it booked under a stated token quota (0 for none).
+    pub(super) cost: u64,
+    order: u64,
+    gone: u64,
+    key_id: u64,
+}
+
+impl Booking {}
 
 /// What a waiting send does next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -425,7 +447,7 @@ impl Gate {
             order: 0,
             place,
             stated,
-            stated_mark: state.quotas.stated_mark(),
+            gone_mark: 0,
             released: false,
             key_id: state.id,
             cost,
@@ -540,7 +562,7 @@ impl Gate {
             return;
         };
         if let Some((cost, _)) = booking.stated {
-            state.quotas.refund_stated(cost, now);
+            state.quotas.refund_stated(cost, booking.released, now);
         }
         if booking.released {
             // Let through and counted, never sent: its share goes back.
@@ -564,13 +586,13 @@ impl Gate {
 
     /// An answer stated `key`'s token quota: its costed sends book tokens
     /// from now on.
-    /// `mark` is the answered send's [`Booking::stated_mark`].
+    /// `mark` is the answered send's [`Booking::token_mark`].
     pub(super) fn observed_tokens(
         &self,
         key: u64,
         window: crate::hint::TokenWindow,
         now: Instant,
-        mark: u64,
+        mark: TokenMark,
     ) {
         if let Some(state) = self.lock().get_mut(&key) {
             self.tokens_in(state, window, now, mark);
@@ -582,11 +604,14 @@ impl Gate {
         state: &mut KeyState,
         window: crate::hint::TokenWindow,
         now: Instant,
-        mark: u64,
+        mark: TokenMark,
     ) {
+        // A send of an earlier state of the key (swept while idle) is
+        // older news.
+        let at = (mark.key_id == state.id).then_some((mark.order, mark.gone));
         if state
             .quotas
-            .observe_tokens(window.per_minute, window.remaining, now, mark)
+            .observe_tokens(window.per_minute, window.remaining, now, at)
         {
             self.tokens_stated.store(true, Ordering::Relaxed);
         }
@@ -772,7 +797,7 @@ impl Gate {
     pub(super) fn served(
         &self,
         key: u64,
-        (order, sent, mark): (u64, Instant, u64),
+        (order, sent, mark): (u64, Instant, TokenMark),
         now: Instant,
         window: Option<crate::hint::RequestWindow>,
         tokens: Option<crate::hint::TokenWindow>,
@@ -810,7 +835,14 @@ impl Gate {
     /// A send succeeded, its answer stating nothing.
     #[cfg(test)]
     pub(super) fn succeeded(&self, key: u64, now: Instant) {
-        self.served(key, (0, now, 0), now, None, None, Duration::ZERO);
+        self.served(
+            key,
+            (0, now, TokenMark::default()),
+            now,
+            None,
+            None,
+            Duration::ZERO,
+        );
     }
 
     /// Lets `update` change the key's learned rate; a change re-bases the

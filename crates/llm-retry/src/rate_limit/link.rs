@@ -6,7 +6,7 @@
 //! gate the policy's [`KeyNews`]: the gate never reads a response itself.
 
 use super::concurrency::InFlight;
-use super::gate::Gate;
+use super::gate::{Gate, TokenMark};
 use crate::hint::{RequestWindow, TokenWindow};
 use bytes::Bytes;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -134,11 +134,9 @@ pub(crate) struct Sent {
     at: Instant,
     /// The send's place among the key's bookings.
     order: u64,
-    /// The tokens it booked under the key's stated token quota (0: none).
-    cost: u64,
-    /// The stated tokens booked on its key once it booked its own
-    /// (the second of [`Booking::stated_cost_and_mark`](super::gate::Booking::stated_cost_and_mark)).
-    mark: u64,
+    /// The tokens it booked under the key's stated token quota, and what
+    /// its answer's count of them is read against.
+    tokens: TokenMark,
     /// Counts the send in flight until its answer is judged.
     in_flight: InFlight,
 }
@@ -271,7 +269,7 @@ impl GateLink {
         key: u64,
         at: Instant,
         order: u64,
-        (cost, mark): (u64, u64),
+        tokens: TokenMark,
         in_flight: InFlight,
     ) {
         let sent = Sent {
@@ -279,8 +277,7 @@ impl GateLink {
             key,
             at,
             order,
-            cost,
-            mark,
+            tokens,
             in_flight,
         };
         *self.lock() = Some(sent);
@@ -301,7 +298,7 @@ impl Sent {
     pub(crate) fn as_judged(&self) -> GateSend {
         GateSend {
             paced: self.gate.paces(),
-            booked_tokens: self.cost,
+            booked_tokens: self.tokens.cost,
             wait: GateWait::Own,
         }
     }
@@ -326,8 +323,7 @@ impl Sent {
             key,
             at,
             order,
-            cost: _,
-            mark,
+            tokens: mark,
             in_flight,
         } = self;
         let in_a_row = &link.0.slotted_overloads;
@@ -345,9 +341,12 @@ impl Sent {
                     GateWait::Own
                 }
             }
-            KeyNews::Served { window, tokens } => {
+            KeyNews::Served {
+                window,
+                tokens: stated,
+            } => {
                 in_flight.served();
-                gate.served(key, (order, at, mark), now, window, tokens, max_server_wait);
+                gate.served(key, (order, at, mark), now, window, stated, max_server_wait);
                 GateWait::Own
             }
             KeyNews::Throttled {
@@ -356,11 +355,11 @@ impl Sent {
                 holds_key,
                 whole_seconds,
                 window,
-                tokens,
+                tokens: stated,
                 final_answer,
             } => {
-                if let Some(tokens) = tokens {
-                    gate.observed_tokens(key, tokens, now, mark);
+                if let Some(stated) = stated {
+                    gate.observed_tokens(key, stated, now, mark);
                 }
                 // A stated quota first: it is the key's rate, and the rest
                 // of the first wave's 429s are no decrease.

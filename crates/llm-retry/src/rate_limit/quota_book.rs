@@ -36,14 +36,15 @@ pub(super) struct QuotaBook {
     /// The token quota the provider's answers state, once one did: the
     /// same bucket as a configured quota's, resynced to each statement.
     stated_tokens: Option<(Pace, Tat)>,
-    /// Tokens booked under the stated quota so far (only ever grows): a
-    /// send's mark is the count once it booked, so an answer's statement
-    /// counts what was booked after its send as not yet seen by the
-    /// provider.
-    stated_booked: u64,
-    /// The mark of the send whose answer last restated the bucket: an
+    /// Stated tokens booked by sends that have not gone yet.
+    stated_waiting: u64,
+    /// Stated tokens of the sends gone so far (only ever grows): a send's
+    /// mark is the count once it went, so an answer's count has not seen
+    /// what went after its send, nor what still waits.
+    stated_gone: u64,
+    /// The place of the send whose answer last restated the bucket: an
     /// answer to an earlier send is older news, and only lowers it.
-    stated_synced: u64,
+    stated_synced: Option<u64>,
     /// Sends its stated request quota has room for, beyond those let
     /// through since: they go at once, unpaced.
     stated_room: u64,
@@ -56,8 +57,9 @@ impl QuotaBook {
             pace,
             tokens: Tat::default(),
             stated_tokens: None,
-            stated_booked: 0,
-            stated_synced: 0,
+            stated_waiting: 0,
+            stated_gone: 0,
+            stated_synced: None,
             stated_room: 0,
         }
     }
@@ -137,34 +139,43 @@ impl QuotaBook {
     pub(super) fn book_stated(&mut self, cost: u64, now: Instant) {
         if let Some((pace, tat)) = &mut self.stated_tokens {
             tat.book(pace, now, cost);
-            self.stated_booked = self.stated_booked.saturating_add(cost);
+            self.stated_waiting = self.stated_waiting.saturating_add(cost);
         }
     }
 
-    /// The mark a send takes once booked: the stated tokens booked so far.
-    pub(super) fn stated_mark(&self) -> u64 {
-        self.stated_booked
+    /// A send that booked `cost` stated tokens goes: its mark, the stated
+    /// tokens gone so far, its own included.
+    pub(super) fn go_stated(&mut self, cost: u64) -> u64 {
+        self.stated_waiting = self.stated_waiting.saturating_sub(cost);
+        self.stated_gone = self.stated_gone.saturating_add(cost);
+        self.stated_gone
     }
 
-    /// A send that booked `cost` stated tokens never went.
-    pub(super) fn refund_stated(&mut self, cost: u64, now: Instant) {
+    /// A send that booked `cost` stated tokens will never reach the
+    /// provider: dropped while it waited, or after it went (`gone`).
+    pub(super) fn refund_stated(&mut self, cost: u64, gone: bool, now: Instant) {
         if let Some((pace, tat)) = &mut self.stated_tokens {
             tat.refund(pace, cost, now);
         }
+        if !gone {
+            self.stated_waiting = self.stated_waiting.saturating_sub(cost);
+        }
     }
 
-    /// An answer to the send that took `mark` stated the token quota:
+    /// An answer to the send that went `at` (its place among the key's
+    /// sends, and its mark from [`go_stated`](Self::go_stated); `None`
+    /// for a send of an earlier state of the key) stated the token quota:
     /// `per_minute`, with `remaining` left. The newest answer's count is
-    /// the bucket's, less what was booked after its send (a provider's
-    /// statement of room is evidence, and this side's costs are only
-    /// estimates); an older answer's only lowers it. True when it is the
-    /// first.
+    /// the bucket's, less what went after its send and what still waits
+    /// (a provider's count of room is evidence, and this side's costs are
+    /// only estimates); an older answer's only lowers it. True when it is
+    /// the first.
     pub(super) fn observe_tokens(
         &mut self,
         per_minute: u64,
         remaining: u64,
         now: Instant,
-        mark: u64,
+        at: Option<(u64, u64)>,
     ) -> bool {
         let per_minute = u32::try_from(per_minute).unwrap_or(u32::MAX);
         let Some(stated) = Pace::per_minute(per_minute, per_minute) else {
@@ -176,12 +187,14 @@ impl QuotaBook {
             tat.repace(pace, &stated, now);
             *pace = stated;
         }
-        // A mark past this book's count was taken under an earlier state
-        // of the key (swept while idle): older news too.
-        if mark >= self.stated_synced && mark <= self.stated_booked {
-            let unreflected = self.stated_booked.saturating_sub(mark);
-            tat.restate(pace, remaining, unreflected, now);
-            self.stated_synced = mark;
+        let newest = at.filter(|(order, _)| self.stated_synced.is_none_or(|o| *order > o));
+        if let Some((order, mark)) = newest {
+            let unseen = self
+                .stated_gone
+                .saturating_sub(mark)
+                .saturating_add(self.stated_waiting);
+            tat.restate(pace, remaining, unseen, now);
+            self.stated_synced = Some(order);
         } else {
             tat.resync(pace, remaining, now);
         }
@@ -211,7 +224,7 @@ mod tests {
     fn stated(remaining: u64, now: Instant) -> QuotaBook {
         let mut book = QuotaBook::new(now, None);
         assert!(
-            book.observe_tokens(60_000, remaining, now, 0),
+            book.observe_tokens(60_000, remaining, now, Some((0, 0))),
             "the first statement"
         );
         book
@@ -279,7 +292,7 @@ mod tests {
             MS(1_100),
             "and the next goes after it"
         );
-        book.refund_stated(1_200, t0);
+        book.refund_stated(1_200, false, t0);
         assert_eq!(wait(&book, 100, t0), MS(0));
         assert_eq!(
             book.stated_slot(0, t0, t0),
@@ -334,25 +347,30 @@ mod tests {
         assert!(book.idle(t0 + MS(1_000)), "1 000 came back");
     }
 
+    /// A send of `cost` stated tokens booked and gone at `now`: its place
+    /// `order` and its mark, for its answer.
+    fn goes(book: &mut QuotaBook, cost: u64, order: u64, now: Instant) -> Option<(u64, u64)> {
+        book.book_stated(cost, now);
+        Some((order, book.go_stated(cost)))
+    }
+
     #[tokio::test(start_paused = true)]
     async fn the_newest_answer_restates_the_bucket_and_an_older_one_only_lowers_it() {
         let t0 = Instant::now();
         let mut book = stated(5_000, t0);
-        assert!(!book.observe_tokens(60_000, 1_000, t0, 0));
+        assert!(!book.observe_tokens(60_000, 1_000, t0, Some((1, 0))));
         assert_eq!(wait(&book, 2_000, t0), MS(1_000));
         // More left by the provider's count than this side thought (its
         // costs are estimates): the provider's count wins.
-        book.observe_tokens(60_000, 50_000, t0, 0);
+        book.observe_tokens(60_000, 50_000, t0, Some((2, 0)));
         assert_eq!(wait(&book, 50_000, t0), MS(0));
         assert_eq!(wait(&book, 51_000, t0), MS(1_000));
-        // Two sends book 10 000 and 5 000: 35 000 left.
-        book.book_stated(10_000, t0);
-        let first = book.stated_mark();
-        book.book_stated(5_000, t0);
-        let second = book.stated_mark();
+        // Two sends go with 10 000 and 5 000: 35 000 left.
+        let first = goes(&mut book, 10_000, 3, t0);
+        let second = goes(&mut book, 5_000, 4, t0);
         assert_eq!(wait(&book, 35_000, t0), MS(0));
         // The first one's answer counts 40 000 left, but not the 5 000
-        // booked after it: 35 000.
+        // that went after it: 35 000.
         book.observe_tokens(60_000, 40_000, t0, first);
         assert_eq!(wait(&book, 35_000, t0), MS(0));
         assert_eq!(wait(&book, 36_000, t0), MS(1_000));
@@ -360,32 +378,52 @@ mod tests {
         book.observe_tokens(60_000, 45_000, t0, second);
         assert_eq!(wait(&book, 45_000, t0), MS(0));
         assert_eq!(wait(&book, 46_000, t0), MS(1_000));
-        // A late answer to the first is older news: it lowers what is
-        // left, never raises it.
+        // A late answer to the first is older news, and so is one to a
+        // send of an earlier state of the key: they lower what is left,
+        // never raise it.
         book.observe_tokens(60_000, 50_000, t0, first);
+        book.observe_tokens(60_000, 50_000, t0, None);
         assert_eq!(wait(&book, 46_000, t0), MS(1_000));
         book.observe_tokens(60_000, 20_000, t0, first);
         assert_eq!(wait(&book, 20_000, t0), MS(0));
         assert_eq!(wait(&book, 21_000, t0), MS(1_000));
-        // A mark this book never handed out (taken before the key was
-        // swept and made anew) is older news as well.
-        book.observe_tokens(60_000, 50_000, t0, second + 1);
-        assert_eq!(wait(&book, 21_000, t0), MS(1_000));
-        // Twice the quota, all of it left by the newest count.
-        book.observe_tokens(120_000, 120_000, t0, second);
+        // Twice the quota, all of it left by a newer count.
+        book.observe_tokens(120_000, 120_000, t0, Some((5, 15_000)));
         assert_eq!(wait(&book, 120_000, t0), MS(0));
-        assert!(!book.observe_tokens(0, 0, t0, second), "no quota stated");
+        assert!(!book.observe_tokens(0, 0, t0, None), "no quota stated");
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_new_quota_keeps_what_was_booked_after_the_answered_send() {
-        // 59 000 tokens booked after the send whose answer states twice
-        // the quota, all of it left: they stay booked, so 61 000 are left,
+    async fn a_send_still_waiting_stays_booked_through_a_newer_count() {
+        // X books 10 000 and waits; Y books 5 000 and goes. Y's answer
+        // says 55 000 left: X's 10 000 are not in it, so 45 000 are.
+        let t0 = Instant::now();
+        let mut book = stated(60_000, t0);
+        book.book_stated(10_000, t0);
+        let y = goes(&mut book, 5_000, 1, t0);
+        book.observe_tokens(60_000, 55_000, t0, y);
+        assert_eq!(wait(&book, 45_000, t0), MS(0));
+        assert_eq!(wait(&book, 46_000, t0), MS(1_000));
+        // X is dropped before it goes: its 10 000 come back, no more.
+        book.refund_stated(10_000, false, t0);
+        assert_eq!(wait(&book, 55_000, t0), MS(0));
+        assert_eq!(wait(&book, 56_000, t0), MS(1_000));
+        // The next count no longer holds X back.
+        let z = goes(&mut book, 1_000, 2, t0);
+        book.observe_tokens(60_000, 54_000, t0, z);
+        assert_eq!(wait(&book, 54_000, t0), MS(0));
+        assert_eq!(wait(&book, 55_000, t0), MS(1_000));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_new_quota_keeps_what_went_after_the_answered_send() {
+        // 59 000 tokens went after the send whose answer states twice the
+        // quota, all of it left: they stay booked, so 61 000 are left,
         // and the rest come at two a millisecond.
         let t0 = Instant::now();
         let mut book = stated(60_000, t0);
-        let answered = book.stated_mark();
-        book.book_stated(59_000, t0);
+        let answered = goes(&mut book, 0, 1, t0);
+        goes(&mut book, 59_000, 2, t0);
         book.observe_tokens(120_000, 120_000, t0, answered);
         assert_eq!(wait(&book, 61_000, t0), MS(0));
         assert_eq!(wait(&book, 62_000, t0), MS(500));
