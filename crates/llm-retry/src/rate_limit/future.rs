@@ -333,14 +333,7 @@ where
                         // The retry loop times the attempt from here.
                         link.mark_called();
                         let booking = &ticket.booking;
-                        link.sent(
-                            &ticket.gate,
-                            ticket.key,
-                            at,
-                            booking.order,
-                            booking.token_mark(),
-                            counted,
-                        );
+                        link.sent(&ticket.gate, ticket.key, at, booking.token_mark(), counted);
                     }
                     this.state.set(State::Calling { future, in_flight });
                 }

@@ -239,19 +239,18 @@ impl Booking {
     }
 }
 
-/// What an answer's stated token count is read against: the send's stated
-/// tokens, its place among its key's sends, the key's stated tokens gone
-/// once it went, and the key state it went under.
+/// A send as its answer is read against: its stated tokens, its place
+/// among its key's sends, the key's stated tokens gone once it went, and
+/// the key state it went under.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(super) struct TokenMark {
     /// The tokens it booked under a stated token quota (0 for none).
     pub(super) cost: u64,
-    order: u64,
+    /// Its place among the key's sends, once let through.
+    pub(super) order: u64,
     gone: u64,
     key_id: u64,
 }
-
-impl Booking {}
 
 /// What a waiting send does next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -790,14 +789,14 @@ impl Gate {
         state.restate_window(stated, now);
     }
 
-    /// The key's send (its `order`-th, which went at `sent`) was served, and
+    /// The key's send (its `mark.order`-th, which went at `sent`) was served, and
     /// its answer stated what is left of the provider's `window` and
     /// `tokens`, if it did: the hold's contest, the learned rate, the window
     /// and the token quota move under one lock.
     pub(super) fn served(
         &self,
         key: u64,
-        (order, sent, mark): (u64, Instant, TokenMark),
+        (sent, mark): (Instant, TokenMark),
         now: Instant,
         window: Option<crate::hint::RequestWindow>,
         tokens: Option<crate::hint::TokenWindow>,
@@ -812,7 +811,7 @@ impl Gate {
         let Some(state) = keys.get_mut(&key) else {
             return;
         };
-        if state.hold.served(order, now) {
+        if state.hold.served(mark.order, now) {
             tracing::debug!("llm-retry: the key serves sends after a 429: its hold ends");
             crate::observe::gate_stood_down("hold");
             // The waiting sends look again: their slots moved forward.
@@ -828,7 +827,7 @@ impl Gate {
             self.tokens_in(state, tokens, now, mark);
         }
         if let Some(window) = window {
-            self.window_in(key, state, (order, now), window, limit);
+            self.window_in(key, state, (mark.order, now), window, limit);
         }
     }
 
@@ -837,7 +836,7 @@ impl Gate {
     pub(super) fn succeeded(&self, key: u64, now: Instant) {
         self.served(
             key,
-            (0, now, TokenMark::default()),
+            (now, TokenMark::default()),
             now,
             None,
             None,

@@ -51,6 +51,16 @@ fn later(at: Instant, by: Duration) -> Instant {
         .unwrap_or(at)
 }
 
+/// The theoretical arrival time of a bucket its owner says holds
+/// `remaining` units at `now`, less `unseen` more booked here.
+fn stated(pace: &Pace, remaining: u64, unseen: u64, now: Instant) -> Instant {
+    let spent = pace
+        .capacity()
+        .saturating_sub(remaining)
+        .saturating_add(unseen);
+    later(now, pace.cost(spent))
+}
+
 /// The theoretical arrival time of one quota of one key.
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Tat(pub(super) Option<Instant>);
@@ -91,8 +101,7 @@ impl Tat {
     /// holds no more than that (what the statement counted is spent, and
     /// what this side booked since stays booked).
     pub(super) fn resync(&mut self, pace: &Pace, remaining: u64, now: Instant) {
-        let spent = pace.capacity().saturating_sub(remaining);
-        let floor = later(now, pace.cost(spent));
+        let floor = stated(pace, remaining, 0, now);
         self.0 = Some(self.0.map_or(floor, |tat| tat.max(floor)));
     }
 
@@ -102,11 +111,7 @@ impl Tat {
     /// fewer than this side thought (its costs are estimates; the owner's
     /// count is not).
     pub(super) fn restate(&mut self, pace: &Pace, remaining: u64, unreflected: u64, now: Instant) {
-        let spent = pace
-            .capacity()
-            .saturating_sub(remaining)
-            .saturating_add(unreflected);
-        self.0 = Some(later(now, pace.cost(spent)));
+        self.0 = Some(stated(pace, remaining, unreflected, now));
     }
 
     /// The bucket is `to`'s now, not `from`'s: what is booked ahead keeps

@@ -132,8 +132,6 @@ pub(crate) struct Sent {
     gate: Gate,
     key: u64,
     at: Instant,
-    /// The send's place among the key's bookings.
-    order: u64,
     /// The tokens it booked under the key's stated token quota, and what
     /// its answer's count of them is read against.
     tokens: TokenMark,
@@ -268,7 +266,6 @@ impl GateLink {
         gate: &Gate,
         key: u64,
         at: Instant,
-        order: u64,
         tokens: TokenMark,
         in_flight: InFlight,
     ) {
@@ -276,7 +273,6 @@ impl GateLink {
             gate: gate.clone(),
             key,
             at,
-            order,
             tokens,
             in_flight,
         };
@@ -322,10 +318,10 @@ impl Sent {
             gate,
             key,
             at,
-            order,
             tokens: mark,
             in_flight,
         } = self;
+        let order = mark.order;
         let in_a_row = &link.0.slotted_overloads;
         if news != KeyNews::Overloaded {
             in_a_row.store(0, Ordering::Relaxed);
@@ -346,7 +342,7 @@ impl Sent {
                 tokens: stated,
             } => {
                 in_flight.served();
-                gate.served(key, (order, at, mark), now, window, stated, max_server_wait);
+                gate.served(key, (at, mark), now, window, stated, max_server_wait);
                 GateWait::Own
             }
             KeyNews::Throttled {
