@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used)]
 
 use super::service_tests::{
-    dead_address, rate_limited, report, request, target, target_at, upstream,
+    dead_address, rate_limited, report, request, target, target_at, upstream, Svc,
 };
 use super::*;
 use llm_retry_mock::{Reply, Route};
@@ -42,16 +42,20 @@ async fn the_report_names_the_target_whose_answer_was_handed_over() {
     assert_eq!(error.report().answered_by(), None);
 }
 
+/// What the failover over `a` (marked by its first failure) and `b` set
+/// aside in a second request, after a first that tried `a`.
+async fn set_aside_the_second_time(a: Target<Svc>, b: Target<Svc>) -> FailoverReport {
+    let failover = Failover::builder(vec![a, b]).build().unwrap();
+    let first = report(&failover.clone().oneshot(request()).await.unwrap());
+    assert_eq!(first.set_aside().count(), 0, "a was tried: {first:?}");
+    report(&failover.oneshot(request()).await.unwrap())
+}
+
 #[tokio::test(start_paused = true)]
 async fn the_report_names_the_targets_a_mark_set_aside_with_the_mark() {
     let a = upstream(Route::always(rate_limited("5"))).await;
     let b = upstream(Route::always(Reply::anthropic_ok("b"))).await;
-    let failover = Failover::builder(vec![target("a", &a).cooldown(), target("b", &b)])
-        .build()
-        .unwrap();
-    let first = report(&failover.clone().oneshot(request()).await.unwrap());
-    assert_eq!(first.set_aside().count(), 0, "a was tried: {first:?}");
-    let later = report(&failover.oneshot(request()).await.unwrap());
+    let later = set_aside_the_second_time(target("a", &a).cooldown(), target("b", &b)).await;
     assert_eq!(
         later.set_aside().collect::<Vec<_>>(),
         [("a", MarkKind::Cooldown)]
@@ -59,15 +63,8 @@ async fn the_report_names_the_targets_a_mark_set_aside_with_the_mark() {
     assert_eq!(later.answered_by().map(|t| &**t), Some("b"));
 
     let a = upstream(Route::always(Reply::overloaded())).await;
-    let failover = Failover::builder(vec![
-        target("a", &a).unhealthy_after(1, Duration::from_secs(10)),
-        target("b", &b),
-    ])
-    .build()
-    .unwrap();
-    let first = report(&failover.clone().oneshot(request()).await.unwrap());
-    assert_eq!(first.set_aside().count(), 0, "a was tried: {first:?}");
-    let later = report(&failover.oneshot(request()).await.unwrap());
+    let unhealthy = target("a", &a).unhealthy_after(1, Duration::from_secs(10));
+    let later = set_aside_the_second_time(unhealthy, target("b", &b)).await;
     assert_eq!(
         later.set_aside().collect::<Vec<_>>(),
         [("a", MarkKind::Unhealthy)]

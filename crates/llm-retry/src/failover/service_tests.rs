@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use tower::util::BoxCloneSyncService;
 use tower::ServiceExt;
 
-type Svc = BoxCloneSyncService<Request<Full<Bytes>>, Response<Incoming>, BoxError>;
+pub(super) type Svc = BoxCloneSyncService<Request<Full<Bytes>>, Response<Incoming>, BoxError>;
 
 const PATH: &str = "/v1/messages";
 const PROMPT: &str = r#"{"model":"claude-sonnet-4-5","max_tokens":64,"messages":[]}"#;
