@@ -357,6 +357,10 @@ impl Learned {
                     self.per_sec = rate;
                     self.last_throttled = Some(rate);
                     self.rate_at_cut = Some(rate);
+                    // Sends made until now went at the rate read too high:
+                    // their 429s belong to it, not to the closer look.
+                    self.quiet_until = Some(now);
+                    self.changed = Some(now);
                     return Throttle::Changed;
                 }
             }

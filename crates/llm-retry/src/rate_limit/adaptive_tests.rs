@@ -408,6 +408,44 @@ fn the_rest_of_the_first_burst_refines_the_first_rate_down_only() {
     );
 }
 
+#[test]
+fn a_refined_first_rate_is_not_cut_by_sends_made_before_the_refinement() {
+    let bounds = UNBOUNDED;
+    let mut learned = bounds.start();
+    let t0 = Instant::now();
+    let ms = Duration::from_millis;
+    learned.on_send(t0);
+    // The first estimate: 3 ms to the next token, 333 a second.
+    let first = t0 + ms(20);
+    refused_burst(&mut learned, &bounds, t0, first, Some(ms(3)));
+    assert!((learned.per_sec() - 1000.0 / 3.0).abs() < 1e-6);
+    // A send went at that rate; then a 429 of the first burst named the
+    // bucket's real period, 5 ms.
+    let sent_at_first_rate = first + ms(5);
+    let refined = first + ms(10);
+    assert_eq!(
+        learned.on_throttle(&bounds, t0, refined, Some(ms(5))),
+        Throttle::Changed
+    );
+    assert!((learned.per_sec() - 200.0).abs() < 1e-9);
+    // That send's 429 is news about the rate it went at, not about the
+    // refined one: no cut below the bucket's own rate.
+    let answered = refined + ms(10);
+    learned.on_throttle(&bounds, sent_at_first_rate, answered, Some(ms(1)));
+    assert!(
+        (learned.per_sec() - 200.0).abs() < 1e-9,
+        "cut to {}",
+        learned.per_sec()
+    );
+    // A 429 for a send made at the refined rate is a congestion event.
+    let later = answered + ms(5);
+    assert_eq!(
+        refused_burst(&mut learned, &bounds, later, later, Some(ms(1))),
+        Throttle::Changed
+    );
+    assert!((learned.per_sec() - 200.0 * DECREASE).abs() < 1e-9);
+}
+
 const UNBOUNDED: AdaptiveRate = AdaptiveRate {
     min_per_sec: 1.0,
     max_per_sec: f64::INFINITY,
