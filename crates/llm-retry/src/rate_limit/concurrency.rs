@@ -460,6 +460,29 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_served_answer_takes_a_sixteenth_off_the_overload_share() {
+        // Every recent answer an overload, then five served: the share is
+        // still (15/16)^5, about 72 %, so the next overload sets a ceiling.
+        let sent = Instant::now();
+        let flight = Arc::new(overloaded_often());
+        let _crowd = start(&flight, 10);
+        for _ in 0..5 {
+            flight.served();
+        }
+        flight.overloaded(sent, sent);
+        assert!(flight.slots().is_some(), "most recent answers overloaded");
+        // Twelve served from all overloads leave (15/16)^12, about 46 %,
+        // and one overload brings it to about 49 %: under half, no ceiling.
+        let flight = Arc::new(overloaded_often());
+        let _crowd = start(&flight, 10);
+        for _ in 0..12 {
+            flight.served();
+        }
+        flight.overloaded(sent, sent);
+        assert!(flight.slots().is_none(), "fewer than half overloaded");
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn an_overload_with_nothing_else_in_flight_stands_the_ceiling_down() {
         let sent = Instant::now();
         let flight = Arc::new(overloaded_often());
