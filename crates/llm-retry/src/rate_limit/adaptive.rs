@@ -13,10 +13,13 @@
 //! first 429, and the first rate is measured rather than configured: one
 //! send per wait the 429 named to the millisecond (a token bucket's time to
 //! its next token), or the successes per second since the key's first
-//! send. Until the next 429 the rate then grows a quarter each second of
+//! send. The rest of that burst's 429s, and those of sends made before a
+//! closer look, lower it to a longer wait they name to the millisecond;
+//! like a cut, each closer look starts a new quiet span. Until the next
+//! congestion event the rate then grows a quarter each second of
 //! successes — slow start, as a rate rounded to whole milliseconds is low —
-//! or doubles each second when the first rate rests on one or two answers
-//! (calls still running, whole-second waits). From there it adapts as
+//! or doubles each second when the first rate rests on fewer than five
+//! successes (calls still running, whole-second waits). From there it adapts as
 //! above, probing by a hundredth of the rate that last drew a 429.
 //!
 //! A 429 is taken as news about the key's rate unless its headers say only
@@ -135,8 +138,8 @@ pub(super) struct Learned {
     /// Since the key's first send, while its rate is still unmeasured:
     /// when it started, and the successes seen.
     first: Option<(Instant, u32)>,
-    /// Whether the quiet 429s now coming back belong to the burst that drew
-    /// the first estimate, which they may refine.
+    /// Whether quiet 429s (of the first burst, or of sends made before a
+    /// closer look) may still refine the first estimate.
     refining: bool,
     /// After a first estimate, until the next 429: the factor the rate
     /// grows by each second of successes (2 when the estimate rests on
@@ -261,7 +264,8 @@ impl Learned {
 
     /// The first rate of an unmeasured key throttled at `now`: one send per
     /// wait the 429 named to the millisecond (the time to a token bucket's
-    /// next token; the rest of the burst's 429s then refine it), else the
+    /// next token; the rest of the burst's 429s, and those of sends made
+    /// before a closer look, then refine it), else the
     /// successes per second since its first send once five have come back,
     /// else the one or few successes over at least 10 ms — a guess, which
     /// slow start lifts quickly if it is low.
@@ -349,8 +353,9 @@ impl Learned {
             return Throttle::Kept;
         }
         if self.quiet_until.is_some_and(|quiet| sent <= quiet) {
-            // The rest of the burst that drew the first estimate: a longer
-            // wait named to the millisecond is a closer look at the rate.
+            // A 429 of a send made before the first estimate or its latest
+            // closer look: a longer wait named to the millisecond is a
+            // closer look at the rate.
             if let (true, Some(wait)) = (self.refining, precise(named_wait)) {
                 let rate = (1.0 / wait.as_secs_f64()).max(bounds.min_per_sec);
                 if rate < self.per_sec {
@@ -358,9 +363,13 @@ impl Learned {
                     self.last_throttled = Some(rate);
                     self.rate_at_cut = Some(rate);
                     // Sends made until now went at the rate read too high:
-                    // their 429s belong to it, not to the closer look.
-                    self.quiet_until = Some(now);
-                    self.changed = Some(now);
+                    // their 429s belong to it, not to the closer look, and
+                    // its trial starts now. (Never earlier: `now` is read
+                    // before the gate's lock, so it may trail a 429 of
+                    // another thread's.)
+                    self.quiet_until = self.quiet_until.max(Some(now));
+                    self.changed = self.changed.max(Some(now));
+                    self.trial = (0, 0);
                     return Throttle::Changed;
                 }
             }

@@ -72,10 +72,9 @@ async fn a_burst_of_429s_is_one_decrease() {
 fn the_rate_stays_inside_its_bounds() {
     let mut learned = BOUNDS.start();
     let now = Instant::now();
-    // Each decrease after the first waits for ten answers: 1 000 429s are
-    // a hundred decreases.
+    // 1 000 429s, each a congestion event of its own and never judged: a
+    // thousand cuts.
     for _ in 0..1000 {
-        // Each a congestion event of its own, and never judged.
         learned.quiet_until = None;
         learned.trial = (0, 0);
         learned.rate_at_cut = None;
@@ -437,6 +436,20 @@ fn a_refined_first_rate_is_not_cut_by_sends_made_before_the_refinement() {
         "cut to {}",
         learned.per_sec()
     );
+    // A closer look read on another thread just before the first estimate
+    // (its `now` trails it) does not move the quiet span back: a 429 of a
+    // send made before the first estimate is still no congestion event.
+    let mut other = bounds.start();
+    other.on_send(t0);
+    refused_burst(&mut other, &bounds, t0, first, Some(ms(3)));
+    other.on_throttle(&bounds, t0, first - ms(2), Some(ms(5)));
+    assert!((other.per_sec() - 200.0).abs() < 1e-9);
+    other.on_throttle(&bounds, first - ms(1), refined, Some(ms(1)));
+    assert!(
+        (other.per_sec() - 200.0).abs() < 1e-9,
+        "cut to {}",
+        other.per_sec()
+    );
     // A 429 for a send made at the refined rate is a congestion event.
     let later = answered + ms(5);
     assert_eq!(
@@ -676,7 +689,8 @@ mod stand_down {
         // One answer in four refused, whatever the rate: each judgement
         // after the burst sees about the same share, however the cuts
         // went. Compared with the share the burst engaged at (most
-        // answers), any share looks lower: only a share halved is help.
+        // answers), any share looks lower: only a share lower by more than
+        // chance explains (1.5 spreads) is help.
         // Spread at random: some judgements see fewer, which must not
         // read as the cuts helping.
         let (stood_down, rate) = after_burst(at_random(25));
