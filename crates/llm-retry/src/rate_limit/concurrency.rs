@@ -483,6 +483,55 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn exactly_half_the_answers_overloaded_sets_a_ceiling() {
+        let sent = Instant::now();
+        // One more overload takes this share to exactly half of `ALL`.
+        let just_under = 30_584;
+        assert_eq!(updated(just_under, true), ALL / 2);
+        let flight = Arc::new(Flight::default());
+        let _crowd = start(&flight, 10);
+        flight.overloads.store(just_under, Ordering::Relaxed);
+        flight.overloaded(sent, sent);
+        assert!(flight.slots().is_some(), "half is enough");
+        let flight = Arc::new(Flight::default());
+        let _crowd = start(&flight, 10);
+        flight.overloads.store(just_under - 2, Ordering::Relaxed);
+        flight.overloaded(sent, sent);
+        assert!(flight.slots().is_none(), "under half is not");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_ceiling_meters_resends_only_from_two_slots() {
+        let sent = Instant::now();
+        // Nine others in flight: a first ceiling of eight, which meters.
+        let flight = Arc::new(overloaded_often());
+        let _crowd = start(&flight, 10);
+        assert!(
+            flight.overloaded(sent, sent),
+            "a ceiling of {}",
+            limit(&flight)
+        );
+        // One other: a ceiling of one, at its floor: resends back off.
+        let flight = Arc::new(overloaded_often());
+        let _pair = start(&flight, 2);
+        assert!(!flight.overloaded(sent, sent));
+        assert!(flight.slots().is_some());
+        assert!((limit(&flight) - 1.0).abs() < f64::EPSILON);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_overload_with_one_other_send_in_flight_keeps_the_ceiling() {
+        let sent = Instant::now();
+        let flight = Arc::new(overloaded_often());
+        let crowd = start(&flight, 10);
+        flight.overloaded(sent, sent);
+        drop(crowd);
+        let (first, _second) = (slotted(&flight), slotted(&flight));
+        first.overloaded(sent, sent);
+        assert!(flight.slots().is_some(), "another send was in flight");
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn an_overload_with_nothing_else_in_flight_stands_the_ceiling_down() {
         let sent = Instant::now();
         let flight = Arc::new(overloaded_often());
