@@ -532,6 +532,28 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_trial_with_overloads_halved_exactly_did_not_help() {
+        let sent = Instant::now();
+        let trial = |overloads: u32| {
+            // Set at a share of all overloads: half of it is 16 of 32.
+            let flight = Arc::new(overloaded_often());
+            let _crowd = start(&flight, 10);
+            flight.overloaded(sent, sent);
+            for i in 0..TRIAL {
+                let send = slotted(&flight);
+                if i < overloads {
+                    send.overloaded(sent, sent);
+                } else {
+                    send.served();
+                }
+            }
+            flight.slots().is_some()
+        };
+        assert!(trial(15), "under half: the ceiling proved itself");
+        assert!(!trial(16), "exactly half: it stands down");
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn an_overload_with_nothing_else_in_flight_stands_the_ceiling_down() {
         let sent = Instant::now();
         let flight = Arc::new(overloaded_often());
@@ -546,6 +568,7 @@ mod tests {
             "its resend waits for no slot"
         );
         assert!(flight.slots().is_none(), "overloaded alone: no ceiling");
+        assert_eq!(flight.in_flight(), 1, "the send is still counted");
         let later = sent + std::time::Duration::from_secs(1);
         let _more = start(&flight, 10);
         flight.overloaded_often();
