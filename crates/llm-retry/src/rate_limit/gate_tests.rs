@@ -71,3 +71,23 @@ async fn a_key_is_idle_only_once_nothing_of_it_reaches_past_now() {
     );
     assert!(queued.idle(later + Duration::from_secs(1)));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_configured_quota_paces_a_key_whose_learned_rate_is_faster() {
+    // A quota of one a second with a learned rate that starts at a
+    // thousand: the quota, the slower, paces.
+    let fast = AdaptiveRate {
+        min_per_sec: 1.0,
+        max_per_sec: 1000.0,
+    };
+    let gate = Gate::new(Pace::per_minute(60, 1), None, Some(fast));
+    let now = Instant::now();
+    let slots: Vec<Duration> = (0..3)
+        .map(|_| gate.reserve(7, 0, now, Bounds::default()).unwrap().slot - now)
+        .collect();
+    assert_eq!(
+        slots,
+        [0, 1, 2].map(Duration::from_secs),
+        "a second apart, not a millisecond"
+    );
+}
