@@ -90,4 +90,14 @@ async fn a_configured_quota_paces_a_key_whose_learned_rate_is_faster() {
         [0, 1, 2].map(Duration::from_secs),
         "a second apart, not a millisecond"
     );
+    // A learned rate as fast as the quota: the quota, with its burst.
+    let same = AdaptiveRate {
+        min_per_sec: 1.0,
+        max_per_sec: 1.0,
+    };
+    let gate = Gate::new(Pace::per_minute(60, 3), None, Some(same));
+    let slots: Vec<Duration> = (0..4)
+        .map(|_| gate.reserve(7, 0, now, Bounds::default()).unwrap().slot - now)
+        .collect();
+    assert_eq!(slots, [0, 0, 0, 1].map(Duration::from_secs));
 }
