@@ -101,3 +101,31 @@ async fn a_configured_quota_paces_a_key_whose_learned_rate_is_faster() {
         .collect();
     assert_eq!(slots, [0, 0, 0, 1].map(Duration::from_secs));
 }
+
+#[test]
+fn the_fleet_paces_a_key_at_a_little_under_its_stated_rate_with_its_room_as_burst() {
+    let stated = |per_sec: f64, burst: u32| SharedPace {
+        interval: Duration::from_secs_f64(1.0 / (per_sec * STATED_SHARE)),
+        burst,
+    };
+    let plain = Gate::new(None, None, None);
+    assert_eq!(plain.fleet_pace(None, 5), None, "nothing stated or told");
+    assert_eq!(plain.fleet_pace(Some(100.0), 5), Some(stated(100.0, 5)));
+    assert_eq!(
+        plain.fleet_pace(Some(100.0), 0),
+        Some(stated(100.0, 1)),
+        "one send at least"
+    );
+    for nonsense in [0.0, -3.0, f64::NAN, f64::INFINITY] {
+        assert_eq!(plain.fleet_pace(Some(nonsense), 5), None, "{nonsense}");
+    }
+    // A quota the gate was told: it paces, unless the stated one is slower.
+    let told = Gate::new(Pace::per_minute(60, 2), None, None);
+    let quota = SharedPace {
+        interval: Duration::from_secs(1),
+        burst: 2,
+    };
+    assert_eq!(told.fleet_pace(None, 5), Some(quota));
+    assert_eq!(told.fleet_pace(Some(100.0), 5), Some(quota));
+    assert_eq!(told.fleet_pace(Some(0.5), 7), Some(stated(0.5, 7)));
+}
