@@ -461,25 +461,23 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_served_answer_takes_a_sixteenth_off_the_overload_share() {
-        // Every recent answer an overload, then five served: the share is
-        // still (15/16)^5, about 72 %, so the next overload sets a ceiling.
-        let sent = Instant::now();
-        let flight = Arc::new(overloaded_often());
-        let _crowd = start(&flight, 10);
-        for _ in 0..5 {
-            flight.served();
-        }
-        flight.overloaded(sent, sent);
-        assert!(flight.slots().is_some(), "most recent answers overloaded");
-        // Twelve served from all overloads leave (15/16)^12, about 46 %,
-        // and one overload brings it to about 49 %: under half, no ceiling.
-        let flight = Arc::new(overloaded_often());
-        let _crowd = start(&flight, 10);
-        for _ in 0..12 {
-            flight.served();
-        }
-        flight.overloaded(sent, sent);
-        assert!(flight.slots().is_none(), "fewer than half overloaded");
+        // Every recent answer an overload, then `served` served: whether
+        // one more overload sets a ceiling.
+        let ceiling_after = |served: usize| {
+            let sent = Instant::now();
+            let flight = Arc::new(overloaded_often());
+            let _crowd = start(&flight, 10);
+            for _ in 0..served {
+                flight.served();
+            }
+            flight.overloaded(sent, sent);
+            flight.slots().is_some()
+        };
+        // (15/16)^5 is about 72 %: most recent answers overloaded.
+        assert!(ceiling_after(5));
+        // (15/16)^12 is about 46 %, one overload brings it to about 49 %:
+        // under half.
+        assert!(!ceiling_after(12));
     }
 
     #[tokio::test(start_paused = true)]
@@ -522,9 +520,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_overload_with_one_other_send_in_flight_keeps_the_ceiling() {
         let sent = Instant::now();
-        let flight = Arc::new(overloaded_often());
-        let crowd = start(&flight, 10);
-        flight.overloaded(sent, sent);
+        let (flight, crowd) = ceiling_over(10, sent);
         drop(crowd);
         let (first, _second) = (slotted(&flight), slotted(&flight));
         first.overloaded(sent, sent);
@@ -536,9 +532,7 @@ mod tests {
         let sent = Instant::now();
         let trial = |overloads: u32| {
             // Set at a share of all overloads: half of it is 16 of 32.
-            let flight = Arc::new(overloaded_often());
-            let _crowd = start(&flight, 10);
-            flight.overloaded(sent, sent);
+            let (flight, _crowd) = ceiling_over(10, sent);
             for i in 0..TRIAL {
                 let send = slotted(&flight);
                 if i < overloads {
@@ -556,10 +550,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_overload_with_nothing_else_in_flight_stands_the_ceiling_down() {
         let sent = Instant::now();
-        let flight = Arc::new(overloaded_often());
-        let crowd = start(&flight, 10);
-        flight.overloaded(sent, sent);
-        assert!(flight.slots().is_some(), "a ceiling is set");
+        let (flight, crowd) = ceiling_over(10, sent);
         drop(crowd);
         let alone = slotted(&flight);
         assert!(flight.slots().is_some(), "a send alone, not yet answered");
@@ -574,6 +565,16 @@ mod tests {
         flight.overloaded_often();
         flight.overloaded(later, later);
         assert!(flight.slots().is_none(), "and none while in doubt");
+    }
+
+    /// A key given a ceiling by an overload among `n` sends in flight, and
+    /// those sends.
+    fn ceiling_over(n: usize, sent: Instant) -> (Arc<Flight>, Vec<InFlight>) {
+        let flight = Arc::new(overloaded_often());
+        let crowd = start(&flight, n);
+        flight.overloaded(sent, sent);
+        assert!(flight.slots().is_some(), "a ceiling is set");
+        (flight, crowd)
     }
 
     /// A send that goes under the key's ceiling, with a slot.
