@@ -129,3 +129,19 @@ fn the_fleet_paces_a_key_at_a_little_under_its_stated_rate_with_its_room_as_burs
     assert_eq!(told.fleet_pace(Some(100.0), 5), Some(quota));
     assert_eq!(told.fleet_pace(Some(0.5), 7), Some(stated(0.5, 7)));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_send_whose_turn_is_its_deadline_waits_for_it() {
+    let gate = Gate::new(Pace::per_minute(60, 1), None, None);
+    let now = Instant::now();
+    let turn = now + Duration::from_secs(1);
+    gate.reserve(7, 0, now, Bounds::default()).unwrap();
+    let bounds = Bounds {
+        deadline: Some(turn),
+        ..Bounds::default()
+    };
+    let mut second = gate.reserve(7, 0, now, bounds).unwrap();
+    assert_eq!(second.slot, turn);
+    assert_eq!(gate.check(7, &mut second, now), Ok(Check::WaitUntil(turn)));
+    assert_eq!(gate.check(7, &mut second, turn), Ok(Check::Go));
+}
