@@ -145,3 +145,23 @@ async fn a_send_whose_turn_is_its_deadline_waits_for_it() {
     assert_eq!(gate.check(7, &mut second, now), Ok(Check::WaitUntil(turn)));
     assert_eq!(gate.check(7, &mut second, turn), Ok(Check::Go));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_window_stated_empty_holds_the_key_until_its_reset() {
+    let gate = Gate::new(None, None, None);
+    let now = Instant::now();
+    let first = gate.reserve(7, 0, now, Bounds::default()).unwrap();
+    let window = crate::hint::RequestWindow {
+        remaining: 0,
+        reset_in: Some(Duration::from_secs(2)),
+        per_minute: None,
+    };
+    gate.observed_window(7, first.order, now, window, Duration::from_secs(60));
+    let next = gate.reserve(7, 0, now, Bounds::default()).unwrap();
+    assert_eq!(next.slot, now + Duration::from_secs(2));
+    // Capped at the longest wait the request that read it honours.
+    gate.reserve(8, 0, now, Bounds::default()).unwrap();
+    gate.observed_window(8, 0, now, window, Duration::from_secs(1));
+    let capped = gate.reserve(8, 0, now, Bounds::default()).unwrap();
+    assert_eq!(capped.slot, now + Duration::from_secs(1));
+}
