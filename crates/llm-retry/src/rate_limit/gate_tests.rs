@@ -165,3 +165,32 @@ async fn a_window_stated_empty_holds_the_key_until_its_reset() {
     let capped = gate.reserve(8, 0, now, Bounds::default()).unwrap();
     assert_eq!(capped.slot, now + Duration::from_secs(1));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_probe_whose_turn_is_past_its_deadline_waits_for_news_until_then() {
+    let gate = Gate::new(None, None, None);
+    let now = Instant::now();
+    let first = gate.reserve(7, 0, now, Bounds::default()).unwrap();
+    // Nothing left, and no reset stated: sends probe one at a time.
+    let window = crate::hint::RequestWindow {
+        remaining: 0,
+        reset_in: None,
+        per_minute: None,
+    };
+    gate.observed_window(7, first.order, now, window, Duration::from_secs(60));
+    let probe = gate.reserve(7, 0, now, Bounds::default()).unwrap();
+    assert_eq!(probe.slot, now, "the first probe goes at once");
+    let deadline = now + Duration::from_millis(100);
+    let bounds = Bounds {
+        deadline: Some(deadline),
+        ..Bounds::default()
+    };
+    let mut next = gate.reserve(7, 0, now, bounds).unwrap();
+    // Its turn is past its deadline, but news of the window may come
+    // first: it waits until the deadline, and is refused only then.
+    assert_eq!(
+        gate.check(7, &mut next, now),
+        Ok(Check::WaitUntil(deadline))
+    );
+    assert!(gate.check(7, &mut next, deadline).is_err());
+}
