@@ -74,32 +74,47 @@ async fn a_key_is_idle_only_once_nothing_of_it_reaches_past_now() {
 
 #[tokio::test(start_paused = true)]
 async fn a_configured_quota_paces_a_key_whose_learned_rate_is_faster() {
-    // A quota of one a second with a learned rate that starts at a
-    // thousand: the quota, the slower, paces.
-    let fast = AdaptiveRate {
-        min_per_sec: 1.0,
-        max_per_sec: 1000.0,
+    // A quota of one a second, in bursts of `burst`, and a learned rate
+    // that starts at `learned` a second.
+    let gate = |burst, learned| {
+        let rate = AdaptiveRate {
+            min_per_sec: 1.0,
+            max_per_sec: learned,
+        };
+        Gate::new(Pace::per_minute(60, burst), None, Some(rate))
     };
-    let gate = Gate::new(Pace::per_minute(60, 1), None, Some(fast));
-    let now = Instant::now();
-    let slots: Vec<Duration> = (0..3)
-        .map(|_| gate.reserve(7, 0, now, Bounds::default()).unwrap().slot - now)
-        .collect();
+    // The learned rate faster: the quota, the slower, paces.
     assert_eq!(
-        slots,
+        slots_at_once(&gate(1, 1000.0), 3),
         [0, 1, 2].map(Duration::from_secs),
         "a second apart, not a millisecond"
     );
     // A learned rate as fast as the quota: the quota, with its burst.
-    let same = AdaptiveRate {
-        min_per_sec: 1.0,
-        max_per_sec: 1.0,
-    };
-    let gate = Gate::new(Pace::per_minute(60, 3), None, Some(same));
-    let slots: Vec<Duration> = (0..4)
+    assert_eq!(
+        slots_at_once(&gate(3, 1.0), 4),
+        [0, 0, 0, 1].map(Duration::from_secs)
+    );
+}
+
+/// The slots of `n` sends to one key booked at once, from now.
+fn slots_at_once(gate: &Gate, n: usize) -> Vec<Duration> {
+    let now = Instant::now();
+    (0..n)
         .map(|_| gate.reserve(7, 0, now, Bounds::default()).unwrap().slot - now)
-        .collect();
-    assert_eq!(slots, [0, 0, 0, 1].map(Duration::from_secs));
+        .collect()
+}
+
+/// A send to `key` booked at `now`, and its answer stating the key's
+/// window empty until `reset_in` (`None`: unknown), read by a request
+/// that honours waits up to `limit`.
+fn emptied(gate: &Gate, key: u64, reset_in: Option<Duration>, limit: Duration, now: Instant) {
+    let sent = gate.reserve(key, 0, now, Bounds::default()).unwrap();
+    let window = crate::hint::RequestWindow {
+        remaining: 0,
+        reset_in,
+        per_minute: None,
+    };
+    gate.observed_window(key, sent.order, now, window, limit);
 }
 
 #[test]
@@ -150,18 +165,12 @@ async fn a_send_whose_turn_is_its_deadline_waits_for_it() {
 async fn a_window_stated_empty_holds_the_key_until_its_reset() {
     let gate = Gate::new(None, None, None);
     let now = Instant::now();
-    let first = gate.reserve(7, 0, now, Bounds::default()).unwrap();
-    let window = crate::hint::RequestWindow {
-        remaining: 0,
-        reset_in: Some(Duration::from_secs(2)),
-        per_minute: None,
-    };
-    gate.observed_window(7, first.order, now, window, Duration::from_secs(60));
+    let s = Duration::from_secs;
+    emptied(&gate, 7, Some(s(2)), s(60), now);
     let next = gate.reserve(7, 0, now, Bounds::default()).unwrap();
-    assert_eq!(next.slot, now + Duration::from_secs(2));
+    assert_eq!(next.slot, now + s(2));
     // Capped at the longest wait the request that read it honours.
-    gate.reserve(8, 0, now, Bounds::default()).unwrap();
-    gate.observed_window(8, 0, now, window, Duration::from_secs(1));
+    emptied(&gate, 8, Some(s(2)), s(1), now);
     let capped = gate.reserve(8, 0, now, Bounds::default()).unwrap();
     assert_eq!(capped.slot, now + Duration::from_secs(1));
 }
@@ -170,14 +179,8 @@ async fn a_window_stated_empty_holds_the_key_until_its_reset() {
 async fn a_probe_whose_turn_is_past_its_deadline_waits_for_news_until_then() {
     let gate = Gate::new(None, None, None);
     let now = Instant::now();
-    let first = gate.reserve(7, 0, now, Bounds::default()).unwrap();
     // Nothing left, and no reset stated: sends probe one at a time.
-    let window = crate::hint::RequestWindow {
-        remaining: 0,
-        reset_in: None,
-        per_minute: None,
-    };
-    gate.observed_window(7, first.order, now, window, Duration::from_secs(60));
+    emptied(&gate, 7, None, Duration::from_secs(60), now);
     let probe = gate.reserve(7, 0, now, Bounds::default()).unwrap();
     assert_eq!(probe.slot, now, "the first probe goes at once");
     let deadline = now + Duration::from_millis(100);

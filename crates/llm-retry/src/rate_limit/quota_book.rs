@@ -347,6 +347,18 @@ mod tests {
         assert!(book.idle(t0 + MS(1_000)), "1 000 came back");
     }
 
+    /// Exactly `tokens` are left at `t0`: that many go at once, and 1 000
+    /// more wait the second the quota takes to give them.
+    #[track_caller]
+    fn assert_left(book: &QuotaBook, tokens: u64, t0: Instant) {
+        assert_eq!(wait(book, tokens, t0), MS(0), "{tokens} left");
+        assert_eq!(
+            wait(book, tokens + 1_000, t0),
+            MS(1_000),
+            "only {tokens} left"
+        );
+    }
+
     /// A send of `cost` stated tokens booked and gone at `now`: its place
     /// `order` and its mark, for its answer.
     fn goes(book: &mut QuotaBook, cost: u64, order: u64, now: Instant) -> Option<(u64, u64)> {
@@ -363,8 +375,7 @@ mod tests {
         // More left by the provider's count than this side thought (its
         // costs are estimates): the provider's count wins.
         book.observe_tokens(60_000, 50_000, t0, Some((2, 0)));
-        assert_eq!(wait(&book, 50_000, t0), MS(0));
-        assert_eq!(wait(&book, 51_000, t0), MS(1_000));
+        assert_left(&book, 50_000, t0);
         // Two sends go with 10 000 and 5 000: 35 000 left.
         let first = goes(&mut book, 10_000, 3, t0);
         let second = goes(&mut book, 5_000, 4, t0);
@@ -372,12 +383,10 @@ mod tests {
         // The first one's answer counts 40 000 left, but not the 5 000
         // that went after it: 35 000.
         book.observe_tokens(60_000, 40_000, t0, first);
-        assert_eq!(wait(&book, 35_000, t0), MS(0));
-        assert_eq!(wait(&book, 36_000, t0), MS(1_000));
+        assert_left(&book, 35_000, t0);
         // The second one's answer counts everything: 45 000 left.
         book.observe_tokens(60_000, 45_000, t0, second);
-        assert_eq!(wait(&book, 45_000, t0), MS(0));
-        assert_eq!(wait(&book, 46_000, t0), MS(1_000));
+        assert_left(&book, 45_000, t0);
         // A late answer to the first is older news, and so is one to a
         // send of an earlier state of the key: they lower what is left,
         // never raise it.
@@ -385,8 +394,7 @@ mod tests {
         book.observe_tokens(60_000, 50_000, t0, None);
         assert_eq!(wait(&book, 46_000, t0), MS(1_000));
         book.observe_tokens(60_000, 20_000, t0, first);
-        assert_eq!(wait(&book, 20_000, t0), MS(0));
-        assert_eq!(wait(&book, 21_000, t0), MS(1_000));
+        assert_left(&book, 20_000, t0);
         // Twice the quota, all of it left by a newer count.
         book.observe_tokens(120_000, 120_000, t0, Some((5, 15_000)));
         assert_eq!(wait(&book, 120_000, t0), MS(0));
@@ -402,17 +410,14 @@ mod tests {
         book.book_stated(10_000, t0);
         let y = goes(&mut book, 5_000, 1, t0);
         book.observe_tokens(60_000, 55_000, t0, y);
-        assert_eq!(wait(&book, 45_000, t0), MS(0));
-        assert_eq!(wait(&book, 46_000, t0), MS(1_000));
+        assert_left(&book, 45_000, t0);
         // X is dropped before it goes: its 10 000 come back, no more.
         book.refund_stated(10_000, false, t0);
-        assert_eq!(wait(&book, 55_000, t0), MS(0));
-        assert_eq!(wait(&book, 56_000, t0), MS(1_000));
+        assert_left(&book, 55_000, t0);
         // The next count no longer holds X back.
         let z = goes(&mut book, 1_000, 2, t0);
         book.observe_tokens(60_000, 54_000, t0, z);
-        assert_eq!(wait(&book, 54_000, t0), MS(0));
-        assert_eq!(wait(&book, 55_000, t0), MS(1_000));
+        assert_left(&book, 54_000, t0);
     }
 
     #[tokio::test(start_paused = true)]
