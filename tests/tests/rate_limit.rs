@@ -175,14 +175,31 @@ impl llm_retry::rate_limit::SharedGate for InMemoryHolds {
         self.0.lock().unwrap().get(&key).copied()
     }
 
-    fn pace(
+    fn turn(
         &self,
-        _: u64,
-        _: llm_retry::rate_limit::SharedPace,
+        key: u64,
+        pace: Option<llm_retry::rate_limit::SharedPace>,
         _: Option<Duration>,
+        max_hold: Option<Duration>,
     ) -> Pin<Box<dyn Future<Output = Result<Duration, Duration>> + Send>> {
-        // No quota here: never asked.
-        unreachable!("no key here has a quota")
+        assert_eq!(pace, None, "no key here has a quota");
+        Box::pin(std::future::ready(Ok(held_for(
+            self.read_hold(key),
+            max_hold,
+        ))))
+    }
+}
+
+/// What is left of a hold until `until`, where a send that honours
+/// `max_hold` waits for it.
+fn held_for(until: Option<tokio::time::Instant>, max_hold: Option<Duration>) -> Duration {
+    let left = until.map_or(Duration::ZERO, |until| {
+        until.saturating_duration_since(tokio::time::Instant::now())
+    });
+    if max_hold.is_some_and(|max| left > max) {
+        Duration::ZERO
+    } else {
+        left
     }
 }
 
@@ -310,21 +327,20 @@ impl llm_retry::rate_limit::SharedGate for FixedPace {
         None
     }
 
-    fn pace(
+    fn turn(
         &self,
         _: u64,
-        _: llm_retry::rate_limit::SharedPace,
+        pace: Option<llm_retry::rate_limit::SharedPace>,
         max_wait: Option<Duration>,
+        _: Option<Duration>,
     ) -> Pin<Box<dyn Future<Output = Result<Duration, Duration>> + Send>> {
-        let wait = self.0;
+        let wait = if pace.is_some() {
+            self.0
+        } else {
+            Duration::ZERO
+        };
         let fits = max_wait.is_none_or(|max| wait <= max);
-        Box::pin(async move {
-            if fits {
-                Ok(wait)
-            } else {
-                Err(wait)
-            }
-        })
+        Box::pin(std::future::ready(if fits { Ok(wait) } else { Err(wait) }))
     }
 }
 
@@ -360,6 +376,87 @@ async fn a_send_waits_for_its_turn_in_the_fleet_s_pace_within_its_deadline() {
         .oneshot(messages_request(&url))
         .await
         .unwrap_err();
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    let source = std::error::Error::source(&*err.downcast::<llm_retry::RetryError>().unwrap())
+        .unwrap()
+        .to_string();
+    assert!(source.contains("past the request's deadline"), "{source}");
+    assert_eq!(mock.request_count(), 1);
+}
+
+/// A fleet in which another replica holds every key until `until`.
+#[derive(Debug)]
+struct HeldUntil {
+    until: tokio::time::Instant,
+    asked: std::sync::atomic::AtomicUsize,
+}
+
+impl llm_retry::rate_limit::SharedGate for HeldUntil {
+    fn key_secret(&self) -> [u8; 16] {
+        [9; 16]
+    }
+
+    fn publish_hold(&self, _: u64, _: tokio::time::Instant) {}
+
+    fn read_hold(&self, _: u64) -> Option<tokio::time::Instant> {
+        // Not known in memory: only the ask before the send finds it.
+        None
+    }
+
+    fn turn(
+        &self,
+        _: u64,
+        _: Option<llm_retry::rate_limit::SharedPace>,
+        max_wait: Option<Duration>,
+        max_hold: Option<Duration>,
+    ) -> Pin<Box<dyn Future<Output = Result<Duration, Duration>> + Send>> {
+        self.asked
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let wait = held_for(Some(self.until), max_hold);
+        let fits = max_wait.is_none_or(|max| wait <= max);
+        Box::pin(std::future::ready(if fits { Ok(wait) } else { Err(wait) }))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hold_the_fleet_answers_keeps_the_send_until_it_ends() {
+    let script = Script::new().route("/v1/messages", Route::always(Reply::anthropic_ok("ok")));
+    let mock = MockServer::start(script).await.unwrap();
+    let url = mock.url("/v1/messages");
+    let held_for = |hold| {
+        let fleet = std::sync::Arc::new(HeldUntil {
+            until: tokio::time::Instant::now() + hold,
+            asked: Default::default(),
+        });
+        let policy = fast_policy()
+            .max_elapsed(Duration::from_secs(10))
+            .max_server_wait(Duration::from_secs(120))
+            .build()
+            .unwrap();
+        let service = ServiceBuilder::new()
+            .layer(RetryLayer::new(policy))
+            .layer(
+                RateLimitLayer::new(Quotas::none())
+                    .unwrap()
+                    .share_with(fleet.clone()),
+            )
+            .service(client());
+        (fleet, service)
+    };
+    let start = tokio::time::Instant::now();
+    let (fleet, service) = held_for(Duration::from_secs(3));
+    let served = service.oneshot(messages_request(&url)).await.unwrap();
+    assert_eq!(served.status(), StatusCode::OK);
+    assert_eq!(start.elapsed(), Duration::from_secs(3));
+    assert_eq!(
+        fleet.asked.load(std::sync::atomic::Ordering::Relaxed),
+        1,
+        "asked once, before the send"
+    );
+    // A hold past the request's 10 s deadline: refused at once, unsent.
+    let start = tokio::time::Instant::now();
+    let (_, service) = held_for(Duration::from_secs(60));
+    let err = service.oneshot(messages_request(&url)).await.unwrap_err();
     assert_eq!(start.elapsed(), Duration::ZERO);
     let source = std::error::Error::source(&*err.downcast::<llm_retry::RetryError>().unwrap())
         .unwrap()

@@ -142,11 +142,13 @@ max_retries = 1
 
 /// Redis held by `DEBUG SLEEP 60`: requests go on being served, retried
 /// and failed over (a mark published, retries spent) while it sleeps, so
-/// none waited for it to wake. Each request's time (one retry's backoff
+/// none waited for it to wake (a send that asks a target's gate store
+/// waits at most the 500 ms timeout, and the sends after it answer alone
+/// for a second). Each request's time (one retry's backoff
 /// in each) is printed against the same with Redis answering; it is not
 /// asserted.
 #[tokio::test]
-async fn a_hung_redis_delays_no_send() {
+async fn a_hung_redis_delays_a_send_by_at_most_its_timeout() {
     let Some(redis) = RedisServer::start() else {
         return;
     };
@@ -199,6 +201,8 @@ async fn a_hung_redis_delays_no_send() {
 /// reservation lasts by default (1 s), with a timeout longer still, the
 /// replica must still spend them: its retries are served, none refused
 /// for a reservation that lapsed while the sync that would renew it hung.
+/// (The first send also waits out the timeout once, asking the gate's
+/// store for a hold; the sends after it answer alone for a while.)
 #[tokio::test]
 async fn a_hang_longer_than_a_reservation_refuses_no_retry() {
     let Some(redis) = RedisServer::start() else {
@@ -210,9 +214,9 @@ async fn a_hang_longer_than_a_reservation_refuses_no_retry() {
             [Reply::status(503), Reply::anthropic_ok("served")]
         })))
         .await;
-    // Syncs only when asked or woken; each waits up to 30 s.
+    // Syncs only when asked or woken; each waits up to 2 s.
     let table = format!(
-        "[shared]\nredis_url = \"{}\"\ntimeout = \"30s\"\nsync_interval = \"60m\"\n",
+        "[shared]\nredis_url = \"{}\"\ntimeout = \"2s\"\nsync_interval = \"60m\"\n",
         redis.url()
     );
     let replica = gateway(

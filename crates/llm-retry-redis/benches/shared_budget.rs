@@ -8,9 +8,10 @@
 //!   reserve top-up: one script call) against a `redis-server` the bench
 //!   starts on 127.0.0.1. The sync task pays this every `sync_interval`,
 //!   off the request path.
-//! - `pace/round_trip`: one send's turn in a quota's pace shared through
-//!   `RedisGate` (one script call): what a paced send pays when its key's
-//!   quota is shared.
+//! - `turn/unpaced` and `turn/paced`: what a send pays before it goes
+//!   when its gate shares through `RedisGate`: one script call that reads
+//!   the key's hold and, where the key's quota is shared, takes its turn in
+//!   the fleet's pace.
 //!
 //! Run with `cargo bench -p llm-retry-redis --bench shared_budget` (needs
 //! `redis-server`); see docs/benchmarks.md.
@@ -77,9 +78,9 @@ fn shared_budget(c: &mut Criterion) {
     });
     group.finish();
 
-    // One paced send's turn in the fleet's pace: the one Redis round trip
-    // a send pays when its key's quota is shared. A pace fast enough that
-    // every turn is now (no wait): what is measured is the call.
+    // A send's ask before it goes: the one Redis round trip a send pays
+    // when its gate shares, with and without a quota's pace. A pace fast
+    // enough that every turn is now (no wait): what is measured is the call.
     let gate = RedisGate::start(
         server.client(),
         StateName::new("bench").expect("valid"),
@@ -92,15 +93,17 @@ fn shared_budget(c: &mut Criterion) {
         interval: Duration::from_nanos(1),
         burst: u32::MAX,
     };
-    let mut group = c.benchmark_group("pace");
+    let mut group = c.benchmark_group("turn");
     group
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3));
-    group.bench_function("round_trip", |b| {
-        b.to_async(&rt).iter(|| async {
-            black_box(gate.pace(7, pace, None).await).ok();
+    for (name, pace) in [("unpaced", None), ("paced", Some(pace))] {
+        group.bench_function(name, |b| {
+            b.to_async(&rt).iter(|| async {
+                black_box(gate.turn(7, pace, None, None).await).ok();
+            });
         });
-    });
+    }
     group.finish();
 }
 

@@ -231,6 +231,103 @@ async fn a_wait_one_replica_was_told_holds_every_replica_s_next_send() {
     }
 }
 
+/// One replica: its store sharing under `name`, a gate, a retry layer that
+/// does not retry, and a client.
+fn serving_replica(
+    server: &RedisServer,
+    name: &str,
+) -> (
+    RedisGate,
+    impl tower::Service<
+            http::Request<Full<Bytes>>,
+            Response = http::Response<llm_retry::RetryBody<impl Sized>>,
+            Error = llm_retry::BoxError,
+        > + Clone,
+) {
+    let holds = RedisGate::start(
+        server.client(),
+        StateName::new(name).unwrap(),
+        options(),
+        b"fleet",
+    )
+    .unwrap();
+    let policy = RetryPolicy::builder().max_retries(0).build().unwrap();
+    let service = ServiceBuilder::new()
+        .layer(RetryLayer::new(policy))
+        .layer(RateLimitLayer::learned().share_with(Arc::new(holds.clone())))
+        .service(Client::builder(TokioExecutor::new()).build_http());
+    (holds, service)
+}
+
+#[tokio::test]
+async fn a_hold_in_redis_keeps_every_replica_s_next_send_before_any_sync_or_news() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let upstream = MockServer::start(Script::new().route(
+        "/v1/messages",
+        Route::sequence_then([Reply::rate_limited(Some(2))], Reply::anthropic_ok("Hi")),
+    ))
+    .await
+    .unwrap();
+    let url = upstream.url("/v1/messages");
+    // The fleet's replicas, synced once, an hour before their next sync.
+    let fleet = [
+        serving_replica(&server, "api"),
+        serving_replica(&server, "api"),
+    ];
+    for (holds, _) in &fleet {
+        assert!(holds.sync().await);
+    }
+    // A replica elsewhere (the same secret, so the same key fingerprint)
+    // draws the 429 and stores its hold.
+    let (told, teller) = serving_replica(&server, "elsewhere");
+    let refused = teller.oneshot(request(&url)).await.unwrap();
+    assert_eq!(refused.status(), 429);
+    assert!(told.sync().await);
+    let mut connection = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let stored: Vec<String> = redis::cmd("HGETALL")
+        .arg("{llm-retry:elsewhere}:holds")
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    let [field, until] = &stored[..] else {
+        panic!("one hold: {stored:?}")
+    };
+    // Into the fleet's hash as a replica's sync would write it, but with
+    // no news published: only a read before each send can see it.
+    let () = redis::cmd("HSET")
+        .arg("{llm-retry:api}:holds")
+        .arg(field)
+        .arg(until)
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    let key = u64::from_str_radix(field, 16).unwrap();
+    for (holds, _) in &fleet {
+        assert_eq!(holds.read_hold(key), None, "not known before the send");
+    }
+    let sends = fleet
+        .iter()
+        .map(|(_, service)| service.clone().oneshot(request(&url)));
+    for served in futures_util::future::join_all(sends).await {
+        assert_eq!(served.unwrap().status(), 200);
+    }
+    for (holds, _) in &fleet {
+        assert!(holds.read_hold(key).is_some(), "known once read");
+    }
+    let sent = upstream.requests();
+    assert_eq!(sent.len(), 3, "no replica of the fleet was refused");
+    for later in &sent[1..] {
+        // Never before the hold's end: a lower bound no slow machine breaks.
+        assert!(later.received_at - sent[0].received_at >= S(2));
+    }
+}
+
 /// Three replicas, each its own store, gate (told the key's quota: 600 a
 /// minute, one at a time), retry layer and client, in front of one
 /// upstream: their sends share the quota's pace.

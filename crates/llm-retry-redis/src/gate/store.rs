@@ -1,5 +1,6 @@
-//! [`RedisGate`]: holds read and published in memory (Redis is reached
-//! only by the sync task), and each paced send's turn.
+//! [`RedisGate`]: holds published in memory and synced by a task, and
+//! each send's one call before it goes (its key's hold, its turn in a
+//! shared pace).
 
 use super::pace::LocalPaces;
 use super::sync::Holds;
@@ -24,21 +25,24 @@ use tokio::time::Instant;
 ///
 /// - **Holds**: a 429 one replica's gate takes as the key's named wait
 ///   keeps the other replicas' sends to that key and model until it ends,
-///   from their next sync on, instead of each replica learning the wait
-///   from refusals of its own. Publishing and reading touch memory only: a
-///   sync task sends new holds and reads every live one back in one script
-///   call, at once after a publish and every
-///   [`SharedOptions::sync_interval`]; the later end of a key's hold wins,
-///   on the server's clock. All holds are fields of one hash whose TTL is
-///   its longest hold's.
-/// - **Pace**: where a key has a quota the gate was told or its provider
-///   stated, each send takes its turn in one GCRA for the whole fleet
-///   (a turn past its deadline is never taken: the send is refused),
-///   first come first served, in one script call (one round trip a send,
-///   on the server's clock; each key's turn a key whose TTL ends when its
-///   bucket is full again). Where that call fails or outlasts the timeout,
-///   the send takes its turn in this replica's own pace of the quota
-///   divided by [`SharedOptions::replicas`].
+///   instead of each replica learning the wait from refusals of its own.
+///   Publishing touches memory only: a sync task sends new holds and reads
+///   every live one back in one script call, at once after a publish and
+///   every [`SharedOptions::sync_interval`]; the later end of a key's hold
+///   wins, on the server's clock. All holds are fields of one hash whose
+///   TTL is its longest hold's. Each send, before it goes, reads its key's
+///   hold in Redis itself (below), so a stored hold keeps every send that
+///   asks after it, synced or not.
+/// - **A send's turn**: one script call a send (one round trip, on the
+///   server's clock) reads the key's hold and, where the key has a quota
+///   the gate was told or its provider stated, takes the send's turn in one
+///   GCRA for the whole fleet, from the hold's end (a turn past its
+///   deadline is never taken: the send is refused), first come first
+///   served; each key's turn is a key whose TTL ends when its bucket is
+///   full again. Where that call fails or outlasts the timeout, the send
+///   waits for the holds this replica knows and takes its turn in its own
+///   pace of the quota divided by [`SharedOptions::replicas`], and so do
+///   the replica's sends for a second after, before one asks Redis again.
 ///
 /// Keys are SipHash fingerprints of a send's authority, credential headers
 /// and model under a secret derived from the `secret` given to
@@ -77,13 +81,15 @@ pub(super) struct Inner {
     secret: [u8; 16],
     /// The sends' own connection for their turns (multiplexed: many calls
     /// at once, none waiting behind the sync's).
-    pub(super) pacing: ConnectionManager,
+    pub(super) turns: ConnectionManager,
     /// Whether the sends' turns are shared: their calls' health, apart
     /// from the syncs'.
-    pub(super) pace_health: Health,
-    pub(super) pace_script: redis::Script,
-    /// Whether a sync loaded `pace_script` into Redis.
-    pub(super) pace_loaded: AtomicBool,
+    pub(super) turn_health: Health,
+    /// Until when sends answer alone after a call of theirs failed.
+    pub(super) turns_paused: Mutex<Option<Instant>>,
+    pub(super) turn_script: redis::Script,
+    /// Whether a sync loaded `turn_script` into Redis.
+    pub(super) turn_loaded: AtomicBool,
     /// `{<namespace>:<name>}:pace`: each key's turn is a key of its own
     /// under it.
     pub(super) pace_prefix: String,
@@ -120,10 +126,11 @@ impl RedisGate {
         let options = options.effective();
         let connection = connection(client.clone(), &options)?;
         let inner = Arc::new(Inner {
-            pacing: super::super::task::connection(client.clone(), &options)?,
-            pace_health: Health::new("gate pace", name.clone()),
-            pace_script: redis::Script::new(include_str!("pace.lua")),
-            pace_loaded: AtomicBool::new(false),
+            turns: super::super::task::connection(client.clone(), &options)?,
+            turn_health: Health::new("gate turn", name.clone()),
+            turns_paused: Mutex::new(None),
+            turn_script: redis::Script::new(include_str!("turn.lua")),
+            turn_loaded: AtomicBool::new(false),
             pace_prefix: name.key("pace"),
             local: Mutex::default(),
             secret: derive_secret(secret),
@@ -190,14 +197,15 @@ impl SharedGate for RedisGate {
         self.inner.holds.known().get(&key).copied()
     }
 
-    fn pace(
+    fn turn(
         &self,
         key: u64,
-        pace: SharedPace,
+        pace: Option<SharedPace>,
         max_wait: Option<Duration>,
+        max_hold: Option<Duration>,
     ) -> Pin<Box<dyn Future<Output = Result<Duration, Duration>> + Send>> {
         let inner = Arc::clone(&self.inner);
-        Box::pin(async move { inner.pace(key, pace, max_wait).await })
+        Box::pin(async move { inner.turn(key, pace, max_wait, max_hold).await })
     }
 }
 

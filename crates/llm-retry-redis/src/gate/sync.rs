@@ -57,12 +57,12 @@ impl Inner {
         let mut connection = self.holds.connection.lock().await;
         // The sends' script, loaded ahead (once a Redis answers): a send's
         // first turn then costs one round trip, not a load as well.
-        if !self.pace_loaded.load(Ordering::Acquire) {
-            let invocation = self.pace_script.prepare_invoke();
+        if !self.turn_loaded.load(Ordering::Acquire) {
+            let invocation = self.turn_script.prepare_invoke();
             let load = invocation.load_async(&mut *connection);
             let timeout = self.holds.options.timeout;
             if let Ok(Ok(_)) = tokio::time::timeout(timeout, load).await {
-                self.pace_loaded.store(true, Ordering::Release);
+                self.turn_loaded.store(true, Ordering::Release);
             }
         }
         self.holds.sync_on(&mut connection).await

@@ -2,9 +2,9 @@
 
 use super::concurrency::{Flight, InFlight};
 use super::error::GateError;
-use super::gate::{Booking, Check, Gate, Reserved};
+use super::gate::{Booking, Bounds, Check, Fleet, Gate, Reserved};
 use super::link::GateLink;
-use super::shared::{PaceFuture, SharedGate, SharedPace};
+use super::shared::TurnFuture;
 use crate::error::BoxError;
 use http::Response;
 use pin_project_lite::pin_project;
@@ -53,9 +53,10 @@ struct Ticket {
     /// Whether the send was made (past its turn it may still wait for a
     /// slot in flight).
     sent: bool,
-    /// Until asked once its turn came here: the fleet's turn, where the
-    /// key's pace is shared with other replicas.
-    fleet: Option<(Arc<dyn SharedGate>, SharedPace)>,
+    /// The fleet the send asks once its turn came here, where the gate
+    /// shares: for a hold another replica set, and its turn in the key's
+    /// shared pace.
+    fleet: Option<Fleet>,
 }
 
 impl Drop for Ticket {
@@ -89,9 +90,10 @@ pin_project! {
             in_flight: Option<InFlight>,
         },
         Refused { error: Option<GateError> },
-        // Its turn came here; asking the fleet for its turn there, then
-        // waiting for it.
-        Pacing { wait: PaceFuture, sleep: Option<Pin<Box<Sleep>>> },
+        // Its turn came here; asking the fleet how long it waits there
+        // (a hold another replica set, its turn in a shared pace), then
+        // waiting.
+        Pacing { wait: TurnFuture, sleep: Option<Pin<Box<Sleep>>> },
     }
 }
 
@@ -109,10 +111,10 @@ impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
             booking,
             flight,
             woken,
-            mut fleet,
+            fleet,
         } = reserved;
         let state = if booking.is_released() {
-            State::after_turn(key, &mut fleet, booking.bounds.deadline)
+            State::after_turn(key, fleet.as_ref(), booking.bounds)
         } else {
             State::Waiting {
                 sleep: tokio::time::sleep_until(booking.slot),
@@ -156,18 +158,16 @@ impl<F> State<F> {
         }
     }
 
-    /// The send's turn came here: its turn in the fleet's pace next, where
-    /// the key's pace is shared, as long as its `deadline` allows.
-    fn after_turn(
-        key: u64,
-        fleet: &mut Option<(Arc<dyn SharedGate>, SharedPace)>,
-        deadline: Option<Instant>,
-    ) -> Self {
-        match fleet.take() {
+    /// The send's turn came here: where the gate shares, it asks the
+    /// fleet next, within its `bounds`.
+    fn after_turn(key: u64, fleet: Option<&Fleet>, bounds: Bounds) -> Self {
+        match fleet {
             Some((shared, pace)) => {
-                let max_wait = deadline.map(|at| at.saturating_duration_since(Instant::now()));
+                let max_wait = bounds
+                    .deadline
+                    .map(|at| at.saturating_duration_since(Instant::now()));
                 State::Pacing {
-                    wait: shared.pace(key, pace, max_wait),
+                    wait: shared.turn(key, *pace, max_wait, bounds.max_server_wait),
                     sleep: None,
                 }
             }
@@ -229,8 +229,8 @@ where
                     match ticket.gate.check(ticket.key, &mut ticket.booking, now) {
                         Ok(Check::Go) => this.state.set(State::after_turn(
                             ticket.key,
-                            &mut ticket.fleet,
-                            ticket.booking.bounds.deadline,
+                            ticket.fleet.as_ref(),
+                            ticket.booking.bounds,
                         )),
                         Ok(Check::WaitUntil(slot)) => sleep.reset(slot),
                         Err(refused) => {
@@ -250,9 +250,9 @@ where
                         this.state.set(State::admitting());
                         continue;
                     }
-                    // The fleet's turn, past the key's own (already let go):
-                    // the send is dated when it goes. One too late for the
-                    // deadline (or for an `Instant`) was not taken.
+                    // Past the key's own turn (already let go): the send is
+                    // dated when it goes. One too late for the deadline (or
+                    // for an `Instant`) took no turn.
                     let at = wait.ok().and_then(|wait| Instant::now().checked_add(wait));
                     let Some(at) = at else {
                         this.pending.take();

@@ -200,6 +200,10 @@ pub(super) struct Booking {
     pub(super) bounds: Bounds,
 }
 
+/// The store a sharing gate's sends ask before they go, and the key's pace
+/// shared there, if it has one.
+pub(super) type Fleet = (Arc<dyn SharedGate>, Option<SharedPace>);
+
 /// A send queued on its key.
 pub(super) struct Reserved {
     pub(super) booking: Booking,
@@ -207,9 +211,10 @@ pub(super) struct Reserved {
     pub(super) flight: Arc<Flight>,
     /// For a send that waits: what wakes it to look again.
     pub(super) woken: Option<OwnedNotified>,
-    /// The pace the key's sends share with other replicas, when the gate
-    /// shares and the key has a quota it was told or the provider stated.
-    pub(super) fleet: Option<(Arc<dyn SharedGate>, SharedPace)>,
+    /// Where the gate shares: the fleet the send asks before it goes, and
+    /// the pace the key's sends share there, when the key has a quota it
+    /// was told or the provider stated.
+    pub(super) fleet: Option<Fleet>,
 }
 
 /// What a send may wait for: no later than its deadline, and no hold for
@@ -458,10 +463,10 @@ impl Gate {
         } else {
             Some(Arc::clone(&state.woken).notified_owned())
         };
-        let fleet = self.shared.as_ref().and_then(|shared| {
+        let fleet = self.shared.as_ref().map(|shared| {
             let stated = state.learned.as_ref().and_then(|l| l.rate.stated());
             let room = state.quotas.room();
-            Some((Arc::clone(shared), self.fleet_pace(stated, room)?))
+            (Arc::clone(shared), self.fleet_pace(stated, room))
         });
         Ok(Reserved {
             booking,

@@ -14,9 +14,11 @@ use tokio::time::Instant;
 /// with [`RateLimitLayer::share_with`](super::RateLimitLayer::share_with);
 /// `llm-retry-redis` has one that shares through Redis.
 ///
-/// The hold calls are on the send path: they must touch memory only, never
-/// wait on a network (a store syncs in a task of its own). [`pace`](SharedGate::pace)
-/// is the one call a send waits on, and must bound its own wait.
+/// [`publish_hold`](SharedGate::publish_hold) and
+/// [`read_hold`](SharedGate::read_hold) are on the send path: they must
+/// touch memory only, never wait on a network (a store syncs in a task of
+/// its own). [`turn`](SharedGate::turn) is the one call a send waits on,
+/// once its turn in its own gate came, and must bound its own wait.
 ///
 /// A key is a fingerprint of a send's authority, credential headers and
 /// model, keyed by [`key_secret`](SharedGate::key_secret): every replica
@@ -31,25 +33,30 @@ pub trait SharedGate: Send + Sync + fmt::Debug {
     fn publish_hold(&self, key: u64, until: Instant);
 
     /// The latest end of a hold on `key` that any replica published and
-    /// that the store knows of, if one is known.
+    /// that the store knows of in memory, if one is known.
     fn read_hold(&self, key: u64) -> Option<Instant>;
 
-    /// How long one send to `key` waits for its turn under `pace`, shared
-    /// by every replica's sends to the key (first come, first served):
-    /// `Ok(wait)`, the turn taken; or `Err(wait)` when the turn would come
-    /// later than `max_wait` (the send's deadline), and none was taken. The
-    /// future must end within the store's own bound; where the store
-    /// cannot reach the others it answers from a pace of its own.
-    fn pace(
+    /// A send to `key` is about to go: how long it waits first, for a hold
+    /// another replica set on the key (as the store knows it now, not as of
+    /// its last sync; one longer than `max_hold`, the longest wait the send
+    /// honours, does not keep it) and, where the key has a `pace` shared by
+    /// the fleet, for its turn in it, counted from the hold's end (first
+    /// come, first served). `Ok(wait)`: the send goes after `wait`, its turn
+    /// taken; `Err(wait)`: that would be later than `max_wait` (what the
+    /// send's deadline leaves), and no turn was taken. The future must end
+    /// within the store's own bound; where the store cannot reach the
+    /// others it answers from what it knows and a pace of its own.
+    fn turn(
         &self,
         key: u64,
-        pace: SharedPace,
+        pace: Option<SharedPace>,
         max_wait: Option<Duration>,
+        max_hold: Option<Duration>,
     ) -> Pin<Box<dyn Future<Output = Result<Duration, Duration>> + Send + 'static>>;
 }
 
-/// What [`SharedGate::pace`] returns, as a send holds it.
-pub(crate) type PaceFuture =
+/// What [`SharedGate::turn`] returns, as a send holds it.
+pub(crate) type TurnFuture =
     Pin<Box<dyn Future<Output = Result<Duration, Duration>> + Send + 'static>>;
 
 /// A key's pace as the fleet shares it: one send every `interval`, and
@@ -173,12 +180,13 @@ mod tests {
             self.0
         }
 
-        fn pace(
+        fn turn(
             &self,
             _: u64,
-            _: SharedPace,
+            _: Option<SharedPace>,
             _: Option<Duration>,
-        ) -> Pin<Box<dyn Future<Output = Result<Duration, Duration>> + Send + 'static>> {
+            _: Option<Duration>,
+        ) -> TurnFuture {
             Box::pin(std::future::ready(Ok(Duration::ZERO)))
         }
     }
