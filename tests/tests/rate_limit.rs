@@ -179,6 +179,7 @@ impl llm_retry::rate_limit::SharedGate for InMemoryHolds {
         &self,
         key: u64,
         pace: Option<llm_retry::rate_limit::SharedPace>,
+        _: Option<(llm_retry::rate_limit::SharedPace, u32)>,
         _: Option<Duration>,
         max_hold: Option<Duration>,
     ) -> Pin<Box<dyn Future<Output = Result<Duration, Duration>> + Send>> {
@@ -331,6 +332,7 @@ impl llm_retry::rate_limit::SharedGate for FixedPace {
         &self,
         _: u64,
         pace: Option<llm_retry::rate_limit::SharedPace>,
+        _: Option<(llm_retry::rate_limit::SharedPace, u32)>,
         max_wait: Option<Duration>,
         _: Option<Duration>,
     ) -> Pin<Box<dyn Future<Output = Result<Duration, Duration>> + Send>> {
@@ -407,6 +409,7 @@ impl llm_retry::rate_limit::SharedGate for HeldUntil {
         &self,
         _: u64,
         _: Option<llm_retry::rate_limit::SharedPace>,
+        _: Option<(llm_retry::rate_limit::SharedPace, u32)>,
         max_wait: Option<Duration>,
         max_hold: Option<Duration>,
     ) -> Pin<Box<dyn Future<Output = Result<Duration, Duration>> + Send>> {

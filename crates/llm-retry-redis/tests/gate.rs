@@ -332,6 +332,12 @@ async fn a_hold_in_redis_keeps_every_replica_s_next_send_before_any_sync_or_news
 /// minute, one at a time), retry layer and client, in front of one
 /// upstream: their sends share the quota's pace.
 async fn paced_replicas(server: &RedisServer) -> Vec<Paced> {
+    let quota = llm_retry::rate_limit::Quotas::none().requests_per_minute_with_burst(600, 1);
+    replicas_under(server, quota).await
+}
+
+/// Three replicas as [`paced_replicas`], each gate told `quota`.
+async fn replicas_under(server: &RedisServer, quota: llm_retry::rate_limit::Quotas) -> Vec<Paced> {
     let mut replicas = Vec::new();
     for _ in 0..3 {
         let gate = replica_of(server, b"fleet", 3);
@@ -342,7 +348,6 @@ async fn paced_replicas(server: &RedisServer) -> Vec<Paced> {
             tries += 1;
             assert!(tries < 100, "Redis never answered");
         }
-        let quota = llm_retry::rate_limit::Quotas::none().requests_per_minute_with_burst(600, 1);
         let service = ServiceBuilder::new()
             .layer(RetryLayer::new(
                 RetryPolicy::builder().max_retries(0).build().unwrap(),
@@ -376,10 +381,29 @@ async fn serving() -> MockServer {
 /// Sends `each` requests through every one of `replicas`, all at once, and
 /// checks each is served: how long the upstream took to receive them all.
 async fn span_of(replicas: &[Paced], each: usize, upstream: &MockServer) -> Duration {
+    span_of_costed(replicas, each, upstream, None).await
+}
+
+/// As [`span_of`], each request costing `cost` tokens if given.
+async fn span_of_costed(
+    replicas: &[Paced],
+    each: usize,
+    upstream: &MockServer,
+    cost: Option<u64>,
+) -> Duration {
     let url = upstream.url("/v1/messages");
+    let costed = || {
+        let mut request = request(&url);
+        if let Some(cost) = cost {
+            request
+                .extensions_mut()
+                .insert(llm_retry::rate_limit::TokenCost(cost));
+        }
+        request
+    };
     let sends: Vec<_> = replicas
         .iter()
-        .flat_map(|replica| (0..each).map(|_| tokio::spawn(replica.clone().oneshot(request(&url)))))
+        .flat_map(|replica| (0..each).map(|_| tokio::spawn(replica.clone().oneshot(costed()))))
         .collect();
     for send in sends {
         assert_eq!(send.await.unwrap().unwrap(), 200);
@@ -404,6 +428,24 @@ async fn replicas_told_a_quota_pace_their_sends_together() {
     // between the two, far from both.
     let span = span_of(&replicas, 4, &upstream).await;
     assert!(span >= Duration::from_millis(700), "{span:?}");
+}
+
+#[tokio::test]
+async fn replicas_told_a_token_quota_spend_it_together() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let upstream = serving().await;
+    // 4,000 tokens a second, 500 at once; each request costs 500: one send
+    // every 125 ms, fleet-wide.
+    let quota = llm_retry::rate_limit::Quotas::none().tokens_per_minute_with_burst(240_000, 500);
+    let replicas = replicas_under(&server, quota).await;
+    // Four requests through each replica, all at once: the twelve span
+    // 1.375 s together, less what the first send's way to the upstream
+    // took more than the last's; each replica alone would have sent its
+    // four within 0.375 s.
+    let span = span_of_costed(&replicas, 4, &upstream, Some(500)).await;
+    assert!(span >= Duration::from_millis(1_000), "{span:?}");
 }
 
 #[tokio::test]

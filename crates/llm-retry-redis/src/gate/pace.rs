@@ -1,7 +1,7 @@
 //! A send's wait in the fleet: one script call a send reads the key's hold
-//! and takes its turn in the key's pace from the hold's end; while Redis
+//! and takes its turns in the key's paces from the hold's end; while Redis
 //! does not answer, the replica's own answer from the holds it knows and
-//! the configured quota divided among the replicas.
+//! the shared quotas divided among the replicas.
 
 use super::store::Inner;
 use super::sync::Holds;
@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// At most this many keys keep a pace of this replica's own.
+/// At most this many paces of this replica's own are kept.
 const MAX_LOCAL: usize = 4096;
 
 /// After a send's call failed, sends answer from the replica's own state
@@ -20,41 +20,85 @@ const MAX_LOCAL: usize = 4096;
 /// send in this span pays the timeout, not every send.
 const PAUSE_AFTER_FAILURE: Duration = Duration::from_secs(1);
 
-/// Theoretical arrival times of the keys this replica paced alone.
+/// One pace a send takes a turn in, as the script reads it (whole µs): what
+/// the send adds to the key's theoretical arrival time, and how far past
+/// now that may run before a send waits (the burst's worth).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Step {
+    increment: Duration,
+    tolerance: Duration,
+}
+
+impl Step {
+    /// One send under a request `pace`.
+    pub(super) fn request(pace: SharedPace) -> Step {
+        Step::new(
+            pace.interval,
+            pace.interval.saturating_mul(pace.burst.max(1)),
+        )
+    }
+
+    /// A send of `cost` tokens under a token `pace`.
+    pub(super) fn tokens(pace: SharedPace, cost: u32) -> Step {
+        Step::new(
+            pace.interval.saturating_mul(cost),
+            pace.interval.saturating_mul(pace.burst.max(1)),
+        )
+    }
+
+    fn new(increment: Duration, tolerance: Duration) -> Step {
+        let whole = |d: Duration| Duration::from_micros(micros(d));
+        Step {
+            increment: whole(increment),
+            tolerance: whole(tolerance),
+        }
+    }
+}
+
+/// Theoretical arrival times of the paces this replica kept alone: each
+/// key's request pace (`false`) and token pace (`true`).
 #[derive(Debug, Default)]
-pub(super) struct LocalPaces(HashMap<u64, Instant>);
+pub(super) struct LocalPaces(HashMap<(u64, bool), Instant>);
 
 impl LocalPaces {
-    /// The wait for a send at `now` under `pace`, no earlier than `floor`
-    /// (the end of a hold that keeps it), its slot taken; or the wait past
-    /// `max_wait`, none taken: the arithmetic of the shared script (a GCRA
-    /// handing out slots in arrival order).
+    /// The wait for a send at `now` under its request and token paces
+    /// (`steps`), no earlier than `floor` (the end of a hold that keeps
+    /// it), its turns taken; or the wait past `max_wait`, none taken: the
+    /// arithmetic of the shared script (GCRAs handing out slots in arrival
+    /// order).
     pub(super) fn wait(
         &mut self,
         key: u64,
-        pace: SharedPace,
+        steps: [Option<Step>; 2],
         now: Instant,
         floor: Instant,
         max_wait: Option<Duration>,
     ) -> Result<Duration, Duration> {
         let floor = floor.max(now);
-        if self.0.len() >= MAX_LOCAL && !self.0.contains_key(&key) {
-            // Keys whose bucket is full again carry nothing.
+        let paces: Vec<_> = steps
+            .into_iter()
+            .zip([false, true])
+            .filter_map(|(step, tokens)| Some(((key, tokens), step?)))
+            .collect();
+        let known = paces.iter().all(|(at, _)| self.0.contains_key(at));
+        if self.0.len() + paces.len() > MAX_LOCAL && !known {
+            // Paces whose bucket is full again carry nothing.
             self.0.retain(|_, tat| *tat > now);
-            if self.0.len() >= MAX_LOCAL {
+            if self.0.len() + paces.len() > MAX_LOCAL {
                 return within(floor - now, max_wait);
             }
         }
-        let interval = pace.interval;
-        let tat = self.0.get(&key).copied();
-        let slot = tat.map_or(floor, |tat| {
-            let due = tat + interval;
-            let room = interval.saturating_mul(pace.burst.max(1));
-            floor.max(due.checked_sub(room).unwrap_or(floor))
+        let slot = paces.iter().fold(floor, |slot, (at, step)| {
+            self.0.get(at).map_or(slot, |tat| {
+                let due = *tat + step.increment;
+                slot.max(due.checked_sub(step.tolerance).unwrap_or(slot))
+            })
         });
         let wait = within(slot - now, max_wait)?;
-        let start = tat.map_or(slot, |tat| tat.max(slot));
-        self.0.insert(key, start + interval);
+        for (at, step) in paces {
+            let start = self.0.get(&at).map_or(slot, |tat| (*tat).max(slot));
+            self.0.insert(at, start + step.increment);
+        }
         Ok(wait)
     }
 }
@@ -78,7 +122,7 @@ pub(super) fn divided(pace: SharedPace, replicas: u32) -> SharedPace {
     }
 }
 
-/// The script's wait: for a turn taken, or (negative) for one too late to
+/// The script's wait: for turns taken, or (negative) for ones too late to
 /// take.
 fn from_script(answer: i64) -> Result<Duration, Duration> {
     let wait = |us: i64| Duration::from_micros(u64::try_from(us).unwrap_or(0));
@@ -98,20 +142,34 @@ fn optional_micros(bound: Option<Duration>) -> String {
     bound.map_or_else(String::new, |bound| micros(bound).to_string())
 }
 
+/// A pace's two arguments as the script reads them: increment and
+/// tolerance in µs, or two empty ones for none.
+fn push_step(call: &mut redis::ScriptInvocation<'_>, step: Option<Step>) {
+    match step {
+        Some(step) => call.arg(micros(step.increment)).arg(micros(step.tolerance)),
+        None => call.arg("").arg(""),
+    };
+}
+
 impl Inner {
     /// The wait before a send to `key`: for a hold on the key it honours
-    /// (`max_hold`) and its turn in the fleet's `pace` from the hold's end,
-    /// asked in one script call bounded by the timeout; past it, or on an
-    /// error, the replica's own answer.
+    /// (`max_hold`), then for its turns in the fleet's request `pace` and
+    /// token pace (with the send's cost), asked in one script call bounded
+    /// by the timeout; past it, or on an error, the replica's own answer.
     pub(super) async fn turn(
         &self,
         key: u64,
         pace: Option<SharedPace>,
+        tokens: Option<(SharedPace, u32)>,
         max_wait: Option<Duration>,
         max_hold: Option<Duration>,
     ) -> Result<Duration, Duration> {
+        let steps = [
+            pace.map(Step::request),
+            tokens.map(|(pace, cost)| Step::tokens(pace, cost)),
+        ];
         if lock(&self.turns_paused).is_some_and(|until| Instant::now() < until) {
-            return self.own_turn(key, pace, max_wait, max_hold);
+            return self.own_turn(key, pace, tokens, max_wait, max_hold);
         }
         let mut connection = self.turns.clone();
         let field = format!("{key:016x}");
@@ -119,12 +177,13 @@ impl Inner {
             .turn_script
             .key(format!("{}:{field}", self.pace_prefix));
         call.key(&self.holds.key)
-            .arg(field)
-            .arg(optional_micros(pace.map(|pace| pace.interval)))
-            .arg(pace.map_or(1, |pace| pace.burst.max(1)))
-            .arg("")
+            .key(format!("{}:{field}:tokens", self.pace_prefix))
+            .arg(field);
+        push_step(&mut call, steps[0]);
+        call.arg("")
             .arg(optional_micros(max_wait))
             .arg(optional_micros(max_hold));
+        push_step(&mut call, steps[1]);
         let answer = bounded(
             self.holds.options.timeout,
             call.invoke_async::<(i64, i64)>(&mut connection),
@@ -145,18 +204,19 @@ impl Inner {
             Err(failure) => {
                 self.turn_health.failed(failure);
                 *lock(&self.turns_paused) = Instant::now().checked_add(PAUSE_AFTER_FAILURE);
-                self.own_turn(key, pace, max_wait, max_hold)
+                self.own_turn(key, pace, tokens, max_wait, max_hold)
             }
         }
     }
 
     /// The wait this replica gives a send alone: to the end of a hold it
-    /// knows in memory that the send honours, and its share of the pace
-    /// from then.
+    /// knows in memory that the send honours, then for its share of the
+    /// paces.
     fn own_turn(
         &self,
         key: u64,
         pace: Option<SharedPace>,
+        tokens: Option<(SharedPace, u32)>,
         max_wait: Option<Duration>,
         max_hold: Option<Duration>,
     ) -> Result<Duration, Duration> {
@@ -168,13 +228,12 @@ impl Inner {
                 !left.is_zero() && max_hold.is_none_or(|max| left <= max)
             })
             .unwrap_or(now);
-        match pace {
-            Some(pace) => {
-                let own = divided(pace, self.holds.options.replicas);
-                lock(&self.local).wait(key, own, now, floor, max_wait)
-            }
-            None => within(floor - now, max_wait),
-        }
+        let replicas = self.holds.options.replicas;
+        let steps = [
+            pace.map(|pace| Step::request(divided(pace, replicas))),
+            tokens.map(|(pace, cost)| Step::tokens(divided(pace, replicas), cost)),
+        ];
+        lock(&self.local).wait(key, steps, now, floor, max_wait)
     }
 }
 
@@ -193,12 +252,13 @@ mod tests {
             interval: Duration::from_millis(20),
             burst: 3,
         };
+        let steps = [Some(Step::request(pace)), None];
         let mut local = LocalPaces::default();
         let now = Instant::now();
         let waits: Vec<_> = (0..5)
             .map(|_| {
                 local
-                    .wait(1, pace, now, now, None)
+                    .wait(1, steps, now, now, None)
                     .expect("no bound")
                     .as_millis()
             })
@@ -207,15 +267,48 @@ mod tests {
         // A send that cannot wait for its turn takes none.
         let short = Some(Duration::from_millis(59));
         assert_eq!(
-            local.wait(1, pace, now, now, short),
+            local.wait(1, steps, now, now, short),
             Err(Duration::from_millis(60))
         );
         assert_eq!(
-            local.wait(1, pace, now, now, None),
+            local.wait(1, steps, now, now, None),
             Ok(Duration::from_millis(60))
         );
         // Another key has its own bucket.
-        assert_eq!(local.wait(2, pace, now, now, None), Ok(Duration::ZERO));
+        assert_eq!(local.wait(2, steps, now, now, None), Ok(Duration::ZERO));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_send_waits_for_the_slower_of_its_request_and_token_turns() {
+        let ms = Duration::from_millis;
+        // Ten sends a second at most, five at once; 1,000 tokens a second,
+        // 2,000 at once.
+        let requests = SharedPace {
+            interval: ms(100),
+            burst: 5,
+        };
+        let tokens = SharedPace {
+            interval: Duration::from_millis(1),
+            burst: 2_000,
+        };
+        let mut local = LocalPaces::default();
+        let now = Instant::now();
+        let send = |local: &mut LocalPaces, cost| {
+            let steps = [
+                Some(Step::request(requests)),
+                Some(Step::tokens(tokens, cost)),
+            ];
+            local.wait(1, steps, now, now, None).expect("no bound")
+        };
+        // Two sends of 1,000 tokens empty the token bucket; the third
+        // waits a second for its tokens, though requests have room.
+        assert_eq!(send(&mut local, 1_000), ms(0));
+        assert_eq!(send(&mut local, 1_000), ms(0));
+        assert_eq!(send(&mut local, 1_000), ms(1_000));
+        // A hold's end is the floor of both.
+        let floor = now + ms(5_000);
+        let steps = [Some(Step::request(requests)), Some(Step::tokens(tokens, 1))];
+        assert_eq!(local.wait(2, steps, now, floor, None), Ok(ms(5_000)));
     }
 
     #[test]
@@ -235,9 +328,19 @@ mod tests {
         assert_eq!(divided(SharedPace { burst: 1, ..pace }, 3).burst, 1);
     }
 
+    /// A random pace: one send or token every 1 µs to 200 ms, 1 to 12 at
+    /// once.
+    fn random_pace(rng: &mut rand::rngs::StdRng) -> SharedPace {
+        SharedPace {
+            interval: Duration::from_micros(rng.random_range(1..200_000)),
+            burst: rng.random_range(1..12),
+        }
+    }
+
     /// The script, against a real Redis, hands out the same slots as the
-    /// replica's own pace, to the microsecond, over random arrivals,
-    /// paces and holds (the script told the time, as the replica is).
+    /// replica's own paces, to the microsecond, over random arrivals,
+    /// request and token paces, costs and holds (the script told the time,
+    /// as the replica is).
     #[tokio::test]
     async fn the_shared_script_and_the_local_pace_agree_on_every_slot() {
         let Some(server) = super::support::RedisServer::start() else {
@@ -252,14 +355,18 @@ mod tests {
         let mut rng = rand::rngs::StdRng::seed_from_u64(2026);
         // Far enough into the epoch that µs need all of a double's 53 bits.
         let epoch_us: u64 = 1_796_000_000_000_000;
-        let (mut holds, mut refused) = (0, 0);
-        for sequence in 0..60_u32 {
-            let pace = SharedPace {
-                interval: Duration::from_micros(rng.random_range(1..200_000)),
-                burst: rng.random_range(1..12),
-            };
+        let (mut holds, mut refused, mut both) = (0, 0, 0);
+        for sequence in 0..80_u32 {
+            // A request pace, a token pace, or both.
+            let kind = rng.random_range(0..3);
+            let requests = (kind != 1).then(|| random_pace(&mut rng));
+            let tokens = (kind != 0).then(|| {
+                let mut pace = random_pace(&mut rng);
+                pace.interval /= 100;
+                pace.burst *= 100;
+                pace
+            });
             let field = format!("{sequence:016x}");
-            let key = format!("{{t}}:pace:{field}");
             let mut local = LocalPaces::default();
             let start = Instant::now();
             let mut offset_us = 0_u64;
@@ -270,7 +377,7 @@ mod tests {
                 offset_us += match rng.random_range(0..4) {
                     0 => 0,
                     1 => rng.random_range(0..1_000),
-                    2 => rng.random_range(0..pace.interval.as_micros() as u64 * 2),
+                    2 => rng.random_range(0..400_000),
                     _ => rng.random_range(0..2_000_000),
                 };
                 let now_us = epoch_us + offset_us;
@@ -293,18 +400,22 @@ mod tests {
                         .then(|| Duration::from_micros(rng.random_range(0..300_000)))
                 };
                 let (max_wait, max_hold) = (bound(4), bound(3));
-                let (shared, held): (i64, i64) = script
-                    .key(&key)
-                    .key("{t}:holds")
-                    .arg(&field)
-                    .arg(micros(pace.interval))
-                    .arg(pace.burst)
-                    .arg(now_us)
+                let cost = rng.random_range(1..400);
+                let steps = [
+                    requests.map(Step::request),
+                    tokens.map(|pace| Step::tokens(pace, cost)),
+                ];
+                let mut call = script.key(format!("{{t}}:pace:{field}"));
+                call.key("{t}:holds")
+                    .key(format!("{{t}}:pace:{field}:tokens"))
+                    .arg(&field);
+                push_step(&mut call, steps[0]);
+                call.arg(now_us)
                     .arg(optional_micros(max_wait))
-                    .arg(optional_micros(max_hold))
-                    .invoke_async(&mut connection)
-                    .await
-                    .expect("script");
+                    .arg(optional_micros(max_hold));
+                push_step(&mut call, steps[1]);
+                let (shared, held): (i64, i64) =
+                    call.invoke_async(&mut connection).await.expect("script");
                 let at = start + Duration::from_micros(offset_us);
                 let left = hold_ms.map_or(0, |until| (until * 1000).saturating_sub(now_us));
                 let honoured =
@@ -315,19 +426,21 @@ mod tests {
                 } else {
                     at
                 };
-                let own = local.wait(0, pace, at, floor, max_wait);
+                let own = local.wait(0, steps, at, floor, max_wait);
                 refused += usize::from(own.is_err());
+                both += usize::from(kind == 2);
                 let case = format!(
-                    "sequence {sequence}, arrival {arrival}, {pace:?}, {max_wait:?}, {max_hold:?}"
+                    "sequence {sequence}, arrival {arrival}, {steps:?}, {max_wait:?}, {max_hold:?}"
                 );
                 assert_eq!(from_script(shared), own, "{case}");
                 assert_eq!(held, if honoured { left as i64 } else { 0 }, "{case}");
             }
         }
-        // The sequences hold and refuse often enough to mean something.
+        // The sequences hold, refuse and pace both ways often enough to
+        // mean something.
         assert!(
-            holds > 100 && refused > 50,
-            "{holds} held, {refused} refused"
+            holds > 100 && refused > 50 && both > 500,
+            "{holds} held, {refused} refused, {both} under both paces"
         );
     }
 
@@ -357,15 +470,21 @@ mod tests {
                 .expect("hset");
         }
         let s = Duration::from_secs;
+        // One send a second, one at once.
+        let pace = Some(Step::request(SharedPace {
+            interval: s(1),
+            burst: 1,
+        }));
         let ask = |field: &'static str, max_wait: Option<Duration>, max_hold: Option<Duration>| {
             let mut call = script.key(format!("{{t}}:pace:{field}"));
             call.key("{t}:holds")
-                .arg(field)
-                .arg(1_000_000)
-                .arg(1)
-                .arg(now_us)
+                .key(format!("{{t}}:pace:{field}:tokens"))
+                .arg(field);
+            push_step(&mut call, pace);
+            call.arg(now_us)
                 .arg(optional_micros(max_wait))
                 .arg(optional_micros(max_hold));
+            push_step(&mut call, None);
             let mut connection = connection.clone();
             async move {
                 call.invoke_async::<(i64, i64)>(&mut connection)

@@ -201,11 +201,12 @@ impl SharedGate for RedisGate {
         &self,
         key: u64,
         pace: Option<SharedPace>,
+        tokens: Option<(SharedPace, u32)>,
         max_wait: Option<Duration>,
         max_hold: Option<Duration>,
     ) -> Pin<Box<dyn Future<Output = Result<Duration, Duration>> + Send>> {
         let inner = Arc::clone(&self.inner);
-        Box::pin(async move { inner.turn(key, pace, max_wait, max_hold).await })
+        Box::pin(async move { inner.turn(key, pace, tokens, max_wait, max_hold).await })
     }
 }
 

@@ -1,16 +1,21 @@
 -- A send about to go asks the fleet how long it waits, in one atomic step on
 -- the server's clock: until the end of a hold a replica set on its key (one
--- the send honours), and, where the key has a pace, for its turn in it from
--- then: a GCRA whose slots are handed out in arrival order, with the same
--- arithmetic as the replica's own pace (pace.rs), which the tests check.
+-- the send honours), and then for its turns in the key's paces, where it has
+-- them (its requests', its tokens'): each a GCRA whose slots are handed out
+-- in arrival order, with the same arithmetic as the replica's own paces
+-- (pace.rs), which the tests check. A send goes at
+-- max(hold's end, tat + increment - tolerance) over its paces, and moves
+-- each tat to max(tat, slot) + increment.
 --
--- KEYS[1]  the key's theoretical arrival time, in µs
+-- KEYS[1]  the key's request pace: its theoretical arrival time, in µs
 -- KEYS[2]  the holds' hash: field <key fingerprint> = "<until ms>"
--- ARGV     the key's fingerprint; interval µs (empty: no pace); burst; now
---          in µs (tests only; empty: TIME); the longest wait the send can
---          afford in µs (empty: any); the longest hold it honours in µs
---          (empty: any)
--- Returns  {wait µs, hold µs}: the wait before the send goes, its turn
+-- KEYS[3]  the key's token pace: its theoretical arrival time, in µs
+-- ARGV     the key's fingerprint; the request pace's increment and
+--          tolerance in µs (empty: no pace); now in µs (tests only; empty:
+--          TIME); the longest wait the send can afford in µs (empty: any);
+--          the longest hold it honours in µs (empty: any); the token pace's
+--          increment and tolerance in µs (empty: no pace)
+-- Returns  {wait µs, hold µs}: the wait before the send goes, its turns
 --          taken, or -1 - that wait when it is longer than the send can
 --          afford, none taken; and what was left of the hold that kept it
 --          (0: none)
@@ -22,36 +27,36 @@ else
   now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 end
 
-local floor, held = now, 0
+local slot, held = now, 0
 local until_ms = tonumber(redis.call('HGET', KEYS[2], ARGV[1]))
 if until_ms then
   local left = until_ms * 1000 - now
   if left > 0 and (ARGV[6] == '' or left <= tonumber(ARGV[6])) then
-    floor, held = until_ms * 1000, left
+    slot, held = until_ms * 1000, left
   end
 end
 
-local paced = ARGV[2] ~= ''
-local interval, tat
-local slot = floor
-if paced then
-  interval = tonumber(ARGV[2])
-  tat = tonumber(redis.call('GET', KEYS[1]))
-  -- A full bucket of `burst` sends may go at once; the rest follow a pace
-  -- apart.
-  if tat then
-    slot = math.max(floor, tat + interval - tonumber(ARGV[3]) * interval)
+-- The paces the send takes a turn in: {key, increment, tolerance, tat}.
+local paces = {}
+for _, pace in ipairs({{KEYS[1], ARGV[2], ARGV[3]}, {KEYS[3], ARGV[7], ARGV[8]}}) do
+  if pace[2] ~= nil and pace[2] ~= '' then
+    local increment, tolerance = tonumber(pace[2]), tonumber(pace[3])
+    local tat = tonumber(redis.call('GET', pace[1]))
+    if tat then
+      slot = math.max(slot, tat + increment - tolerance)
+    end
+    table.insert(paces, {pace[1], increment, tat})
   end
 end
 if ARGV[5] ~= '' and slot - now > tonumber(ARGV[5]) then
   return {-1 - (slot - now), held}
 end
-if paced then
+for _, pace in ipairs(paces) do
   local start = slot
-  if tat and tat > slot then start = tat end
-  local next_tat = start + interval
+  if pace[3] and pace[3] > slot then start = pace[3] end
+  local next_tat = start + pace[2]
   -- Gone once the bucket is full again: nothing grows without bound.
   local ttl_ms = math.floor((next_tat - now) / 1000) + 1
-  redis.call('SET', KEYS[1], string.format('%d', next_tat), 'PX', ttl_ms)
+  redis.call('SET', pace[1], string.format('%d', next_tat), 'PX', ttl_ms)
 end
 return {slot - now, held}

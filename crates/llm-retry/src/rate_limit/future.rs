@@ -162,14 +162,18 @@ impl<F> State<F> {
     /// fleet next, within its `bounds`.
     fn after_turn(key: u64, fleet: Option<&Fleet>, bounds: Bounds) -> Self {
         match fleet {
-            Some((shared, pace)) => {
+            Some(fleet) => {
                 let max_wait = bounds
                     .deadline
                     .map(|at| at.saturating_duration_since(Instant::now()));
-                State::Pacing {
-                    wait: shared.turn(key, *pace, max_wait, bounds.max_server_wait),
-                    sleep: None,
-                }
+                let wait = fleet.store.turn(
+                    key,
+                    fleet.pace,
+                    fleet.tokens,
+                    max_wait,
+                    bounds.max_server_wait,
+                );
+                State::Pacing { wait, sleep: None }
             }
             None => State::admitting(),
         }

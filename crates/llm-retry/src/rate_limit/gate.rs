@@ -200,9 +200,18 @@ pub(super) struct Booking {
     pub(super) bounds: Bounds,
 }
 
-/// The store a sharing gate's sends ask before they go, and the key's pace
-/// shared there, if it has one.
-pub(super) type Fleet = (Arc<dyn SharedGate>, Option<SharedPace>);
+/// The store a sharing gate's sends ask before they go, and the key's
+/// paces shared there.
+pub(super) struct Fleet {
+    pub(super) store: Arc<dyn SharedGate>,
+    /// The key's request pace, if it has a quota it was told or the
+    /// provider stated.
+    pub(super) pace: Option<SharedPace>,
+    /// The key's token pace and the send's cost in it, if the key has a
+    /// token quota it was told or the provider stated and the send costs
+    /// tokens.
+    pub(super) tokens: Option<(SharedPace, u32)>,
+}
 
 /// A send queued on its key.
 pub(super) struct Reserved {
@@ -320,6 +329,29 @@ impl Gate {
         )
     }
 
+    /// The token pace a send of `cost` shares with other replicas: the
+    /// configured token quota's, or (slower) the stated one's at 95 % of
+    /// its rate, with the tokens its bucket has left (`room`: time per
+    /// token and tokens left) as the burst. `None` for a send that costs
+    /// nothing.
+    fn fleet_tokens(&self, room: Option<(Duration, u64)>, cost: u64) -> Option<(SharedPace, u32)> {
+        let cost = u32::try_from(cost).ok().filter(|cost| *cost > 0)?;
+        let stated = room.map(|(per_token, left)| SharedPace {
+            interval: per_token.div_f64(STATED_SHARE),
+            burst: u32::try_from(left).unwrap_or(u32::MAX).max(1),
+        });
+        let configured = self.paces.tokens.map(|pace| SharedPace {
+            interval: pace.per_unit,
+            burst: pace.capacity,
+        });
+        let pace = match (configured, stated) {
+            (Some(configured), Some(stated)) if stated.interval > configured.interval => stated,
+            (Some(configured), _) => configured,
+            (None, stated) => stated?,
+        };
+        Some((pace, cost))
+    }
+
     /// What [`default_key`](super::key::default_key) hashes with.
     pub(super) fn key_hasher(&self) -> &KeyHasher {
         &self.key_hasher
@@ -411,6 +443,8 @@ impl Gate {
             .quotas
             .stated_slot(cost, now, base)
             .map(|at| (cost, at));
+        // Before this send's booking: the room the fleet may burst into.
+        let token_room = state.quotas.stated_token_room(now);
         if let Some((_, at)) = stated {
             slot = slot.max(at);
         }
@@ -466,7 +500,11 @@ impl Gate {
         let fleet = self.shared.as_ref().map(|shared| {
             let stated = state.learned.as_ref().and_then(|l| l.rate.stated());
             let room = state.quotas.room();
-            (Arc::clone(shared), self.fleet_pace(stated, room))
+            Fleet {
+                store: Arc::clone(shared),
+                pace: self.fleet_pace(stated, room),
+                tokens: self.fleet_tokens(token_room, cost),
+            }
         });
         Ok(Reserved {
             booking,

@@ -145,6 +145,53 @@ fn the_fleet_paces_a_key_at_a_little_under_its_stated_rate_with_its_room_as_burs
     assert_eq!(told.fleet_pace(Some(0.5), 7), Some(stated(0.5, 7)));
 }
 
+#[test]
+fn the_fleet_spends_a_token_quota_at_a_little_under_its_stated_rate_with_what_is_left_as_burst() {
+    let ms = Duration::from_millis;
+    let plain = Gate::new(None, None, None);
+    assert_eq!(
+        plain.fleet_tokens(None, 500),
+        None,
+        "nothing stated or told"
+    );
+    assert_eq!(
+        plain.fleet_tokens(Some((ms(1), 2_000)), 0),
+        None,
+        "costs nothing"
+    );
+    let stated = SharedPace {
+        interval: ms(1).div_f64(STATED_SHARE),
+        burst: 2_000,
+    };
+    assert_eq!(
+        plain.fleet_tokens(Some((ms(1), 2_000)), 500),
+        Some((stated, 500))
+    );
+    assert_eq!(
+        plain.fleet_tokens(Some((ms(1), 0)), 500),
+        Some((SharedPace { burst: 1, ..stated }, 500)),
+        "one token at least"
+    );
+    // A quota the gate was told (60 000 a minute, 100 at once): it paces,
+    // unless the stated one is slower.
+    let told = Gate::new(None, Pace::per_minute(60_000, 100), None);
+    let quota = SharedPace {
+        interval: ms(1),
+        burst: 100,
+    };
+    assert_eq!(told.fleet_tokens(None, 7), Some((quota, 7)));
+    let faster = Duration::from_micros(500);
+    assert_eq!(
+        told.fleet_tokens(Some((faster, 2_000)), 7),
+        Some((quota, 7))
+    );
+    let slower = SharedPace {
+        interval: ms(2).div_f64(STATED_SHARE),
+        burst: 9,
+    };
+    assert_eq!(told.fleet_tokens(Some((ms(2), 9)), 7), Some((slower, 7)));
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_send_whose_turn_is_its_deadline_waits_for_it() {
     let gate = Gate::new(Pace::per_minute(60, 1), None, None);

@@ -135,6 +135,18 @@ impl QuotaBook {
             .then(|| floor.max(tat.slot(pace, now, cost).min(longest)))
     }
 
+    /// The stated token quota as the fleet shares it: its time per token,
+    /// and the tokens its bucket has left at `now`.
+    pub(super) fn stated_token_room(&self, now: Instant) -> Option<(Duration, u64)> {
+        let (pace, tat) = self.stated_tokens.as_ref()?;
+        let debt = tat
+            .0
+            .map_or(Duration::ZERO, |tat| tat.saturating_duration_since(now));
+        let spent = debt.as_nanos() / pace.per_unit.as_nanos().max(1);
+        let spent = u64::try_from(spent).unwrap_or(u64::MAX);
+        Some((pace.per_unit, pace.capacity().saturating_sub(spent)))
+    }
+
     /// A send booked `cost` stated tokens at `now`.
     pub(super) fn book_stated(&mut self, cost: u64, now: Instant) {
         if let Some((pace, tat)) = &mut self.stated_tokens {
@@ -228,6 +240,18 @@ mod tests {
             "the first statement"
         );
         book
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_fleet_reads_the_stated_tokens_left_and_their_pace() {
+        let t0 = Instant::now();
+        assert_eq!(QuotaBook::new(t0, None).stated_token_room(t0), None);
+        let mut book = stated(5_000, t0);
+        assert_eq!(book.stated_token_room(t0), Some((MS(1), 5_000)));
+        book.book_stated(3_000, t0);
+        assert_eq!(book.stated_token_room(t0), Some((MS(1), 2_000)));
+        // A second refills 1,000.
+        assert_eq!(book.stated_token_room(t0 + MS(1_000)), Some((MS(1), 3_000)));
     }
 
     fn wait(book: &QuotaBook, cost: u64, now: Instant) -> Duration {

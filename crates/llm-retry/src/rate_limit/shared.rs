@@ -39,17 +39,20 @@ pub trait SharedGate: Send + Sync + fmt::Debug {
     /// A send to `key` is about to go: how long it waits first, for a hold
     /// another replica set on the key (as the store knows it now, not as of
     /// its last sync; one longer than `max_hold`, the longest wait the send
-    /// honours, does not keep it) and, where the key has a `pace` shared by
-    /// the fleet, for its turn in it, counted from the hold's end (first
-    /// come, first served). `Ok(wait)`: the send goes after `wait`, its turn
-    /// taken; `Err(wait)`: that would be later than `max_wait` (what the
-    /// send's deadline leaves), and no turn was taken. The future must end
-    /// within the store's own bound; where the store cannot reach the
-    /// others it answers from what it knows and a pace of its own.
+    /// honours, does not keep it) and for its turn in the key's paces the
+    /// fleet shares, counted from the hold's end (first come, first
+    /// served): `pace`, one send every interval; `tokens`, a token quota
+    /// (one token every interval, `burst` tokens at once) and the send's
+    /// cost in it. `Ok(wait)`: the send goes after `wait`, its turns taken;
+    /// `Err(wait)`: that would be later than `max_wait` (what the send's
+    /// deadline leaves), and none was taken. The future must end within
+    /// the store's own bound; where the store cannot reach the others it
+    /// answers from what it knows and paces of its own.
     fn turn(
         &self,
         key: u64,
         pace: Option<SharedPace>,
+        tokens: Option<(SharedPace, u32)>,
         max_wait: Option<Duration>,
         max_hold: Option<Duration>,
     ) -> Pin<Box<dyn Future<Output = Result<Duration, Duration>> + Send + 'static>>;
@@ -59,13 +62,13 @@ pub trait SharedGate: Send + Sync + fmt::Debug {
 pub(crate) type TurnFuture =
     Pin<Box<dyn Future<Output = Result<Duration, Duration>> + Send + 'static>>;
 
-/// A key's pace as the fleet shares it: one send every `interval`, and
-/// `burst` at once after a quiet spell (a GCRA's bucket).
+/// A key's pace as the fleet shares it: one send (or token) every
+/// `interval`, and `burst` at once after a quiet spell (a GCRA's bucket).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct SharedPace {
-    /// Time between two sends at the quota's rate.
+    /// Time between two sends (or tokens) at the quota's rate.
     pub interval: Duration,
-    /// Sends that may go at once (at least 1).
+    /// Sends (or tokens) that may go at once (at least 1).
     pub burst: u32,
 }
 
@@ -184,6 +187,7 @@ mod tests {
             &self,
             _: u64,
             _: Option<SharedPace>,
+            _: Option<(SharedPace, u32)>,
             _: Option<Duration>,
             _: Option<Duration>,
         ) -> TurnFuture {
