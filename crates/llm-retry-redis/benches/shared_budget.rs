@@ -100,11 +100,48 @@ fn shared_budget(c: &mut Criterion) {
     for (name, pace) in [("unpaced", None), ("paced", Some(pace))] {
         group.bench_function(name, |b| {
             b.to_async(&rt).iter(|| async {
-                black_box(gate.turn(7, pace, None, None).await).ok();
+                black_box(gate.turn(7, pace, None, None, None).await).ok();
             });
         });
     }
     group.finish();
+
+    // The CPU a turn costs, over a fixed count: this process's (the
+    // replica's side) and redis-server's, from their /proc counters.
+    const TURNS: u32 = 50_000;
+    let server_stat = server.pid().map(|pid| format!("/proc/{pid}/stat"));
+    for (name, pace) in [("unpaced", None), ("paced", Some(pace))] {
+        let here = cpu_seconds("/proc/self/stat");
+        let there = server_stat.as_deref().map(cpu_seconds);
+        rt.block_on(async {
+            for _ in 0..TURNS {
+                black_box(gate.turn(7, pace, None, None, None).await).ok();
+            }
+        });
+        let per_turn = |before: f64, after: f64| (after - before) * 1e6 / f64::from(TURNS);
+        let here = per_turn(here, cpu_seconds("/proc/self/stat"));
+        let there = server_stat
+            .as_deref()
+            .zip(there)
+            .map_or(f64::NAN, |(stat, before)| {
+                per_turn(before, cpu_seconds(stat))
+            });
+        println!("turn/{name} CPU: {here:.1} µs a turn in the replica, {there:.1} µs in redis-server ({TURNS} turns)");
+    }
+}
+
+/// User and system CPU seconds of the process whose stat file is `stat`.
+fn cpu_seconds(stat: &str) -> f64 {
+    let text = std::fs::read_to_string(stat).unwrap_or_default();
+    // After the `(comm)` field: utime and stime are fields 14 and 15.
+    let rest = text.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let ticks: u64 = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|v| v.parse::<u64>().ok())
+        .sum();
+    ticks as f64 / 100.0
 }
 
 criterion_group!(benches, shared_budget);

@@ -127,6 +127,11 @@ impl RedisServer {
         redis::Client::open(self.url()).expect("a valid URL")
     }
 
+    /// The server's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Stops the server at once (SIGKILL), as a crash would.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
