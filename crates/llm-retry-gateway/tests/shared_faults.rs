@@ -144,7 +144,7 @@ max_retries = 1
 /// and failed over (a mark published, retries spent) while it sleeps, so
 /// none waited for it to wake (a send that asks a target's gate store
 /// waits at most the 500 ms timeout, and the sends after it answer alone
-/// for a second). Each request's time (one retry's backoff
+/// for half a second). Each request's time (one retry's backoff
 /// in each) is printed against the same with Redis answering; it is not
 /// asserted.
 #[tokio::test]

@@ -463,3 +463,82 @@ async fn without_redis_each_replica_paces_its_share_of_the_quota() {
     let span = span_of(&replicas[..1], 3, &upstream).await;
     assert!(span >= Duration::from_millis(450), "{span:?}");
 }
+
+/// The fingerprint of [`request`]'s key under the fleet's secret: the
+/// hold a replica elsewhere stores for it, drawn by a 429 from `upstream`.
+async fn key_field(server: &RedisServer, upstream: &MockServer) -> String {
+    let (told, teller) = serving_replica(server, "elsewhere");
+    let refused = teller
+        .oneshot(request(&upstream.url("/v1/messages")))
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 429);
+    assert!(told.sync().await);
+    let mut connection = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let fields: Vec<String> = redis::cmd("HKEYS")
+        .arg("{llm-retry:elsewhere}:holds")
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    assert_eq!(fields.len(), 1, "{fields:?}");
+    fields[0].clone()
+}
+
+#[tokio::test]
+async fn a_send_reads_holds_again_within_a_second_of_redis_coming_back() {
+    let Some(mut server) = RedisServer::start() else {
+        return;
+    };
+    let upstream = MockServer::start(Script::new().route(
+        "/v1/messages",
+        Route::sequence_then(
+            [Reply::anthropic_ok("Hi"), Reply::rate_limited(Some(2))],
+            Reply::anthropic_ok("Hi"),
+        ),
+    ))
+    .await
+    .unwrap();
+    let url = upstream.url("/v1/messages");
+    let (holds, service) = serving_replica(&server, "api");
+    assert!(holds.sync().await);
+    // Redis gone: the send's ask fails, and it goes on the replica's own
+    // state.
+    server.kill();
+    let failed = std::time::Instant::now();
+    let served = service.clone().oneshot(request(&url)).await.unwrap();
+    assert_eq!(served.status(), 200);
+    // Back, empty; a hold stored for the key with no news, as another
+    // replica's sync would write it.
+    server.restart();
+    let field = key_field(&server, &upstream).await;
+    let mut connection = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let stored: String = redis::cmd("HGET")
+        .arg("{llm-retry:elsewhere}:holds")
+        .arg(&field)
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    let () = redis::cmd("HSET")
+        .arg("{llm-retry:api}:holds")
+        .arg(&field)
+        .arg(stored)
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    // A second after the failed ask, the replica's next send reads it.
+    tokio::time::sleep(Duration::from_secs(1).saturating_sub(failed.elapsed())).await;
+    let served = service.oneshot(request(&url)).await.unwrap();
+    assert_eq!(served.status(), 200);
+    let sent = upstream.requests();
+    assert_eq!(sent.len(), 3);
+    // Never before the hold's end: a lower bound no slow machine breaks.
+    assert!(sent[2].received_at - sent[1].received_at >= S(2));
+}

@@ -42,7 +42,8 @@ use tokio::time::Instant;
 ///   full again. Where that call fails or outlasts the timeout, the send
 ///   waits for the holds this replica knows and takes its turn in its own
 ///   pace of the quota divided by [`SharedOptions::replicas`], and so do
-///   the replica's sends for a second after, before one asks Redis again.
+///   the replica's sends for half a second after, before one asks Redis
+///   again.
 ///
 /// Keys are SipHash fingerprints of a send's authority, credential headers
 /// and model under a secret derived from the `secret` given to
