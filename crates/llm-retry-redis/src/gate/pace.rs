@@ -66,7 +66,8 @@ impl LocalPaces {
     /// (`steps`), no earlier than `floor` (the end of a hold that keeps
     /// it), its turns taken; or the wait past `max_wait`, none taken: the
     /// arithmetic of the shared script (GCRAs handing out slots in arrival
-    /// order).
+    /// order; a send that costs more than a pace's burst waits for what it
+    /// lacks).
     pub(super) fn wait(
         &mut self,
         key: u64,
@@ -89,19 +90,26 @@ impl LocalPaces {
                 return within(floor - now, max_wait);
             }
         }
-        let slot = paces.iter().fold(floor, |slot, (at, step)| {
-            self.0.get(at).map_or(slot, |tat| {
-                let due = *tat + step.increment;
-                slot.max(due.checked_sub(step.tolerance).unwrap_or(slot))
-            })
-        });
+        let mut slot = floor;
+        for (at, step) in &paces {
+            let base = self.0.get(at).map_or(now, |tat| (*tat).max(now));
+            let due = later(base, step.increment);
+            slot = slot.max(due.checked_sub(step.tolerance).unwrap_or(slot));
+        }
         let wait = within(slot - now, max_wait)?;
         for (at, step) in paces {
             let start = self.0.get(&at).map_or(slot, |tat| (*tat).max(slot));
-            self.0.insert(at, start + step.increment);
+            self.0.insert(at, later(start, step.increment));
         }
         Ok(wait)
     }
+}
+
+/// `at + by`, or a year on when that is past what an `Instant` holds.
+fn later(at: Instant, by: Duration) -> Instant {
+    at.checked_add(by)
+        .or_else(|| at.checked_add(Duration::from_secs(365 * 86_400)))
+        .unwrap_or(at)
 }
 
 /// `wait`, or refused when it is longer than `max_wait`.
@@ -152,11 +160,43 @@ fn push_step(call: &mut redis::ScriptInvocation<'_>, step: Option<Step>) {
     };
 }
 
+/// What a send asks, as one call of the turn script: the keys of `field`
+/// (a key's fingerprint) under `prefix` (its paces) and `holds` (the holds'
+/// hash), its `steps` (request and token paces), its bounds, and `now` in
+/// µs for a test (`None`: the server's clock).
+pub(super) struct Ask<'a> {
+    pub(super) prefix: &'a str,
+    pub(super) holds: &'a str,
+    pub(super) field: &'a str,
+    pub(super) steps: [Option<Step>; 2],
+    pub(super) now: Option<u64>,
+    pub(super) max_wait: Option<Duration>,
+    pub(super) max_hold: Option<Duration>,
+}
+
+impl Ask<'_> {
+    /// The script call, its keys and arguments in the script's order.
+    pub(super) fn invocation<'s>(&self, script: &'s redis::Script) -> redis::ScriptInvocation<'s> {
+        let mut call = script.key(format!("{}:{}", self.prefix, self.field));
+        call.key(self.holds)
+            .key(format!("{}:{}:tokens", self.prefix, self.field))
+            .arg(self.field);
+        push_step(&mut call, self.steps[0]);
+        call.arg(self.now.map_or_else(String::new, |now| now.to_string()))
+            .arg(optional_micros(self.max_wait))
+            .arg(optional_micros(self.max_hold));
+        push_step(&mut call, self.steps[1]);
+        call
+    }
+}
+
 impl Inner {
     /// The wait before a send to `key`: for a hold on the key it honours
     /// (`max_hold`), then for its turns in the fleet's request `pace` and
     /// token pace (with the send's cost), asked in one script call bounded
     /// by the timeout; past it, or on an error, the replica's own answer.
+    /// After a failed call the replica answers alone for a while, then one
+    /// send asks again while the others still answer alone.
     pub(super) async fn turn(
         &self,
         key: u64,
@@ -165,33 +205,46 @@ impl Inner {
         max_wait: Option<Duration>,
         max_hold: Option<Duration>,
     ) -> Result<Duration, Duration> {
-        let steps = [
-            pace.map(Step::request),
-            tokens.map(|(pace, cost)| Step::tokens(pace, cost)),
-        ];
-        if lock(&self.turns_paused).is_some_and(|until| Instant::now() < until) {
+        let timeout = self.holds.options.timeout;
+        let probing = {
+            let mut paused = lock(&self.turns_paused);
+            let now = Instant::now();
+            match *paused {
+                Some(until) if now < until => None,
+                // The first ask since the pause: the others wait for it
+                // no longer than its timeout.
+                Some(_) => {
+                    *paused = now.checked_add(timeout);
+                    Some(true)
+                }
+                None => Some(false),
+            }
+        };
+        let Some(probing) = probing else {
             return self.own_turn(key, pace, tokens, max_wait, max_hold);
-        }
-        let mut connection = self.turns.clone();
+        };
         let field = format!("{key:016x}");
-        let mut call = self
-            .turn_script
-            .key(format!("{}:{field}", self.pace_prefix));
-        call.key(&self.holds.key)
-            .key(format!("{}:{field}:tokens", self.pace_prefix))
-            .arg(field);
-        push_step(&mut call, steps[0]);
-        call.arg("")
-            .arg(optional_micros(max_wait))
-            .arg(optional_micros(max_hold));
-        push_step(&mut call, steps[1]);
-        let answer = bounded(
-            self.holds.options.timeout,
-            call.invoke_async::<(i64, i64)>(&mut connection),
-        );
+        let ask = Ask {
+            prefix: &self.pace_prefix,
+            holds: &self.holds.key,
+            field: &field,
+            steps: [
+                pace.map(Step::request),
+                tokens.map(|(pace, cost)| Step::tokens(pace, cost)),
+            ],
+            now: None,
+            max_wait,
+            max_hold,
+        };
+        let mut connection = self.turns.clone();
+        let call = ask.invocation(&self.turn_script);
+        let answer = bounded(timeout, call.invoke_async::<(i64, i64)>(&mut connection));
         match answer.await {
             Ok((wait, held)) => {
                 self.turn_health.succeeded();
+                if probing {
+                    *lock(&self.turns_paused) = None;
+                }
                 let held = u64::try_from(held).ok().filter(|held| *held > 0);
                 if let Some(until) =
                     held.and_then(|held| Instant::now().checked_add(Duration::from_micros(held)))
@@ -406,17 +459,33 @@ mod tests {
                     requests.map(Step::request),
                     tokens.map(|pace| Step::tokens(pace, cost)),
                 ];
-                let mut call = script.key(format!("{{t}}:pace:{field}"));
-                call.key("{t}:holds")
-                    .key(format!("{{t}}:pace:{field}:tokens"))
-                    .arg(&field);
-                push_step(&mut call, steps[0]);
-                call.arg(now_us)
-                    .arg(optional_micros(max_wait))
-                    .arg(optional_micros(max_hold));
-                push_step(&mut call, steps[1]);
-                let (shared, held): (i64, i64) =
-                    call.invoke_async(&mut connection).await.expect("script");
+                let ask = Ask {
+                    prefix: "{t}:pace",
+                    holds: "{t}:holds",
+                    field: &field,
+                    steps,
+                    now: Some(now_us),
+                    max_wait,
+                    max_hold,
+                };
+                let (shared, held): (i64, i64) = ask
+                    .invocation(&script)
+                    .invoke_async(&mut connection)
+                    .await
+                    .expect("script");
+                // The keys' TTLs run on the server's real clock, this
+                // test's `now` on its own: kept, so a slow machine does not
+                // expire a turn the test's clock has not reached.
+                for key in [
+                    format!("{{t}}:pace:{field}"),
+                    format!("{{t}}:pace:{field}:tokens"),
+                ] {
+                    let _: i64 = redis::cmd("PERSIST")
+                        .arg(key)
+                        .query_async(&mut connection)
+                        .await
+                        .expect("persist");
+                }
                 let at = start + Duration::from_micros(offset_us);
                 let left = hold_ms.map_or(0, |until| (until * 1000).saturating_sub(now_us));
                 let honoured =
@@ -477,15 +546,16 @@ mod tests {
             burst: 1,
         }));
         let ask = |field: &'static str, max_wait: Option<Duration>, max_hold: Option<Duration>| {
-            let mut call = script.key(format!("{{t}}:pace:{field}"));
-            call.key("{t}:holds")
-                .key(format!("{{t}}:pace:{field}:tokens"))
-                .arg(field);
-            push_step(&mut call, pace);
-            call.arg(now_us)
-                .arg(optional_micros(max_wait))
-                .arg(optional_micros(max_hold));
-            push_step(&mut call, None);
+            let call = Ask {
+                prefix: "{t}:pace",
+                holds: "{t}:holds",
+                field,
+                steps: [pace, None],
+                now: Some(now_us),
+                max_wait,
+                max_hold,
+            }
+            .invocation(&script);
             let mut connection = connection.clone();
             async move {
                 call.invoke_async::<(i64, i64)>(&mut connection)
@@ -503,5 +573,38 @@ mod tests {
         assert_eq!(ask("ef", None, Some(s(1))).await, (0, 0));
         // Never held.
         assert_eq!(ask("12", None, None).await, (0, 0));
+        // A send costing 800 µs of a pace whose burst is 500 µs waits the
+        // 300 µs it lacks: on a fresh key, on one whose turn is long past,
+        // and on one whose key expired.
+        let tokens = Some(Step::new(
+            Duration::from_micros(800),
+            Duration::from_micros(500),
+        ));
+        let big = |at_us: u64| {
+            let call = Ask {
+                prefix: "{t}:pace",
+                holds: "{t}:holds",
+                field: "34",
+                steps: [None, tokens],
+                now: Some(at_us),
+                max_wait: None,
+                max_hold: None,
+            }
+            .invocation(&script);
+            let mut connection = connection.clone();
+            async move {
+                call.invoke_async::<(i64, i64)>(&mut connection)
+                    .await
+                    .expect("script")
+            }
+        };
+        assert_eq!(big(now_us).await, (300, 0));
+        assert_eq!(big(now_us + 5_000_000).await, (300, 0));
+        let _: i64 = redis::cmd("DEL")
+            .arg("{t}:pace:34:tokens")
+            .query_async(&mut connection.clone())
+            .await
+            .expect("del");
+        assert_eq!(big(now_us + 10_000_000).await, (300, 0));
     }
 }

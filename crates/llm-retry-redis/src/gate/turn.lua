@@ -4,8 +4,10 @@
 -- them (its requests', its tokens'): each a GCRA whose slots are handed out
 -- in arrival order, with the same arithmetic as the replica's own paces
 -- (pace.rs), which the tests check. A send goes at
--- max(hold's end, tat + increment - tolerance) over its paces, and moves
--- each tat to max(tat, slot) + increment.
+-- max(hold's end, max(tat, now) + increment - tolerance) over its paces
+-- (a send that costs more than the tolerance waits for what it lacks, the
+-- same whether its key's tat is past or gone), and moves each tat to
+-- max(tat, slot) + increment.
 --
 -- KEYS[1]  the key's request pace: its theoretical arrival time, in µs
 -- KEYS[2]  the holds' hash: field <key fingerprint> = "<until ms>"
@@ -42,9 +44,9 @@ for _, pace in ipairs({{KEYS[1], ARGV[2], ARGV[3]}, {KEYS[3], ARGV[7], ARGV[8]}}
   if pace[2] ~= nil and pace[2] ~= '' then
     local increment, tolerance = tonumber(pace[2]), tonumber(pace[3])
     local tat = tonumber(redis.call('GET', pace[1]))
-    if tat then
-      slot = math.max(slot, tat + increment - tolerance)
-    end
+    local base = now
+    if tat and tat > now then base = tat end
+    slot = math.max(slot, base + increment - tolerance)
     table.insert(paces, {pace[1], increment, tat})
   end
 end
