@@ -128,7 +128,7 @@ impl RedisGate {
         let connection = connection(client.clone(), &options)?;
         let inner = Arc::new(Inner {
             turns: super::super::task::connection(client.clone(), &options)?,
-            turn_health: Health::new("gate turn", name.clone()),
+            turn_health: Health::new("gate pace", name.clone()),
             turns_paused: Mutex::new(None),
             turn_script: redis::Script::new(include_str!("turn.lua")),
             turn_loaded: AtomicBool::new(false),

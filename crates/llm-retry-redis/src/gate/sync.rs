@@ -1,6 +1,6 @@
 //! How [`RedisGate`](super::RedisGate) keeps its holds in Redis (each a
 //! field of the holds' hash, the key's fingerprint in hex, with its end),
-//! and its sync task, which loads the sends' pace script ahead as well.
+//! and its sync task, which loads the sends' turn script ahead as well.
 
 use super::store::Inner;
 use crate::ends::Entry;

@@ -183,14 +183,17 @@ impl RateLimitLayer {
 
 impl RateLimitLayer {
     /// This gate, sharing what it knows of a key with other replicas
-    /// through `shared`:
+    /// through `shared`, which every send asks once before it goes
+    /// ([`SharedGate::turn`](super::SharedGate::turn): for `RedisGate`, one
+    /// round trip a send):
     /// - the holds it sets (a 429's named wait on a key and model) are
     ///   published, and a send to a key another replica holds waits until
     ///   that hold ends, unless the hold is longer than the send honours
     ///   (its `max_server_wait`): then it goes, and learns the wait itself;
-    /// - a send to a key with a quota the gate was told, or its provider
-    ///   stated (slightly under it, bursting to the room it stated), also
-    ///   takes its turn in the fleet's pace of that quota, so the replicas
+    /// - a send to a key with a request or token quota the gate was told,
+    ///   or its provider stated (slightly under it, bursting to the room
+    ///   it stated), also takes its turn in the fleet's pace of that quota
+    ///   (a send's token turn at its estimated cost), so the replicas
     ///   together keep to it; a turn past the send's deadline refuses it
     ///   (`GateError::PastDeadline`), as a local one does.
     ///
