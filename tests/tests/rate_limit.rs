@@ -313,89 +313,19 @@ async fn another_replica_s_hold_longer_than_a_request_honours_does_not_keep_it()
     assert_eq!(start.elapsed(), Duration::ZERO);
 }
 
-/// A fleet whose pace always answers the same wait.
-#[derive(Debug)]
-struct FixedPace(Duration);
-
-impl llm_retry::rate_limit::SharedGate for FixedPace {
-    fn key_secret(&self) -> [u8; 16] {
-        [7; 16]
-    }
-
-    fn publish_hold(&self, _: u64, _: tokio::time::Instant) {}
-
-    fn read_hold(&self, _: u64) -> Option<tokio::time::Instant> {
-        None
-    }
-
-    fn turn(
-        &self,
-        _: u64,
-        pace: Option<llm_retry::rate_limit::SharedPace>,
-        _: Option<(llm_retry::rate_limit::SharedPace, u32)>,
-        max_wait: Option<Duration>,
-        _: Option<Duration>,
-    ) -> Pin<Box<dyn Future<Output = Result<Duration, Duration>> + Send>> {
-        let wait = if pace.is_some() {
-            self.0
-        } else {
-            Duration::ZERO
-        };
-        let fits = max_wait.is_none_or(|max| wait <= max);
-        Box::pin(std::future::ready(if fits { Ok(wait) } else { Err(wait) }))
-    }
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_send_waits_for_its_turn_in_the_fleet_s_pace_within_its_deadline() {
-    let script = Script::new().route("/v1/messages", Route::always(Reply::anthropic_ok("ok")));
-    let mock = MockServer::start(script).await.unwrap();
-    let url = mock.url("/v1/messages");
-    // Told a quota, sharing with a fleet that answers `wait` for a turn.
-    let fleet_paced = |wait| {
-        let gate = RateLimitLayer::new(Quotas::none().requests_per_minute(600))
-            .unwrap()
-            .share_with(std::sync::Arc::new(FixedPace(wait)));
-        let policy = fast_policy()
-            .max_elapsed(Duration::from_secs(10))
-            .build()
-            .unwrap();
-        ServiceBuilder::new()
-            .layer(RetryLayer::new(policy))
-            .layer(gate)
-            .service(client())
-    };
-    let start = tokio::time::Instant::now();
-    let served = fleet_paced(Duration::from_secs(2))
-        .oneshot(messages_request(&url))
-        .await
-        .unwrap();
-    assert_eq!(served.status(), StatusCode::OK);
-    assert_eq!(start.elapsed(), Duration::from_secs(2));
-    // A turn past the request's 10 s deadline: refused at once, unsent.
-    let start = tokio::time::Instant::now();
-    let err = fleet_paced(Duration::from_secs(60))
-        .oneshot(messages_request(&url))
-        .await
-        .unwrap_err();
-    assert_eq!(start.elapsed(), Duration::ZERO);
-    let source = std::error::Error::source(&*err.downcast::<llm_retry::RetryError>().unwrap())
-        .unwrap()
-        .to_string();
-    assert!(source.contains("past the request's deadline"), "{source}");
-    assert_eq!(mock.request_count(), 1);
-}
-
-/// A fleet in which another replica holds every key until `until`.
-#[derive(Debug)]
-struct HeldUntil {
-    until: tokio::time::Instant,
+/// A fleet whose pace always answers the same wait (`paced`, for a key
+/// with a shared pace), and in which another replica may hold every key
+/// (until `held`): what it answers a send, counted.
+#[derive(Debug, Default)]
+struct StandIn {
+    paced: Duration,
+    held: Option<tokio::time::Instant>,
     asked: std::sync::atomic::AtomicUsize,
 }
 
-impl llm_retry::rate_limit::SharedGate for HeldUntil {
+impl llm_retry::rate_limit::SharedGate for StandIn {
     fn key_secret(&self) -> [u8; 16] {
-        [9; 16]
+        [7; 16]
     }
 
     fn publish_hold(&self, _: u64, _: tokio::time::Instant) {}
@@ -408,62 +338,91 @@ impl llm_retry::rate_limit::SharedGate for HeldUntil {
     fn turn(
         &self,
         _: u64,
-        _: Option<llm_retry::rate_limit::SharedPace>,
+        pace: Option<llm_retry::rate_limit::SharedPace>,
         _: Option<(llm_retry::rate_limit::SharedPace, u32)>,
         max_wait: Option<Duration>,
         max_hold: Option<Duration>,
     ) -> Pin<Box<dyn Future<Output = Result<Duration, Duration>> + Send>> {
         self.asked
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let wait = held_for(Some(self.until), max_hold);
+        let paced = if pace.is_some() {
+            self.paced
+        } else {
+            Duration::ZERO
+        };
+        let wait = held_for(self.held, max_hold).max(paced);
         let fits = max_wait.is_none_or(|max| wait <= max);
         Box::pin(std::future::ready(if fits { Ok(wait) } else { Err(wait) }))
     }
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_hold_the_fleet_answers_keeps_the_send_until_it_ends() {
+/// Through a gate told `quotas` that shares with the fleet `fleet(wait)`
+/// answers (a request with a 10 s deadline, honouring waits up to 120 s):
+/// a send the fleet keeps 3 s goes after exactly 3 s, and one it would
+/// keep 60 s is refused at once, unsent. How often the kept send asked.
+async fn kept_by_the_fleet_within_the_deadline(
+    quotas: Quotas,
+    fleet: impl Fn(Duration) -> StandIn,
+) -> usize {
     let script = Script::new().route("/v1/messages", Route::always(Reply::anthropic_ok("ok")));
     let mock = MockServer::start(script).await.unwrap();
     let url = mock.url("/v1/messages");
-    let held_for = |hold| {
-        let fleet = std::sync::Arc::new(HeldUntil {
-            until: tokio::time::Instant::now() + hold,
-            asked: Default::default(),
-        });
+    let through = |fleet: &std::sync::Arc<StandIn>| {
         let policy = fast_policy()
             .max_elapsed(Duration::from_secs(10))
             .max_server_wait(Duration::from_secs(120))
             .build()
             .unwrap();
-        let service = ServiceBuilder::new()
+        ServiceBuilder::new()
             .layer(RetryLayer::new(policy))
             .layer(
-                RateLimitLayer::new(Quotas::none())
+                RateLimitLayer::new(quotas)
                     .unwrap()
                     .share_with(fleet.clone()),
             )
-            .service(client());
-        (fleet, service)
+            .service(client())
     };
+    let kept = std::sync::Arc::new(fleet(Duration::from_secs(3)));
     let start = tokio::time::Instant::now();
-    let (fleet, service) = held_for(Duration::from_secs(3));
-    let served = service.oneshot(messages_request(&url)).await.unwrap();
+    let served = through(&kept)
+        .oneshot(messages_request(&url))
+        .await
+        .unwrap();
     assert_eq!(served.status(), StatusCode::OK);
     assert_eq!(start.elapsed(), Duration::from_secs(3));
-    assert_eq!(
-        fleet.asked.load(std::sync::atomic::Ordering::Relaxed),
-        1,
-        "asked once, before the send"
-    );
-    // A hold past the request's 10 s deadline: refused at once, unsent.
     let start = tokio::time::Instant::now();
-    let (_, service) = held_for(Duration::from_secs(60));
-    let err = service.oneshot(messages_request(&url)).await.unwrap_err();
+    let refused = std::sync::Arc::new(fleet(Duration::from_secs(60)));
+    let err = through(&refused)
+        .oneshot(messages_request(&url))
+        .await
+        .unwrap_err();
     assert_eq!(start.elapsed(), Duration::ZERO);
     let source = std::error::Error::source(&*err.downcast::<llm_retry::RetryError>().unwrap())
         .unwrap()
         .to_string();
     assert!(source.contains("past the request's deadline"), "{source}");
     assert_eq!(mock.request_count(), 1);
+    kept.asked.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_send_waits_for_its_turn_in_the_fleet_s_pace_within_its_deadline() {
+    // Told a quota, sharing with a fleet that answers `wait` for a turn.
+    let quota = Quotas::none().requests_per_minute(600);
+    kept_by_the_fleet_within_the_deadline(quota, |wait| StandIn {
+        paced: wait,
+        ..StandIn::default()
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hold_the_fleet_answers_keeps_the_send_until_it_ends() {
+    // No quota; another replica holds the key for `hold`.
+    let asked = kept_by_the_fleet_within_the_deadline(Quotas::none(), |hold| StandIn {
+        held: Some(tokio::time::Instant::now() + hold),
+        ..StandIn::default()
+    })
+    .await;
+    assert_eq!(asked, 1, "asked once, before the send");
 }

@@ -178,25 +178,10 @@ async fn a_wait_one_replica_was_told_holds_every_replica_s_next_send() {
     let Some(server) = RedisServer::start() else {
         return;
     };
-    let upstream = MockServer::start(Script::new().route(
-        "/v1/messages",
-        Route::sequence_then([Reply::rate_limited(Some(2))], Reply::anthropic_ok("Hi")),
-    ))
-    .await
-    .unwrap();
+    let upstream = refusing_once().await;
     let url = upstream.url("/v1/messages");
     // Three replicas: each its own store, gate, retry layer and client.
-    let replicas: Vec<_> = (0..3)
-        .map(|_| {
-            let holds = replica(&server, b"fleet");
-            let policy = RetryPolicy::builder().max_retries(0).build().unwrap();
-            let service = ServiceBuilder::new()
-                .layer(RetryLayer::new(policy))
-                .layer(RateLimitLayer::learned().share_with(Arc::new(holds.clone())))
-                .service(Client::builder(TokioExecutor::new()).build_http());
-            (holds, service)
-        })
-        .collect();
+    let replicas: Vec<_> = (0..3).map(|_| serving_replica(&server, "api")).collect();
     let refused = replicas[0].1.clone().oneshot(request(&url)).await.unwrap();
     assert_eq!(refused.status(), 429);
     // Published, then read by the others at their next sync.
@@ -231,6 +216,17 @@ async fn a_wait_one_replica_was_told_holds_every_replica_s_next_send() {
     }
 }
 
+/// An upstream that refuses its first request, naming a 2 s wait, and
+/// serves the rest.
+async fn refusing_once() -> MockServer {
+    MockServer::start(Script::new().route(
+        "/v1/messages",
+        Route::sequence_then([Reply::rate_limited(Some(2))], Reply::anthropic_ok("Hi")),
+    ))
+    .await
+    .unwrap()
+}
+
 /// One replica: its store sharing under `name`, a gate, a retry layer that
 /// does not retry, and a client.
 fn serving_replica(
@@ -259,30 +255,16 @@ fn serving_replica(
     (holds, service)
 }
 
-#[tokio::test]
-async fn a_hold_in_redis_keeps_every_replica_s_next_send_before_any_sync_or_news() {
-    let Some(server) = RedisServer::start() else {
-        return;
-    };
-    let upstream = MockServer::start(Script::new().route(
-        "/v1/messages",
-        Route::sequence_then([Reply::rate_limited(Some(2))], Reply::anthropic_ok("Hi")),
-    ))
-    .await
-    .unwrap();
-    let url = upstream.url("/v1/messages");
-    // The fleet's replicas, synced once, an hour before their next sync.
-    let fleet = [
-        serving_replica(&server, "api"),
-        serving_replica(&server, "api"),
-    ];
-    for (holds, _) in &fleet {
-        assert!(holds.sync().await);
-    }
-    // A replica elsewhere (the same secret, so the same key fingerprint)
-    // draws the 429 and stores its hold.
-    let (told, teller) = serving_replica(&server, "elsewhere");
-    let refused = teller.oneshot(request(&url)).await.unwrap();
+/// A hold for [`request`]'s key, as the replicas named `api` would find
+/// it in Redis: drawn by a 429 from `upstream` to a replica elsewhere (the
+/// same secret, so the same key fingerprint), then written into their
+/// hash as a sync writes it, but with no news published. Its field.
+async fn held_elsewhere(server: &RedisServer, upstream: &MockServer) -> String {
+    let (told, teller) = serving_replica(server, "elsewhere");
+    let refused = teller
+        .oneshot(request(&upstream.url("/v1/messages")))
+        .await
+        .unwrap();
     assert_eq!(refused.status(), 429);
     assert!(told.sync().await);
     let mut connection = server
@@ -298,8 +280,6 @@ async fn a_hold_in_redis_keeps_every_replica_s_next_send_before_any_sync_or_news
     let [field, until] = &stored[..] else {
         panic!("one hold: {stored:?}")
     };
-    // Into the fleet's hash as a replica's sync would write it, but with
-    // no news published: only a read before each send can see it.
     let () = redis::cmd("HSET")
         .arg("{llm-retry:api}:holds")
         .arg(field)
@@ -307,7 +287,26 @@ async fn a_hold_in_redis_keeps_every_replica_s_next_send_before_any_sync_or_news
         .query_async(&mut connection)
         .await
         .unwrap();
-    let key = u64::from_str_radix(field, 16).unwrap();
+    field.clone()
+}
+
+#[tokio::test]
+async fn a_hold_in_redis_keeps_every_replica_s_next_send_before_any_sync_or_news() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let upstream = refusing_once().await;
+    let url = upstream.url("/v1/messages");
+    // The fleet's replicas, synced once, an hour before their next sync.
+    let fleet = [
+        serving_replica(&server, "api"),
+        serving_replica(&server, "api"),
+    ];
+    for (holds, _) in &fleet {
+        assert!(holds.sync().await);
+    }
+    let field = held_elsewhere(&server, &upstream).await;
+    let key = u64::from_str_radix(&field, 16).unwrap();
     for (holds, _) in &fleet {
         assert_eq!(holds.read_hold(key), None, "not known before the send");
     }
@@ -464,30 +463,6 @@ async fn without_redis_each_replica_paces_its_share_of_the_quota() {
     assert!(span >= Duration::from_millis(450), "{span:?}");
 }
 
-/// The fingerprint of [`request`]'s key under the fleet's secret: the
-/// hold a replica elsewhere stores for it, drawn by a 429 from `upstream`.
-async fn key_field(server: &RedisServer, upstream: &MockServer) -> String {
-    let (told, teller) = serving_replica(server, "elsewhere");
-    let refused = teller
-        .oneshot(request(&upstream.url("/v1/messages")))
-        .await
-        .unwrap();
-    assert_eq!(refused.status(), 429);
-    assert!(told.sync().await);
-    let mut connection = server
-        .client()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let fields: Vec<String> = redis::cmd("HKEYS")
-        .arg("{llm-retry:elsewhere}:holds")
-        .query_async(&mut connection)
-        .await
-        .unwrap();
-    assert_eq!(fields.len(), 1, "{fields:?}");
-    fields[0].clone()
-}
-
 #[tokio::test]
 async fn a_send_reads_holds_again_within_a_second_of_redis_coming_back() {
     let Some(mut server) = RedisServer::start() else {
@@ -514,25 +489,7 @@ async fn a_send_reads_holds_again_within_a_second_of_redis_coming_back() {
     // Back, empty; a hold stored for the key with no news, as another
     // replica's sync would write it.
     server.restart();
-    let field = key_field(&server, &upstream).await;
-    let mut connection = server
-        .client()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let stored: String = redis::cmd("HGET")
-        .arg("{llm-retry:elsewhere}:holds")
-        .arg(&field)
-        .query_async(&mut connection)
-        .await
-        .unwrap();
-    let () = redis::cmd("HSET")
-        .arg("{llm-retry:api}:holds")
-        .arg(&field)
-        .arg(stored)
-        .query_async(&mut connection)
-        .await
-        .unwrap();
+    held_elsewhere(&server, &upstream).await;
     // A second after the failed ask, the replica's next send reads it.
     tokio::time::sleep(Duration::from_secs(1).saturating_sub(failed.elapsed())).await;
     let served = service.oneshot(request(&url)).await.unwrap();

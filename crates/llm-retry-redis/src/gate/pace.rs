@@ -382,6 +382,21 @@ mod tests {
         assert_eq!(divided(SharedPace { burst: 1, ..pace }, 3).burst, 1);
     }
 
+    /// A `redis-server` of the test's own (kept running while the first
+    /// is held), and a connection to it.
+    async fn redis_of_its_own() -> Option<(
+        super::support::RedisServer,
+        redis::aio::MultiplexedConnection,
+    )> {
+        let server = super::support::RedisServer::start()?;
+        let connection = server
+            .client()
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connection");
+        Some((server, connection))
+    }
+
     /// A random pace: one send or token every 1 µs to 200 ms, 1 to 12 at
     /// once.
     fn random_pace(rng: &mut rand::rngs::StdRng) -> SharedPace {
@@ -397,14 +412,9 @@ mod tests {
     /// as the replica is).
     #[tokio::test]
     async fn the_shared_script_and_the_local_pace_agree_on_every_slot() {
-        let Some(server) = super::support::RedisServer::start() else {
+        let Some((_server, mut connection)) = redis_of_its_own().await else {
             return;
         };
-        let mut connection = server
-            .client()
-            .get_multiplexed_async_connection()
-            .await
-            .expect("connection");
         let script = redis::Script::new(include_str!("turn.lua"));
         let mut rng = rand::rngs::StdRng::seed_from_u64(2026);
         // Far enough into the epoch that µs need all of a double's 53 bits.
@@ -519,14 +529,9 @@ mod tests {
     /// does not; a wait past what the send can afford takes no turn.
     #[tokio::test]
     async fn the_script_keeps_a_send_to_the_end_of_a_hold_it_honours() {
-        let Some(server) = super::support::RedisServer::start() else {
+        let Some((_server, mut connection)) = redis_of_its_own().await else {
             return;
         };
-        let mut connection = server
-            .client()
-            .get_multiplexed_async_connection()
-            .await
-            .expect("connection");
         let script = redis::Script::new(include_str!("turn.lua"));
         let now_us: u64 = 1_796_000_000_000_000;
         // Three keys held for 2 s from `now`.
