@@ -8,9 +8,11 @@
 //! - the failover's cooldowns and unhealthy marks ([`RedisTargetMarks`]),
 //!   so a target one replica sets aside is skipped by all;
 //! - what rate-limit gates know of a key ([`RedisGate`]): a 429's named
-//!   wait that one replica's gate takes keeps every replica's sends to
-//!   that key and model, and a quota the gates were told or the provider
-//!   stated paces the fleet's sends together, not each replica's.
+//!   wait that one replica's gate takes keeps every replica's next sends
+//!   to that key and model (each send reads the key's hold before it
+//!   goes), and a request or token quota the gates were told or the
+//!   provider stated paces the fleet's sends together, not each
+//!   replica's.
 //!
 //! Every key is hash-tagged by its [`StateName`] (`{<namespace>:<name>}:…`,
 //! the namespace [`DEFAULT_NAMESPACE`] unless chosen), so one name's keys
