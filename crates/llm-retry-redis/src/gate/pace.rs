@@ -330,6 +330,78 @@ mod tests {
         );
         // Another key has its own bucket.
         assert_eq!(local.wait(2, steps, now, now, None), Ok(Duration::ZERO));
+        // A turn exactly at what the send can afford is taken.
+        let exact = Some(Duration::from_millis(80));
+        assert_eq!(
+            local.wait(1, steps, now, now, exact),
+            Ok(Duration::from_millis(80))
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_map_makes_room_from_full_buckets_and_else_lets_a_new_key_go_unpaced() {
+        let pace = SharedPace {
+            interval: Duration::from_secs(1),
+            burst: 1,
+        };
+        let steps = [Some(Step::request(pace)), None];
+        let mut local = LocalPaces::default();
+        let now = Instant::now();
+        // Every key's next turn a second on: the map is full.
+        for key in 0..MAX_LOCAL as u64 {
+            assert_eq!(local.wait(key, steps, now, now, None), Ok(Duration::ZERO));
+        }
+        assert_eq!(local.0.len(), MAX_LOCAL);
+        // A key it holds still waits its turn; a new one goes, unpaced and
+        // unkept, however often.
+        assert_eq!(
+            local.wait(0, steps, now, now, None),
+            Ok(Duration::from_secs(1))
+        );
+        for _ in 0..3 {
+            assert_eq!(
+                local.wait(u64::MAX, steps, now, now, None),
+                Ok(Duration::ZERO)
+            );
+        }
+        assert_eq!(local.0.len(), MAX_LOCAL);
+        // Unpaced, it still waits out a hold, and its bound holds.
+        let floor = now + Duration::from_millis(300);
+        assert_eq!(
+            local.wait(
+                u64::MAX,
+                steps,
+                now,
+                floor,
+                Some(Duration::from_millis(200))
+            ),
+            Err(Duration::from_millis(300))
+        );
+        // Once the buckets are full again, their keys make room.
+        let later_on = now + Duration::from_secs(3);
+        assert_eq!(
+            local.wait(u64::MAX, steps, later_on, later_on, None),
+            Ok(Duration::ZERO)
+        );
+        assert_eq!(local.0.len(), 1);
+        assert_eq!(
+            local.wait(u64::MAX, steps, later_on, later_on, None),
+            Ok(Duration::from_secs(1)),
+            "kept now"
+        );
+    }
+
+    #[test]
+    fn a_time_past_what_an_instant_holds_is_a_year_on() {
+        let now = Instant::now();
+        assert_eq!(
+            later(now, Duration::MAX),
+            now + Duration::from_secs(365 * 86_400)
+        );
+        assert_eq!(
+            later(now, Duration::from_secs(1)),
+            now + Duration::from_secs(1)
+        );
     }
 
     #[tokio::test(start_paused = true)]
