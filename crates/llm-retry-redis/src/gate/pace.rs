@@ -391,6 +391,52 @@ mod tests {
         );
     }
 
+    /// After an ask that outlasted the timeout, the store's sends answer
+    /// alone (at once) for the pause; then one asks Redis again. A server
+    /// that accepts and never answers, on tokio's paused clock.
+    #[tokio::test(start_paused = true)]
+    async fn after_a_failed_ask_sends_answer_alone_for_the_pause_then_ask_again() {
+        use llm_retry::rate_limit::SharedGate;
+        let silent = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let address = silent.local_addr().expect("address");
+        tokio::spawn(async move {
+            let mut kept = Vec::new();
+            while let Ok((socket, _)) = silent.accept().await {
+                kept.push(socket);
+            }
+        });
+        let timeout = Duration::from_secs(2);
+        let gate = super::super::RedisGate::start(
+            redis::Client::open(format!("redis://{address}")).expect("url"),
+            crate::StateName::new("silent").expect("name"),
+            crate::SharedOptions::default()
+                .with_timeout(timeout)
+                .with_sync_interval(Duration::from_secs(3600)),
+            b"fleet",
+        )
+        .expect("store");
+        let ask = || async {
+            let start = Instant::now();
+            let wait = gate.turn(7, None, None, None, None).await;
+            (wait, start.elapsed())
+        };
+        assert_eq!(
+            ask().await,
+            (Ok(Duration::ZERO), timeout),
+            "the first waits it out"
+        );
+        assert_eq!(ask().await, (Ok(Duration::ZERO), Duration::ZERO), "paused");
+        // Past the pause, one of two sends asks again; the other answers
+        // alone while it does.
+        tokio::time::sleep(PAUSE_AFTER_FAILURE).await;
+        let (first, second) = tokio::join!(ask(), ask());
+        let mut took = [first.1, second.1];
+        took.sort();
+        assert_eq!(took, [Duration::ZERO, timeout], "one asked again");
+    }
+
     #[test]
     fn a_time_past_what_an_instant_holds_is_a_year_on() {
         let now = Instant::now();
