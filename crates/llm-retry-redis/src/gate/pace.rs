@@ -428,6 +428,19 @@ mod tests {
             "the first waits it out"
         );
         assert_eq!(ask().await, (Ok(Duration::ZERO), Duration::ZERO), "paused");
+        // Alone, a send waits for a hold the replica knows, if it honours
+        // it.
+        let s = Duration::from_secs;
+        gate.publish_hold(7, Instant::now() + s(10));
+        assert_eq!(gate.turn(7, None, None, None, Some(s(20))).await, Ok(s(10)));
+        assert_eq!(
+            gate.turn(7, None, None, None, Some(s(5))).await,
+            Ok(Duration::ZERO)
+        );
+        assert_eq!(
+            gate.turn(8, None, None, None, None).await,
+            Ok(Duration::ZERO)
+        );
         // Past the pause, one of two sends asks again; the other answers
         // alone while it does.
         tokio::time::sleep(PAUSE_AFTER_FAILURE).await;
@@ -435,6 +448,48 @@ mod tests {
         let mut took = [first.1, second.1];
         took.sort();
         assert_eq!(took, [Duration::ZERO, timeout], "one asked again");
+    }
+
+    /// A send's ask makes the replica know a hold it found, and no other.
+    #[tokio::test]
+    async fn an_ask_that_finds_a_hold_makes_it_known_and_one_that_does_not_does_not() {
+        use llm_retry::rate_limit::SharedGate;
+        let Some((server, mut connection)) = redis_of_its_own().await else {
+            return;
+        };
+        let gate = super::super::RedisGate::start(
+            server.client(),
+            crate::StateName::new("asks").expect("name"),
+            crate::SharedOptions::default()
+                .with_timeout(Duration::from_secs(2))
+                .with_sync_interval(Duration::from_secs(3600)),
+            b"fleet",
+        )
+        .expect("store");
+        assert!(gate.sync().await);
+        assert_eq!(
+            gate.turn(7, None, None, None, None).await,
+            Ok(Duration::ZERO)
+        );
+        assert_eq!(gate.read_hold(7), None, "nothing found, nothing known");
+        let time: (String, String) = redis::cmd("TIME")
+            .query_async(&mut connection)
+            .await
+            .expect("time");
+        let now_ms = time.0.parse::<u64>().expect("s") * 1000;
+        let () = redis::cmd("HSET")
+            .arg("{llm-retry:asks}:holds")
+            .arg(format!("{:016x}", 7))
+            .arg(now_ms + 60_000)
+            .query_async(&mut connection)
+            .await
+            .expect("hset");
+        let wait = gate
+            .turn(7, None, None, None, None)
+            .await
+            .expect("no bound");
+        assert!(wait > Duration::from_secs(50), "{wait:?}");
+        assert!(gate.read_hold(7).is_some(), "known once found");
     }
 
     #[test]
