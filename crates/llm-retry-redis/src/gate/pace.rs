@@ -492,6 +492,42 @@ mod tests {
         assert!(gate.read_hold(7).is_some(), "known once found");
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn the_map_makes_room_only_past_its_bound() {
+        let step = |secs| {
+            [
+                Some(Step::request(SharedPace {
+                    interval: Duration::from_secs(secs),
+                    burst: 1,
+                })),
+                None,
+            ]
+        };
+        let mut local = LocalPaces::default();
+        let t0 = Instant::now();
+        // One key whose bucket is full again a second on, the rest ten.
+        local.wait(0, step(1), t0, t0, None).expect("no bound");
+        for key in 1..MAX_LOCAL as u64 - 1 {
+            local.wait(key, step(10), t0, t0, None).expect("no bound");
+        }
+        let t1 = t0 + Duration::from_secs(2);
+        // Exactly at the bound once kept: no sweep yet.
+        local
+            .wait(u64::MAX, step(10), t1, t1, None)
+            .expect("no bound");
+        assert_eq!(local.0.len(), MAX_LOCAL);
+        // Past it: the full bucket makes room for exactly one more, kept.
+        local
+            .wait(u64::MAX - 1, step(10), t1, t1, None)
+            .expect("no bound");
+        assert_eq!(local.0.len(), MAX_LOCAL);
+        assert_eq!(
+            local.wait(u64::MAX - 1, step(10), t1, t1, None),
+            Ok(Duration::from_secs(10)),
+            "kept"
+        );
+    }
+
     #[test]
     fn a_time_past_what_an_instant_holds_is_a_year_on() {
         let now = Instant::now();
