@@ -185,6 +185,14 @@ fn the_fleet_spends_a_token_quota_at_a_little_under_its_stated_rate_with_what_is
         told.fleet_tokens(Some((faster, 2_000)), 7),
         Some((quota, 7))
     );
+    // As slow as the told one at its share (950 µs / 0.95 = 1 ms): the
+    // told quota, with its burst.
+    let as_slow = Duration::from_micros(950);
+    assert_eq!(as_slow.div_f64(STATED_SHARE), ms(1));
+    assert_eq!(
+        told.fleet_tokens(Some((as_slow, 2_000)), 7),
+        Some((quota, 7))
+    );
     let slower = SharedPace {
         interval: ms(2).div_f64(STATED_SHARE),
         burst: 9,
