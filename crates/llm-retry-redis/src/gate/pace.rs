@@ -300,13 +300,14 @@ mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};
 
+    /// A request pace alone: one send every `interval`, `burst` at once.
+    fn requests(interval: Duration, burst: u32) -> [Option<Step>; 2] {
+        [Some(Step::request(SharedPace { interval, burst })), None]
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_full_bucket_goes_at_once_and_the_rest_a_pace_apart() {
-        let pace = SharedPace {
-            interval: Duration::from_millis(20),
-            burst: 3,
-        };
-        let steps = [Some(Step::request(pace)), None];
+        let steps = requests(Duration::from_millis(20), 3);
         let mut local = LocalPaces::default();
         let now = Instant::now();
         let waits: Vec<_> = (0..5)
@@ -340,11 +341,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_full_map_makes_room_from_full_buckets_and_else_lets_a_new_key_go_unpaced() {
-        let pace = SharedPace {
-            interval: Duration::from_secs(1),
-            burst: 1,
-        };
-        let steps = [Some(Step::request(pace)), None];
+        let steps = requests(Duration::from_secs(1), 1);
         let mut local = LocalPaces::default();
         let now = Instant::now();
         // Every key's next turn a second on: the map is full.
@@ -494,15 +491,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_map_makes_room_only_past_its_bound() {
-        let step = |secs| {
-            [
-                Some(Step::request(SharedPace {
-                    interval: Duration::from_secs(secs),
-                    burst: 1,
-                })),
-                None,
-            ]
-        };
+        let step = |secs| requests(Duration::from_secs(secs), 1);
         let mut local = LocalPaces::default();
         let t0 = Instant::now();
         // One key whose bucket is full again a second on, the rest ten.
