@@ -443,8 +443,12 @@ impl Gate {
             .quotas
             .stated_slot(cost, now, base)
             .map(|at| (cost, at));
-        // Before this send's booking: the room the fleet may burst into.
-        let token_room = state.quotas.stated_token_room(now);
+        // Before this send's booking: the room the fleet may burst into
+        // (read only where the gate shares).
+        let token_room = self
+            .shared
+            .as_ref()
+            .and_then(|_| state.quotas.stated_token_room(now));
         if let Some((_, at)) = stated {
             slot = slot.max(at);
         }
