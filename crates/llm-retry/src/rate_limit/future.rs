@@ -53,9 +53,9 @@ struct Ticket {
     /// Whether the send was made (past its turn it may still wait for a
     /// slot in flight).
     sent: bool,
-    /// The fleet the send asks once its turn came here, where the gate
-    /// shares: for a hold another replica set, and its turn in the key's
-    /// shared pace.
+    /// Until asked, once its turn came here: the fleet, where the gate
+    /// shares (for a hold another replica set, and its turns in the key's
+    /// shared paces).
     fleet: Option<Fleet>,
 }
 
@@ -111,10 +111,10 @@ impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
             booking,
             flight,
             woken,
-            fleet,
+            mut fleet,
         } = reserved;
         let state = if booking.is_released() {
-            State::after_turn(key, fleet.as_ref(), booking.bounds)
+            State::after_turn(key, fleet.take(), booking.bounds)
         } else {
             State::Waiting {
                 sleep: tokio::time::sleep_until(booking.slot),
@@ -160,7 +160,7 @@ impl<F> State<F> {
 
     /// The send's turn came here: where the gate shares, it asks the
     /// fleet next, within its `bounds`.
-    fn after_turn(key: u64, fleet: Option<&Fleet>, bounds: Bounds) -> Self {
+    fn after_turn(key: u64, fleet: Option<Fleet>, bounds: Bounds) -> Self {
         match fleet {
             Some(fleet) => {
                 let max_wait = bounds
@@ -233,7 +233,7 @@ where
                     match ticket.gate.check(ticket.key, &mut ticket.booking, now) {
                         Ok(Check::Go) => this.state.set(State::after_turn(
                             ticket.key,
-                            ticket.fleet.as_ref(),
+                            ticket.fleet.take(),
                             ticket.booking.bounds,
                         )),
                         Ok(Check::WaitUntil(slot)) => sleep.reset(slot),
