@@ -160,6 +160,28 @@ fn push_step(call: &mut redis::ScriptInvocation<'_>, step: Option<Step>) {
     };
 }
 
+/// What a send wants of the fleet, as [`SharedGate::turn`](llm_retry::rate_limit::SharedGate::turn)
+/// gives it: its paces and its bounds.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Wanted {
+    pub(super) pace: Option<SharedPace>,
+    pub(super) tokens: Option<(SharedPace, u32)>,
+    pub(super) max_wait: Option<Duration>,
+    pub(super) max_hold: Option<Duration>,
+}
+
+impl Wanted {
+    /// Its turns as one of `replicas` sending each its share (1: the
+    /// fleet's own paces).
+    fn steps(&self, replicas: u32) -> [Option<Step>; 2] {
+        [
+            self.pace.map(|pace| Step::request(divided(pace, replicas))),
+            self.tokens
+                .map(|(pace, cost)| Step::tokens(divided(pace, replicas), cost)),
+        ]
+    }
+}
+
 /// What a send asks, as one call of the turn script: the keys of `field`
 /// (a key's fingerprint) under `prefix` (its paces) and `holds` (the holds'
 /// hash), its `steps` (request and token paces), its bounds, and `now` in
@@ -197,14 +219,7 @@ impl Inner {
     /// by the timeout; past it, or on an error, the replica's own answer.
     /// After a failed call the replica answers alone for a while, then one
     /// send asks again while the others still answer alone.
-    pub(super) async fn turn(
-        &self,
-        key: u64,
-        pace: Option<SharedPace>,
-        tokens: Option<(SharedPace, u32)>,
-        max_wait: Option<Duration>,
-        max_hold: Option<Duration>,
-    ) -> Result<Duration, Duration> {
+    pub(super) async fn turn(&self, key: u64, wanted: Wanted) -> Result<Duration, Duration> {
         let timeout = self.holds.options.timeout;
         let probing = {
             let mut paused = lock(&self.turns_paused);
@@ -221,20 +236,17 @@ impl Inner {
             }
         };
         let Some(probing) = probing else {
-            return self.own_turn(key, pace, tokens, max_wait, max_hold);
+            return self.own_turn(key, wanted);
         };
         let field = format!("{key:016x}");
         let ask = Ask {
             prefix: &self.pace_prefix,
             holds: &self.holds.key,
             field: &field,
-            steps: [
-                pace.map(Step::request),
-                tokens.map(|(pace, cost)| Step::tokens(pace, cost)),
-            ],
+            steps: wanted.steps(1),
             now: None,
-            max_wait,
-            max_hold,
+            max_wait: wanted.max_wait,
+            max_hold: wanted.max_hold,
         };
         let mut connection = self.turns.clone();
         let call = ask.invocation(&self.turn_script);
@@ -258,7 +270,7 @@ impl Inner {
             Err(failure) => {
                 self.turn_health.failed(failure);
                 *lock(&self.turns_paused) = Instant::now().checked_add(PAUSE_AFTER_FAILURE);
-                self.own_turn(key, pace, tokens, max_wait, max_hold)
+                self.own_turn(key, wanted)
             }
         }
     }
@@ -266,28 +278,17 @@ impl Inner {
     /// The wait this replica gives a send alone: to the end of a hold it
     /// knows in memory that the send honours, then for its share of the
     /// paces.
-    fn own_turn(
-        &self,
-        key: u64,
-        pace: Option<SharedPace>,
-        tokens: Option<(SharedPace, u32)>,
-        max_wait: Option<Duration>,
-        max_hold: Option<Duration>,
-    ) -> Result<Duration, Duration> {
+    fn own_turn(&self, key: u64, wanted: Wanted) -> Result<Duration, Duration> {
         let now = Instant::now();
         let known = self.holds.known().get(&key).copied();
         let floor = known
             .filter(|until| {
                 let left = until.saturating_duration_since(now);
-                !left.is_zero() && max_hold.is_none_or(|max| left <= max)
+                !left.is_zero() && wanted.max_hold.is_none_or(|max| left <= max)
             })
             .unwrap_or(now);
-        let replicas = self.holds.options.replicas;
-        let steps = [
-            pace.map(|pace| Step::request(divided(pace, replicas))),
-            tokens.map(|(pace, cost)| Step::tokens(divided(pace, replicas), cost)),
-        ];
-        lock(&self.local).wait(key, steps, now, floor, max_wait)
+        let steps = wanted.steps(self.holds.options.replicas);
+        lock(&self.local).wait(key, steps, now, floor, wanted.max_wait)
     }
 }
 

@@ -207,7 +207,13 @@ impl SharedGate for RedisGate {
         max_hold: Option<Duration>,
     ) -> Pin<Box<dyn Future<Output = Result<Duration, Duration>> + Send>> {
         let inner = Arc::clone(&self.inner);
-        Box::pin(async move { inner.turn(key, pace, tokens, max_wait, max_hold).await })
+        let wanted = super::pace::Wanted {
+            pace,
+            tokens,
+            max_wait,
+            max_hold,
+        };
+        Box::pin(async move { inner.turn(key, wanted).await })
     }
 }
 
