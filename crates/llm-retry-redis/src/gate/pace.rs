@@ -749,13 +749,18 @@ mod tests {
             interval: s(1),
             burst: 1,
         }));
-        let ask = |field: &'static str, max_wait: Option<Duration>, max_hold: Option<Duration>| {
+        // One call of the script, at `at_us`.
+        let call = |field: &'static str,
+                    steps: [Option<Step>; 2],
+                    at_us: u64,
+                    max_wait: Option<Duration>,
+                    max_hold: Option<Duration>| {
             let call = Ask {
                 prefix: "{t}:pace",
                 holds: "{t}:holds",
                 field,
-                steps: [pace, None],
-                now: Some(now_us),
+                steps,
+                now: Some(at_us),
                 max_wait,
                 max_hold,
             }
@@ -767,6 +772,7 @@ mod tests {
                     .expect("script")
             }
         };
+        let ask = |field, max_wait, max_hold| call(field, [pace, None], now_us, max_wait, max_hold);
         // Held: the first turn at the hold's end, the next a pace later.
         assert_eq!(ask("ab", None, None).await, (2_000_000, 2_000_000));
         assert_eq!(ask("ab", None, Some(s(2))).await, (3_000_000, 2_000_000));
@@ -784,24 +790,7 @@ mod tests {
             Duration::from_micros(800),
             Duration::from_micros(500),
         ));
-        let big = |at_us: u64| {
-            let call = Ask {
-                prefix: "{t}:pace",
-                holds: "{t}:holds",
-                field: "34",
-                steps: [None, tokens],
-                now: Some(at_us),
-                max_wait: None,
-                max_hold: None,
-            }
-            .invocation(&script);
-            let mut connection = connection.clone();
-            async move {
-                call.invoke_async::<(i64, i64)>(&mut connection)
-                    .await
-                    .expect("script")
-            }
-        };
+        let big = |at_us| call("34", [None, tokens], at_us, None, None);
         assert_eq!(big(now_us).await, (300, 0));
         assert_eq!(big(now_us + 5_000_000).await, (300, 0));
         let _: i64 = redis::cmd("DEL")
