@@ -55,6 +55,9 @@ struct Offer {
 
 thread_local! {
     static OFFERED: Cell<Option<Offer>> = const { Cell::new(None) };
+    /// Whether a gate asked for a link during the innermost call or poll
+    /// run [`unoffered`].
+    static ASKED: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Puts the offer back as it was, and the link (made by a gate, or the one
@@ -104,9 +107,25 @@ pub(crate) fn offering<T>(
     }
 }
 
+/// Runs `f` (a call or poll of a retry loop whose requests met no gate so
+/// far) without an offer, and says whether a gate asked for a link during
+/// it all the same: the loop then offers again. Nested runs each see only
+/// what asked during their own `f`, and an outer run sees it too.
+pub(crate) fn unoffered<T>(f: impl FnOnce() -> T) -> (T, bool) {
+    let outer = ASKED
+        .try_with(|asked| asked.replace(false))
+        .unwrap_or(false);
+    let out = f();
+    let asked = ASKED
+        .try_with(|asked| asked.replace(outer || asked.get()))
+        .unwrap_or(false);
+    (out, asked)
+}
+
 /// For a gate's `call`: the link of the request being called, if a retry
 /// loop above offers one (made here the first time a gate asks).
 pub(super) fn take() -> Option<GateLink> {
+    let _ = ASKED.try_with(|asked| asked.set(true));
     OFFERED
         .try_with(|cell| {
             let mut offer = cell.take()?;
@@ -165,6 +184,25 @@ mod tests {
         assert!(unwound.is_err());
         assert!(take().is_none());
         assert!(link.is_some(), "the link made before the panic is kept");
+    }
+
+    #[test]
+    fn a_run_without_an_offer_hears_a_gate_that_asked_and_so_do_outer_runs() {
+        let ((), asked) = unoffered(|| ());
+        assert!(!asked, "no gate asked");
+        let ((), asked) = unoffered(|| assert!(take().is_none(), "nothing offered"));
+        assert!(asked);
+        let (inner, outer) = unoffered(|| {
+            let ((), inner) = unoffered(|| {
+                let _ = take();
+            });
+            let ((), after) = unoffered(|| ());
+            assert!(!after, "a later run starts afresh");
+            inner
+        });
+        assert!(inner && outer, "the outer run hears what asked inside it");
+        let ((), asked) = unoffered(|| ());
+        assert!(!asked, "nothing outlives a run");
     }
 
     #[test]

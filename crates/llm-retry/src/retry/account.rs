@@ -145,6 +145,17 @@ impl Account {
         crate::rate_limit::offer::offering(&mut self.link, &mut self.body, bounds, call)
     }
 
+    /// As [`call`](Self::call), without offering the link: also says
+    /// whether a gate asked for one.
+    #[inline]
+    pub(crate) fn call_unoffered<S, R>(&mut self, service: &mut S, request: R) -> (S::Future, bool)
+    where
+        S: tower::Service<R>,
+    {
+        let _entered = self.span.enter();
+        crate::rate_limit::offer::unoffered(|| service.call(request))
+    }
+
     /// Runs `f` (a poll of the attempt in flight) offering the link, as
     /// [`call`](Self::call) does.
     pub(crate) fn offering<T>(&mut self, f: impl FnOnce() -> T) -> T {

@@ -52,6 +52,9 @@ pub(super) struct AttemptCtx<B> {
     in_extensions: bool,
     /// The verdict the first attempt settles.
     probe: Option<Carriage>,
+    /// Set while the link is not offered (no gate was below so far): the
+    /// verdict a gate that asks all the same unsettles.
+    unoffered: Option<Carriage>,
 }
 
 impl<B> AttemptCtx<B> {
@@ -71,7 +74,7 @@ impl<B> AttemptCtx<B> {
         let mut account = Account::open(policy, &parts.method, &parts.uri, &parts.extensions);
         account.stamp_attempt(&mut parts.headers);
         // Read ahead for a gate's key only where a gate may be below.
-        if !matches!(carry, Carry::NoGate) {
+        if !matches!(carry, Carry::NoGate(_)) {
             account.know_body(body.fill_ready());
         }
         // An outer retry loop's link is not this one's gates' business (the
@@ -83,10 +86,11 @@ impl<B> AttemptCtx<B> {
             body: body.replica(),
             next: None,
         };
-        let (in_extensions, probe) = match carry {
-            Carry::Offer | Carry::NoGate => (false, None),
-            Carry::Extension => (true, None),
-            Carry::Probe(carriage) => (true, Some(carriage)),
+        let (in_extensions, probe, unoffered) = match carry {
+            Carry::Offer => (false, None, None),
+            Carry::NoGate(carriage) => (false, None, Some(carriage)),
+            Carry::Extension => (true, None, None),
+            Carry::Probe(carriage) => (true, Some(carriage), None),
         };
         if in_extensions {
             parts.extensions.insert(account.ensure_link().clone());
@@ -96,6 +100,7 @@ impl<B> AttemptCtx<B> {
             template,
             in_extensions,
             probe,
+            unoffered,
         }
     }
 
@@ -106,7 +111,12 @@ impl<B> AttemptCtx<B> {
     where
         S: tower::Service<R>,
     {
-        self.account.call(service, request)
+        if self.unoffered.is_none() {
+            return self.account.call(service, request);
+        }
+        let (future, asked) = self.account.call_unoffered(service, request);
+        self.heard(asked);
+        future
     }
 
     /// Polls the attempt in flight, offering the link to a gate a layer
@@ -114,7 +124,23 @@ impl<B> AttemptCtx<B> {
     /// target).
     #[inline]
     pub(super) fn offering<T>(&mut self, poll: impl FnOnce() -> T) -> T {
-        self.account.offering(poll)
+        if self.unoffered.is_none() {
+            return self.account.offering(poll);
+        }
+        let (polled, asked) = crate::rate_limit::offer::unoffered(poll);
+        self.heard(asked);
+        polled
+    }
+
+    /// A gate asked for the link though none was offered: the service's
+    /// next request settles its verdict again, and this one's later
+    /// attempts offer their link.
+    fn heard(&mut self, asked: bool) {
+        if asked {
+            if let Some(carriage) = self.unoffered.take() {
+                carriage.gate_met();
+            }
+        }
     }
 
     pub(super) fn span(&self) -> &Span {

@@ -2,21 +2,23 @@
 //! link: offered during the call alone, or also in the request's
 //! extensions.
 //!
-//! Offering costs nothing when no gate takes the link (see
+//! Offering allocates nothing when no gate takes the link (see
 //! [`offer`](crate::rate_limit::offer)), but a gate that a layer calls
 //! from another task (a `Buffer`'s worker) never sees the offer. So a
 //! service starts out sending the link both ways and learns from its first
 //! request whose outcome settles it:
 //!
 //! - a gate took the link from the offer: offering suffices, from then on;
-//! - the answer came back through no gate at all: offering suffices, and
-//!   the request body is not read ahead for a gate's key (which model it
-//!   names), from then on;
+//! - the answer came back through no gate at all: the link is not
+//!   offered, and the request body is not read ahead for a gate's key
+//!   (which model it names), until a gate asks for a link all the same
+//!   (a path the first request did not take), which unsettles the
+//!   verdict for the next request to settle again;
 //! - a gate took it from the extensions only: the link travels in the
 //!   extensions, from then on.
 //!
-//! The verdict is shared by the service's clones and never changes once
-//! made. A stack whose requests take different paths (a `Steer` with a
+//! The verdict is shared by the service's clones and changes only that
+//! way. A stack whose requests take different paths (a `Steer` with a
 //! deferred gate on one branch only) is settled by its first request.
 
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -35,9 +37,9 @@ pub(super) struct Carriage(Arc<AtomicU8>);
 pub(super) enum Carry {
     /// Offered during each call only.
     Offer,
-    /// Offered during each call only, to no gate seen so far: the body is
-    /// not read ahead for one.
-    NoGate,
+    /// Not offered, to no gate seen so far: the body is not read ahead
+    /// for one. A gate that asks all the same unsettles the verdict.
+    NoGate(Carriage),
     /// In the extensions too.
     Extension,
     /// In the extensions too, and its outcome settles the verdict.
@@ -49,7 +51,7 @@ impl Carriage {
     pub(super) fn next(&self) -> Carry {
         match self.0.load(Ordering::Relaxed) {
             OFFER => Carry::Offer,
-            NO_GATE => Carry::NoGate,
+            NO_GATE => Carry::NoGate(self.clone()),
             EXTENSION => Carry::Extension,
             _ => Carry::Probe(self.clone()),
         }
@@ -69,5 +71,14 @@ impl Carriage {
         let _ = self
             .0
             .compare_exchange(UNSETTLED, verdict, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// A request sent as if no gate were below met one after all (a path
+    /// its first request did not take): the next request settles the
+    /// verdict again.
+    pub(super) fn gate_met(&self) {
+        let _ = self
+            .0
+            .compare_exchange(NO_GATE, UNSETTLED, Ordering::Relaxed, Ordering::Relaxed);
     }
 }

@@ -266,3 +266,63 @@ async fn a_gate_under_a_tower_retry_path_hears_that_paths_news_not_the_outer_lay
         "held from the second 429"
     );
 }
+
+/// Sends `/free` to `free` and every other path to `gated`, as a `Steer`
+/// with a gate on one branch.
+#[derive(Clone)]
+struct ByPath<A, B> {
+    free: A,
+    gated: B,
+}
+
+impl<A, B, R, Res> Service<Request<R>> for ByPath<A, B>
+where
+    A: Service<Request<R>, Response = Res, Error = crate::BoxError>,
+    B: Service<Request<R>, Response = Res, Error = crate::BoxError>,
+    A::Future: Send + 'static,
+    B::Future: Send + 'static,
+{
+    type Response = Res;
+    type Error = crate::BoxError;
+    type Future =
+        std::pin::Pin<Box<dyn std::future::Future<Output = Result<Res, crate::BoxError>> + Send>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), crate::BoxError>> {
+        // Both branches here are always ready.
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<R>) -> Self::Future {
+        if request.uri().path() == "/free" {
+            Box::pin(self.free.call(request))
+        } else {
+            Box::pin(self.gated.call(request))
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_gate_met_after_requests_that_met_none_gets_the_link_again() {
+    let seen = Seen::default();
+    let gate = RateLimitLayer::new(Quotas::none())
+        .unwrap()
+        .layer(upstream(seen.clone()));
+    let svc = retry(ByPath {
+        free: upstream(seen.clone()),
+        gated: gate,
+    });
+    // The first request meets no gate: the next go without the link...
+    assert_eq!(send(&svc, "/free").await, StatusCode::OK);
+    // ...until one meets the gate, which asks for it; the one after
+    // settles again, and the gate hears what its 429 meant.
+    assert_eq!(send(&svc, "/first").await, StatusCode::OK);
+    let start = Instant::now();
+    assert_eq!(send(&svc, "/busy").await, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(send(&svc, "/next").await, StatusCode::OK);
+    let next = seen.lock().unwrap()[3].2;
+    assert_eq!(next - start, Duration::from_secs(2), "the key was held");
+    assert_eq!(linked(&seen), [true, false, true, false]);
+}
