@@ -9,7 +9,7 @@
 //! returns the one [`Step`] the path then carries out.
 
 use crate::budget::WaitPermit;
-use crate::classify::Classification;
+use crate::classify::{classify_status, Classification};
 use crate::deadline::Deadline;
 use crate::error::{BoxError, RetryError};
 use crate::hooks::{RecoveryEvent, RetryEvent};
@@ -201,6 +201,15 @@ impl Account {
             Outcome::Error(e) => (None, Some(e)),
         };
         let sent = self.link.as_ref().and_then(GateLink::take_sent);
+        // The common answer: a success at the first try that no gate took
+        // is served as it is; reading and deciding it would say the same.
+        if let (None, Outcome::Response { body: None, .. }, Some(status)) =
+            (&sent, &outcome, status)
+        {
+            if classify_status(status, None) == Classification::Success && self.state.untouched() {
+                return Step::Served;
+            }
+        }
         self.state.set_gate(sent.as_ref().map(Sent::as_judged));
         let reading = self.policy.read(&self.state, outcome);
         // Read once: the judgement and an immediate stop's report agree. A
