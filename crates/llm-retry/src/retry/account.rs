@@ -228,11 +228,12 @@ impl Account {
             let wait = sent.report(link, reading.key, Instant::now(), limit);
             self.state.set_gate_wait(wait);
         }
-        let judgement = self.policy.decide(&self.state, reading, elapsed);
-        if served_first && matches!(judgement.decision, Decision::Accept) {
-            // No record, no report, no hook: the success path pays for none.
+        if served_first {
+            // A success is accepted (`decide` says so of every success). No
+            // record, no report, no hook: the success path pays for none.
             return Step::Served;
         }
+        let judgement = self.policy.decide(&self.state, reading, elapsed);
         self.state.record_outcome(status, &judgement);
         let (delay, server_wait, charged, in_gate) = match judgement.decision {
             Decision::Accept => {
