@@ -66,17 +66,6 @@ async fn a_crowd_sharing_one_client_layer_learns_the_limit_once() {
     // and all but the bucket's 2 get a 429. From there the shared gate
     // paces the key: the 38 requests left need few more than 38 sends.
     let after_first_burst = sends - CROWD;
-    let t0 = mock.requests()[0].received_at;
-    for r in mock.requests() {
-        eprintln!(
-            "DBG {:?} {:?}",
-            r.received_at - t0,
-            r.reply.as_ref().map(|x| match x {
-                llm_retry_mock::Reply::Response(r) => r.status().as_u16(),
-                _ => 0,
-            })
-        );
-    }
     assert!(
         after_first_burst * 4 <= (CROWD - 2) * 5,
         "{after_first_burst} sends for {} requests after the first burst",
