@@ -106,11 +106,17 @@ impl Pacer {
             < ticket;
         let restart = if waiting { now } else { from };
         if due < restart {
-            let idle = restart.duration_since(due).as_nanos() / pace.interval.as_nanos().max(1);
-            let earned = u64::try_from(idle).unwrap_or(u64::MAX);
+            let most = u64::from(pace.burst.saturating_sub(1));
+            // A pace without a burst earns none: no division then.
+            let earned = if most == 0 {
+                0
+            } else {
+                let idle = restart.duration_since(due).as_nanos() / pace.interval.as_nanos().max(1);
+                u64::try_from(idle).unwrap_or(u64::MAX)
+            };
             self.base_ticket = ticket;
             self.base_time = restart;
-            self.credit = earned.min(u64::from(pace.burst.saturating_sub(1)));
+            self.credit = earned.min(most);
             self.abandoned.clear();
         }
         self.next_ticket = ticket.saturating_add(1);
