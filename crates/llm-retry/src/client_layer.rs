@@ -106,7 +106,7 @@ impl<S> Layer<S> for ClientLayer {
     type Service = ClientStack<S>;
 
     fn layer(&self, inner: S) -> ClientStack<S> {
-        self.retry
-            .layer(self.rate_limit.layer(self.stream_guard.layer(inner)))
+        let gate = self.rate_limit.layer(self.stream_guard.layer(inner));
+        Retry::over_gate(gate, self.retry.policy().clone())
     }
 }

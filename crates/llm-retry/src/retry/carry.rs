@@ -17,6 +17,10 @@
 //! - a gate took it from the extensions only: the link travels in the
 //!   extensions, from then on.
 //!
+//! A [`ClientLayer`](crate::ClientLayer)'s retry loop has nothing to
+//! learn: its gate sits right below it and takes the offer, so its
+//! requests are offered their link from the first (`Retry::over_gate`).
+//!
 //! The verdict is shared by the service's clones and changes only that
 //! way. A stack whose requests take different paths (a `Steer` with a
 //! deferred gate on one branch only) is settled by its first request.

@@ -326,3 +326,19 @@ async fn a_gate_met_after_requests_that_met_none_gets_the_link_again() {
     assert_eq!(next - start, Duration::from_secs(2), "the key was held");
     assert_eq!(linked(&seen), [true, false, true, false]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_client_layer_s_requests_reach_its_gate_by_the_offer_from_the_first() {
+    let seen = Seen::default();
+    let policy = RetryPolicy::builder()
+        .max_retries(0)
+        .no_budget()
+        .build()
+        .unwrap();
+    // Its gate sits right under its retry loop: no request needs the link
+    // in its extensions, not even the first, and the gate still hears the
+    // 429's wait.
+    let svc = crate::ClientLayer::new(policy).layer(upstream(seen.clone()));
+    the_key_is_held_after_a_429(&svc, &seen).await;
+    assert_eq!(linked(&seen), [false, false, false]);
+}

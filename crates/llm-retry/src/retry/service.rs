@@ -1,6 +1,6 @@
 //! [`Retry`]: the service.
 
-use super::carry::Carriage;
+use super::carry::{Carriage, Carry};
 use super::future::ResponseFuture;
 use super::RetryBody;
 use crate::error::BoxError;
@@ -17,7 +17,9 @@ use tower::Service;
 pub struct Retry<S> {
     inner: S,
     policy: RetryPolicy,
-    carriage: Carriage,
+    /// How requests carry their gate link, learned from the first ones;
+    /// `None` where a gate sits right below, which the offer reaches.
+    carriage: Option<Carriage>,
 }
 
 impl<S> Retry<S> {
@@ -25,7 +27,19 @@ impl<S> Retry<S> {
         Retry {
             inner,
             policy,
-            carriage: Carriage::default(),
+            carriage: Some(Carriage::default()),
+        }
+    }
+
+    /// Retries calls to `inner`, a rate-limit gate: it takes the link the
+    /// retry loop offers while it calls, so there is nothing to learn (a
+    /// stack made per request, as a client middleware makes it, pays for
+    /// no first request's probe).
+    pub(crate) fn over_gate(inner: S, policy: RetryPolicy) -> Retry<S> {
+        Retry {
+            inner,
+            policy,
+            carriage: None,
         }
     }
 
@@ -69,7 +83,7 @@ where
         // in its place and send the first attempt through the ready one.
         let clone = self.inner.clone();
         let ready = std::mem::replace(&mut self.inner, clone);
-        let carry = self.carriage.next();
+        let carry = self.carriage.as_ref().map_or(Carry::Offer, Carriage::next);
         ResponseFuture::start(ready, parts, body, self.policy.clone(), carry)
     }
 }
