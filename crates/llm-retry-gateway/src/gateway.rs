@@ -18,6 +18,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// How often the accept loop's idle timer fires (see `Gateway::serve`):
+/// shorter than any timer a request arms on the gateway's path.
+const NEAR_WAKE: Duration = Duration::from_secs(1);
+
 /// A gateway built from a [`Config`]: serve it with [`Gateway::serve`], or
 /// mount [`Gateway::router`] in an axum app of your own.
 #[derive(Debug, Clone)]
@@ -191,10 +195,18 @@ impl Gateway {
         // (not left running after `serve` returns); finished ones are
         // reaped as the loop goes.
         let mut tasks = tokio::task::JoinSet::new();
+        // A timer always due within a second keeps the runtime's next wake
+        // near. hyper arms a header-read timer for every request; one due
+        // sooner than the runtime's next wake (none, when nothing else is
+        // pending) makes tokio wake its driver through the eventfd: a
+        // `write` and an extra `epoll_wait` a request, one at a time.
+        let mut near_wake = tokio::time::interval(NEAR_WAKE);
+        near_wake.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let tcp = tokio::select! {
                 () = &mut drain => break,
                 Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
+                _ = near_wake.tick() => continue,
                 accepted = listener.accept() => match accepted {
                     Ok((tcp, _)) => tcp,
                     Err(error) => {
