@@ -51,13 +51,27 @@ struct Offer {
     link: Option<GateLink>,
     /// The request body, whole, for the link when a gate makes it.
     body: Option<Bytes>,
+    /// The runs without an offer under way when it was made: one begun
+    /// since is a nearer loop, which hides it.
+    hides: u32,
+}
+
+/// Runs without an offer under way on this thread, and whether a gate
+/// asked for a link during the innermost one.
+#[derive(Clone, Copy, Default)]
+struct Unoffered {
+    hides: u32,
+    asked: bool,
 }
 
 thread_local! {
     static OFFERED: Cell<Option<Offer>> = const { Cell::new(None) };
-    /// Whether a gate asked for a link during the innermost call or poll
-    /// run [`unoffered`].
-    static ASKED: Cell<bool> = const { Cell::new(false) };
+    static UNOFFERED: Cell<Unoffered> = const {
+        Cell::new(Unoffered {
+            hides: 0,
+            asked: false,
+        })
+    };
 }
 
 /// Puts the offer back as it was, and the link (made by a gate, or the one
@@ -94,6 +108,7 @@ pub(crate) fn offering<T>(
             bounds,
             link: link.take(),
             body: body.take(),
+            hides: UNOFFERED.with(Cell::get).hides,
         }))
     });
     match offered {
@@ -108,33 +123,67 @@ pub(crate) fn offering<T>(
 }
 
 /// Runs `f` (a call or poll of a retry loop whose requests met no gate so
-/// far) without an offer, and says whether a gate asked for a link during
-/// it all the same: the loop then offers again. Nested runs each see only
-/// what asked during their own `f`, and an outer run sees it too.
+/// far) with no offer out: an outer loop's is hidden, as an offer of this
+/// loop's own would hide it. Says whether a gate asked for a link during
+/// it all the same: the loop then offers again. What asks inside a run is
+/// the nearest loop's business: an outer run does not hear it. The outer
+/// run's state is put back on every exit, unwinding included.
 pub(crate) fn unoffered<T>(f: impl FnOnce() -> T) -> (T, bool) {
-    let outer = ASKED
-        .try_with(|asked| asked.replace(false))
-        .unwrap_or(false);
+    // `with`, not `try_with`: a `Copy` local has no destructor, so it is
+    // there for as long as the thread runs code.
+    let outer = UNOFFERED.with(Cell::get);
+    UNOFFERED.with(|cell| {
+        cell.set(Unoffered {
+            hides: outer.hides.wrapping_add(1),
+            asked: false,
+        });
+    });
+    let _restore = RestoreUnoffered(outer);
+    // Called outside the local's closure: what it returns (a future, a
+    // poll) is not moved once more on the way out.
     let out = f();
-    let asked = ASKED
-        .try_with(|asked| asked.replace(outer || asked.get()))
-        .unwrap_or(false);
-    (out, asked)
+    (out, UNOFFERED.with(Cell::get).asked)
+}
+
+/// Puts back the outer run's state when a run without an offer ends.
+struct RestoreUnoffered(Unoffered);
+
+impl Drop for RestoreUnoffered {
+    fn drop(&mut self) {
+        UNOFFERED.with(|cell| cell.set(self.0));
+    }
 }
 
 /// For a gate's `call`: the link of the request being called, if a retry
 /// loop above offers one (made here the first time a gate asks).
 pub(super) fn take() -> Option<GateLink> {
-    let _ = ASKED.try_with(|asked| asked.set(true));
+    let runs = UNOFFERED.with(Cell::get);
     OFFERED
         .try_with(|cell| {
-            let mut offer = cell.take()?;
-            let Offer { bounds, link, body } = &mut offer;
-            let link = link
-                .get_or_insert_with(|| GateLink::new(*bounds, body.take()))
-                .clone();
-            cell.set(Some(offer));
-            Some(link)
+            let mut offer = cell.take();
+            let link = match offer.as_mut() {
+                Some(Offer {
+                    bounds,
+                    link,
+                    body,
+                    hides,
+                }) if *hides == runs.hides => Some(
+                    link.get_or_insert_with(|| GateLink::new(*bounds, body.take()))
+                        .clone(),
+                ),
+                // No offer out, or one a nearer run without an offer
+                // hides: that loop hears a gate is below it.
+                _ => {
+                    let asked = Unoffered {
+                        asked: true,
+                        ..runs
+                    };
+                    UNOFFERED.with(|cell| cell.set(asked));
+                    None
+                }
+            };
+            cell.set(offer);
+            link
         })
         .ok()
         .flatten()
@@ -187,11 +236,12 @@ mod tests {
     }
 
     #[test]
-    fn a_run_without_an_offer_hears_a_gate_that_asked_and_so_do_outer_runs() {
+    fn a_run_without_an_offer_hears_a_gate_that_asked_there_and_nowhere_else() {
         let ((), asked) = unoffered(|| ());
         assert!(!asked, "no gate asked");
         let ((), asked) = unoffered(|| assert!(take().is_none(), "nothing offered"));
         assert!(asked);
+        // Nested runs: what asks belongs to the nearest.
         let (inner, outer) = unoffered(|| {
             let ((), inner) = unoffered(|| {
                 let _ = take();
@@ -200,9 +250,37 @@ mod tests {
             assert!(!after, "a later run starts afresh");
             inner
         });
-        assert!(inner && outer, "the outer run hears what asked inside it");
+        assert!(
+            inner && !outer,
+            "the outer run does not hear the inner's gate"
+        );
+        // A gate that takes a nearer loop's offer is that loop's: the run
+        // outside it hears nothing.
+        let ((), asked) = unoffered(|| {
+            offering(&mut None, &mut None, bounds(), || {
+                assert!(take().is_some(), "the nearer loop's offer");
+            });
+        });
+        assert!(!asked);
         let ((), asked) = unoffered(|| ());
         assert!(!asked, "nothing outlives a run");
+    }
+
+    #[test]
+    fn a_run_without_an_offer_hides_an_outer_loop_s_until_it_ends() {
+        let mut outer = None;
+        offering(&mut outer, &mut None, bounds(), || {
+            let first = take().expect("offered");
+            let ((), asked) = unoffered(|| assert!(take().is_none(), "hidden"));
+            assert!(asked);
+            assert!(first.same(&take().expect("back after the run")));
+            let unwound = std::panic::catch_unwind(|| {
+                unoffered(|| panic!("the inner service panicked"));
+            });
+            assert!(unwound.is_err());
+            assert!(first.same(&take().expect("back after an unwinding run")));
+        });
+        assert!(take().is_none());
     }
 
     #[test]

@@ -55,6 +55,9 @@ pub(super) struct AttemptCtx<B> {
     /// Set while the link is not offered (no gate was below so far): the
     /// verdict a gate that asks all the same unsettles.
     unoffered: Option<Carriage>,
+    /// A gate asked though the body was not read ahead for one: the
+    /// resends hand it the body as the first send left it.
+    body_owed: bool,
 }
 
 impl<B> AttemptCtx<B> {
@@ -101,6 +104,7 @@ impl<B> AttemptCtx<B> {
             in_extensions,
             probe,
             unoffered,
+            body_owed: false,
         }
     }
 
@@ -134,11 +138,13 @@ impl<B> AttemptCtx<B> {
 
     /// A gate asked for the link though none was offered: the service's
     /// next request settles its verdict again, and this one's later
-    /// attempts offer their link.
+    /// attempts offer their link, with the body the gate keys by (its
+    /// first attempt went to the gate without either).
     fn heard(&mut self, asked: bool) {
         if asked {
             if let Some(carriage) = self.unoffered.take() {
                 carriage.gate_met();
+                self.body_owed = true;
             }
         }
     }
@@ -236,6 +242,10 @@ impl<B> AttemptCtx<B> {
     /// The prepared next request, counted as a send.
     pub(super) fn next_request(&mut self) -> Option<Request<ReplayBody<B>>> {
         let body = self.template.next.take()?;
+        if std::mem::take(&mut self.body_owed) {
+            // As the first send left it: whole once that send read it all.
+            self.account.know_body(self.template.body.buffered());
+        }
         let mut parts = self.template.parts.clone();
         if self.in_extensions {
             parts.extensions.insert(self.account.ensure_link().clone());

@@ -10,10 +10,13 @@
 //!
 //! - a gate took the link from the offer: offering suffices, from then on;
 //! - the answer came back through no gate at all: the link is not
-//!   offered, and the request body is not read ahead for a gate's key
-//!   (which model it names), until a gate asks for a link all the same
-//!   (a path the first request did not take), which unsettles the
-//!   verdict for the next request to settle again;
+//!   offered (an outer loop's offer is hidden too), and the request body
+//!   is not read ahead for a gate's key (which model it names), until a
+//!   gate asks for a link all the same (a path the first request did not
+//!   take). That unsettles the verdict for the next request to settle
+//!   again; the request that found the gate sent its first attempt to it
+//!   without a link (the gate neither knew its bounds nor heard its
+//!   answer), and offers the link and the body to its later attempts;
 //! - a gate took it from the extensions only: the link travels in the
 //!   extensions, from then on.
 //!

@@ -342,3 +342,110 @@ async fn a_client_layer_s_requests_reach_its_gate_by_the_offer_from_the_first() 
     the_key_is_held_after_a_429(&svc, &seen).await;
     assert_eq!(linked(&seen), [false, false, false]);
 }
+
+/// Records whether each request carries a link in its extensions.
+fn recording<S, B>(
+    carried: Arc<Mutex<Vec<bool>>>,
+    inner: S,
+) -> tower::util::MapRequest<S, impl FnMut(Request<B>) -> Request<B> + Clone> {
+    tower::util::MapRequest::new(inner, move |req: Request<B>| {
+        let linked = req.extensions().get::<GateLink>().is_some();
+        carried.lock().unwrap().push(linked);
+        req
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_outer_loop_over_a_loop_with_a_gate_settles_once() {
+    let seen = Seen::default();
+    let outer_links = Arc::new(Mutex::new(Vec::new()));
+    let gate = RateLimitLayer::new(Quotas::none())
+        .unwrap()
+        .layer(upstream(seen.clone()));
+    // The gate takes the inner loop's offer: the outer loop met no gate
+    // of its own, and stays settled so.
+    let svc = retry(recording(outer_links.clone(), retry(gate)));
+    for _ in 0..6 {
+        assert_eq!(send(&svc, "/ok").await, StatusCode::OK);
+    }
+    assert_eq!(
+        *outer_links.lock().unwrap(),
+        [true, false, false, false, false, false]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_loop_that_offers_nothing_hides_an_outer_loop_s_offer() {
+    let seen = Seen::default();
+    let inner_gate = RateLimitLayer::new(Quotas::none())
+        .unwrap()
+        .layer(upstream(seen.clone()));
+    let inner = retry(ByPath {
+        free: upstream(seen.clone()),
+        gated: inner_gate,
+    });
+    let svc = retry(RateLimitLayer::new(Quotas::none()).unwrap().layer(inner));
+    // The inner loop settles on no gate; the outer loop's gate is its
+    // own and hears its 429, which a gate under the inner loop must not
+    // take as its own.
+    assert_eq!(send(&svc, "/free").await, StatusCode::OK);
+    assert_eq!(send(&svc, "/free").await, StatusCode::OK);
+    let start = Instant::now();
+    assert_eq!(send(&svc, "/busy").await, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(send(&svc, "/free").await, StatusCode::OK);
+    let next = seen.lock().unwrap()[3].2;
+    assert_eq!(
+        next - start,
+        Duration::from_secs(2),
+        "the outer gate held the key"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_that_finds_a_gate_unannounced_resends_with_the_body_it_keys_by() {
+    let seen = Seen::default();
+    // Reads each body to its end before answering, as a client sends it.
+    let reading = {
+        let seen = seen.clone();
+        tower::service_fn(move |request: Request<crate::ReplayBody<Full<Bytes>>>| {
+            let answer = upstream(seen.clone());
+            async move {
+                use http_body_util::BodyExt;
+                let (parts, body) = request.into_parts();
+                let bytes = body.collect().await?.to_bytes();
+                answer
+                    .oneshot(Request::from_parts(parts, Full::new(bytes)))
+                    .await
+            }
+        })
+    };
+    let gate = RateLimitLayer::new(Quotas::none()).unwrap().layer(reading);
+    let svc = retrying_once(ByPath {
+        free: upstream(seen.clone()),
+        gated: gate,
+    });
+    let post = |path: &str, model: &str| {
+        Request::post(format!("http://a.test{path}"))
+            .body(Full::new(Bytes::from(format!(r#"{{"model":"{model}"}}"#))))
+            .unwrap()
+    };
+    let status = |svc: &crate::Retry<_>, request| {
+        let svc = svc.clone();
+        async move { svc.oneshot(request).await.unwrap().status() }
+    };
+    // Settled on no gate; then a request meets one: its resend goes with
+    // the link and the body, so the 429 holds its model's key.
+    assert_eq!(status(&svc, post("/free", "m1")).await, StatusCode::OK);
+    assert_eq!(
+        status(&svc, post("/busy", "m1")).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    let start = Instant::now();
+    assert_eq!(status(&svc, post("/next", "m1")).await, StatusCode::OK);
+    let next = seen.lock().unwrap().last().unwrap().2;
+    assert_eq!(
+        next - start,
+        Duration::from_secs(2),
+        "the model's key was held"
+    );
+}
