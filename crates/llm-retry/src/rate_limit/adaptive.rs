@@ -467,15 +467,17 @@ impl Learned {
     }
 
     /// The refusal just judged ended its request: from now on the rate
-    /// stays under what drew it (the regain target of the rate that drew
-    /// it, a first rate measured included: sending at exactly a bucket's
-    /// rate loses a request to every token that comes late), and no slow
-    /// start lifts it.
+    /// stays where a cut leaves the rate that drew it, and no slow start
+    /// lifts it. Not at the regain target: a first rate read from a named
+    /// wait overstates a bucket's rate by the spread of the burst's
+    /// arrivals and the wait's rounding to the millisecond (9 ms named for
+    /// a 10 ms token: 11 %), and sending even at exactly the bucket's
+    /// rate loses a request to every token that comes late.
     pub(super) fn cap_at_refusal(&mut self, bounds: &AdaptiveRate) {
         if self.unmeasured() {
             return;
         }
-        let drew = self.last_throttled.unwrap_or(self.per_sec) * REGAIN_TARGET;
+        let drew = self.last_throttled.unwrap_or(self.per_sec) * DECREASE;
         let cap = self
             .refused_at
             .map_or(drew, |cap| cap.min(drew))

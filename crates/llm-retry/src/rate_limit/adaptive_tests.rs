@@ -562,7 +562,7 @@ fn a_refusal_that_ended_its_request_caps_the_rate_that_drew_it() {
         learned.per_sec()
     };
     assert!(
-        (run(true) - 50.0 * REGAIN_TARGET).abs() < 1e-9,
+        (run(true) - 50.0 * DECREASE).abs() < 1e-9,
         "{}",
         run(true)
     );
@@ -575,21 +575,24 @@ fn a_refusal_that_ended_its_request_caps_the_rate_that_drew_it() {
 
 #[test]
 fn a_first_rate_measured_from_final_refusals_keeps_a_margin_under_them() {
-    // A burst refused with the exact wait to the next token (10 ms: 100 a
-    // second) and no retry allowed: sending at exactly that rate loses a
-    // request to every token that comes a little late.
+    // A bucket of 100 a second refuses a burst, naming the wait to its
+    // next token rounded up to the millisecond: the burst arrived spread
+    // over a millisecond, so the longest wait named is 9 ms, and the rate
+    // read from it (111 a second) is above the bucket's. No retry is
+    // allowed: every send past the bucket's rate loses a request.
     let ms = Duration::from_millis;
     let mut learned = UNBOUNDED_START.start();
     let t0 = Instant::now();
     learned.on_send(t0);
-    refused_burst(&mut learned, &UNBOUNDED_START, t0, t0, Some(ms(10)));
+    refused_burst(&mut learned, &UNBOUNDED_START, t0, t0, Some(ms(9)));
     assert!(
-        (learned.per_sec() - 100.0).abs() < 1e-9,
+        (learned.per_sec() - 1000.0 / 9.0).abs() < 1e-9,
         "{}",
         learned.per_sec()
     );
     learned.cap_at_refusal(&UNBOUNDED_START);
-    let capped = 100.0 * REGAIN_TARGET;
+    let capped = 1000.0 / 9.0 * DECREASE;
+    assert!(capped < 0.9 * 100.0, "a margin under the bucket's rate");
     assert!(
         (learned.per_sec() - capped).abs() < 1e-9,
         "{}",
