@@ -561,11 +561,7 @@ fn a_refusal_that_ended_its_request_caps_the_rate_that_drew_it() {
         }
         learned.per_sec()
     };
-    assert!(
-        (run(true) - 50.0 * DECREASE).abs() < 1e-9,
-        "{}",
-        run(true)
-    );
+    assert!((run(true) - 50.0 * DECREASE).abs() < 1e-9, "{}", run(true));
     assert!(
         run(false) > 55.0,
         "without it the rate probes on: {}",
