@@ -151,7 +151,8 @@ pub(super) struct Learned {
     /// The share of refusals among the key's recent answers about its rate.
     share: f64,
     /// A refusal ended its request (`x-should-retry: false`): the rate is
-    /// not probed above the one that drew it (until the rate stands down).
+    /// not probed above where a cut left the one that drew it (until the
+    /// rate stands down, which forgets it).
     refused_at: Option<f64>,
     /// The refusal share that drew the last cut (or the first rate): the
     /// sends made since must find it lower, or the refusals do not follow
@@ -466,18 +467,40 @@ impl Learned {
         Throttle::Changed
     }
 
-    /// The refusal just judged ended its request: from now on the rate
-    /// stays where a cut leaves the rate that drew it, and no slow start
-    /// lifts it. Not at the regain target: a first rate read from a named
-    /// wait overstates a bucket's rate by the spread of the burst's
-    /// arrivals and the wait's rounding to the millisecond (9 ms named for
-    /// a 10 ms token: 11 %), and sending even at exactly the bucket's
-    /// rate loses a request to every token that comes late.
-    pub(super) fn cap_at_refusal(&mut self, bounds: &AdaptiveRate) {
+    /// A 429 as [`Learned::on_throttle`] takes it; one that ended its
+    /// request (`final_answer`: `x-should-retry: false`) and changed the
+    /// rate also caps it (see `cap_at_refusal`). The other 429s of its
+    /// congestion event, and those of a key in doubt or standing down,
+    /// cap nothing more.
+    pub(super) fn on_refusal(
+        &mut self,
+        bounds: &AdaptiveRate,
+        sent: Instant,
+        now: Instant,
+        named_wait: Option<Duration>,
+        final_answer: bool,
+    ) -> Throttle {
+        let did = self.on_throttle(bounds, sent, now, named_wait);
+        if final_answer && did == Throttle::Changed {
+            self.cap_at_refusal(bounds);
+        }
+        did
+    }
+
+    /// The refusal that just changed the rate ended its request: from now
+    /// on the rate stays where a cut leaves the rate that drew it (0.8 of
+    /// it, and no lower than a cut may go before the next judgement), and
+    /// no slow start lifts it. Not at the regain target: a first rate read
+    /// from a named wait overstates a bucket's rate by the spread of the
+    /// burst's arrivals (9 ms named for a 10 ms token when the burst came
+    /// over a millisecond: 11 %), and sending even at exactly the
+    /// bucket's rate loses a request to every token that comes late.
+    fn cap_at_refusal(&mut self, bounds: &AdaptiveRate) {
         if self.unmeasured() {
             return;
         }
-        let drew = self.last_throttled.unwrap_or(self.per_sec) * DECREASE;
+        let cut_floor = self.rate_at_cut.map_or(0.0, |judged| judged / 2.0);
+        let drew = (self.last_throttled.unwrap_or(self.per_sec) * DECREASE).max(cut_floor);
         let cap = self
             .refused_at
             .map_or(drew, |cap| cap.min(drew))

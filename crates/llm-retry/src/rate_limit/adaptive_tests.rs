@@ -606,6 +606,82 @@ fn a_first_rate_measured_from_final_refusals_keeps_a_margin_under_them() {
     );
 }
 
+#[test]
+fn final_refusals_of_one_congestion_event_cap_the_rate_once() {
+    // A stated 50 a second. Final 429s of sends made before the statement
+    // belong to no cut, and cap nothing; then a burst of final 429s: the
+    // first cuts and caps, the rest belong to that cut. Each used to cap
+    // again, a fifth off every time (50 → 40 → 32 → … → 5 after ten).
+    let t0 = Instant::now();
+    let mut learned = UNBOUNDED_START.start();
+    learned.on_stated(50.0, t0);
+    let refuse = |learned: &mut Learned, sent: Instant, at: Instant| {
+        (0..10)
+            .filter(|_| {
+                learned.on_refusal(&UNBOUNDED_START, sent, at, None, true) == Throttle::Changed
+            })
+            .count()
+    };
+    let at = t0 + Duration::from_millis(20);
+    assert_eq!(refuse(&mut learned, t0, at), 0);
+    assert!(
+        (learned.per_sec() - 50.0).abs() < 1e-9,
+        "{}",
+        learned.per_sec()
+    );
+    assert_eq!(learned.refused_at, None);
+    let (sent, at) = (at, at + Duration::from_millis(20));
+    assert_eq!(refuse(&mut learned, sent, at), 1);
+    assert!(
+        (learned.per_sec() - 50.0 * DECREASE).abs() < 1e-9,
+        "{}",
+        learned.per_sec()
+    );
+    assert_eq!(learned.refused_at, Some(50.0 * DECREASE));
+}
+
+#[test]
+fn final_refusals_whatever_the_rate_cut_no_deeper_than_a_cut_may_go() {
+    // Every answer a final 429 of its own congestion event: before a
+    // judgement, a cut takes the rate to half the last judged rate at
+    // most, and so does the cap its refusal sets.
+    let t0 = Instant::now();
+    let mut learned = BOUNDS.start();
+    let mut at = t0;
+    for _ in 0..20 {
+        at += Duration::from_millis(100);
+        let did = learned.on_refusal(&BOUNDS, at, at, None, true);
+        assert_ne!(did, Throttle::StoodDown, "fewer answers than a trial");
+        assert!(
+            learned.per_sec() >= 100.0 / 2.0 - 1e-9,
+            "{}",
+            learned.per_sec()
+        );
+    }
+}
+
+#[test]
+fn final_refusals_in_doubt_or_standing_down_cap_nothing() {
+    // The refusals did not follow the rate: the key stood down to its
+    // ceiling, and for a while its refusals, final or not, change nothing.
+    let t0 = Instant::now();
+    let mut learned = BOUNDS.start();
+    learned.stand_down(&BOUNDS, t0);
+    let soon = t0 + Duration::from_secs(1);
+    for _ in 0..10 {
+        assert_eq!(
+            learned.on_refusal(&BOUNDS, soon, soon, None, true),
+            Throttle::Kept
+        );
+    }
+    assert!(
+        (learned.per_sec() - 100.0).abs() < 1e-9,
+        "{}",
+        learned.per_sec()
+    );
+    assert_eq!(learned.refused_at, None);
+}
+
 const UNBOUNDED_START: AdaptiveRate = AdaptiveRate {
     min_per_sec: 1.0,
     max_per_sec: f64::INFINITY,

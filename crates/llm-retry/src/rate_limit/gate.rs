@@ -759,10 +759,7 @@ impl Gate {
         // The room a stated quota had is spent.
         state.quotas.set_room(0);
         self.learn_in(state, now, |rate, bounds| {
-            let did = rate.on_throttle(bounds, sent, now, named_wait);
-            if final_answer {
-                rate.cap_at_refusal(bounds);
-            }
+            let did = rate.on_refusal(bounds, sent, now, named_wait, final_answer);
             if did == Throttle::StoodDown {
                 tracing::debug!(
                     "llm-retry: the key's 429s do not follow its send rate; \

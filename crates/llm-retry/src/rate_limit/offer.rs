@@ -20,6 +20,13 @@
 //! gate (a batcher flushing its queue) would hand that request this one's
 //! link. A request that carries a link of its own (the `tower::retry`
 //! path's) keeps it.
+//!
+//! A retry loop whose requests met no gate so far offers nothing: its call
+//! or poll is a run without an offer, which hides any outer loop's offer
+//! as an offer of its own would (a gate below takes no link then), and
+//! hears whether a gate asked during it, so the loop offers again. Runs
+//! nest like offers, and each hears only the gates that ask while it is
+//! the innermost.
 
 use super::link::GateLink;
 use crate::budget::Limits;
@@ -108,7 +115,7 @@ pub(crate) fn offering<T>(
             bounds,
             link: link.take(),
             body: body.take(),
-            hides: UNOFFERED.with(Cell::get).hides,
+            hides: UNOFFERED.try_with(Cell::get).unwrap_or_default().hides,
         }))
     });
     match offered {
@@ -129,20 +136,24 @@ pub(crate) fn offering<T>(
 /// the nearest loop's business: an outer run does not hear it. The outer
 /// run's state is put back on every exit, unwinding included.
 pub(crate) fn unoffered<T>(f: impl FnOnce() -> T) -> (T, bool) {
-    // `with`, not `try_with`: a `Copy` local has no destructor, so it is
-    // there for as long as the thread runs code.
-    let outer = UNOFFERED.with(Cell::get);
-    UNOFFERED.with(|cell| {
+    let begun = UNOFFERED.try_with(|cell| {
+        let outer = cell.get();
         cell.set(Unoffered {
             hides: outer.hides.wrapping_add(1),
             asked: false,
         });
+        outer
     });
+    let Ok(outer) = begun else {
+        // The thread's locals are gone (it is exiting): no gate can ask.
+        return (f(), false);
+    };
     let _restore = RestoreUnoffered(outer);
     // Called outside the local's closure: what it returns (a future, a
     // poll) is not moved once more on the way out.
     let out = f();
-    (out, UNOFFERED.with(Cell::get).asked)
+    let asked = UNOFFERED.try_with(Cell::get).is_ok_and(|run| run.asked);
+    (out, asked)
 }
 
 /// Puts back the outer run's state when a run without an offer ends.
@@ -150,14 +161,15 @@ struct RestoreUnoffered(Unoffered);
 
 impl Drop for RestoreUnoffered {
     fn drop(&mut self) {
-        UNOFFERED.with(|cell| cell.set(self.0));
+        // `try_with`: never a panic here, unwinding or at thread exit.
+        let _ = UNOFFERED.try_with(|cell| cell.set(self.0));
     }
 }
 
 /// For a gate's `call`: the link of the request being called, if a retry
 /// loop above offers one (made here the first time a gate asks).
 pub(super) fn take() -> Option<GateLink> {
-    let runs = UNOFFERED.with(Cell::get);
+    let runs = UNOFFERED.try_with(Cell::get).unwrap_or_default();
     OFFERED
         .try_with(|cell| {
             let mut offer = cell.take();
@@ -172,13 +184,14 @@ pub(super) fn take() -> Option<GateLink> {
                         .clone(),
                 ),
                 // No offer out, or one a nearer run without an offer
-                // hides: that loop hears a gate is below it.
+                // hides: the innermost such run, if one is under way,
+                // hears that a gate is below it.
                 _ => {
                     let asked = Unoffered {
                         asked: true,
                         ..runs
                     };
-                    UNOFFERED.with(|cell| cell.set(asked));
+                    let _ = UNOFFERED.try_with(|cell| cell.set(asked));
                     None
                 }
             };
@@ -254,6 +267,13 @@ mod tests {
             inner && !outer,
             "the outer run does not hear the inner's gate"
         );
+        // What an outer run heard before an inner one began, it keeps.
+        let ((), outer) = unoffered(|| {
+            let _ = take();
+            let ((), inner) = unoffered(|| ());
+            assert!(!inner, "the inner run heard nothing");
+        });
+        assert!(outer, "the outer run's own gate");
         // A gate that takes a nearer loop's offer is that loop's: the run
         // outside it hears nothing.
         let ((), asked) = unoffered(|| {
