@@ -2,7 +2,7 @@
 //! temporary directory, no persistence, stopped on drop.
 #![allow(dead_code, unreachable_pub)]
 
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -11,6 +11,9 @@ use std::time::{Duration, Instant};
 
 /// Longest wait for a fresh server to answer PING.
 const STARTUP: Duration = Duration::from_secs(10);
+
+/// Ports tried before a test gives up starting its server.
+const PORT_TRIES: usize = 20;
 
 /// Set under CI: a missing `redis-server` fails the tests that need it.
 const REQUIRED: &str = "LLM_RETRY_REQUIRE_REDIS";
@@ -69,8 +72,16 @@ impl RedisServer {
             dir,
             tls_port: None,
         };
-        server.restart();
-        Some(server)
+        // A port free when asked may be another test's server by the time
+        // this one binds it: then that server answers, and this one, its
+        // bind refused, is gone. Another port, then.
+        for _ in 0..PORT_TRIES {
+            if server.start_here() {
+                return Some(server);
+            }
+            server.port = free_port();
+        }
+        panic!("redis-server found no free port in {PORT_TRIES} tries");
     }
 
     /// Starts a server that also listens with TLS, on a second port, with
@@ -96,9 +107,13 @@ impl RedisServer {
         }
         let mut server = RedisServer::start()?;
         make_certificates(&server.dir);
-        server.tls_port = Some(free_port());
-        server.restart();
-        Some(server)
+        for _ in 0..PORT_TRIES {
+            server.tls_port = Some(free_port());
+            if server.start_here() {
+                return Some(server);
+            }
+        }
+        panic!("redis-server found no free TLS port in {PORT_TRIES} tries");
     }
 
     /// `rediss://127.0.0.1:<TLS port>/` (of a server from `start_tls`).
@@ -142,6 +157,17 @@ impl RedisServer {
 
     /// Starts a fresh server, empty, on the same port, and waits for PING.
     pub fn restart(&mut self) {
+        assert!(
+            self.start_here(),
+            "redis-server could not take back port {}: another process holds it",
+            self.port
+        );
+    }
+
+    /// Starts a fresh server on this port and waits until it answers;
+    /// false when another process answers there instead (this one's bind
+    /// was refused) or this one exited.
+    fn start_here(&mut self) -> bool {
         self.kill();
         let mut command = Command::new("redis-server");
         if let Some(tls_port) = self.tls_port {
@@ -172,16 +198,49 @@ impl RedisServer {
             ),
             Err(error) => panic!("redis-server did not start: {error}"),
         };
+        let pid = child.id();
         self.child = Some(child);
         let started = Instant::now();
-        while !self.answers_ping() {
+        loop {
+            if let Some(answering) = self.answering_pid() {
+                if answering == pid {
+                    return true;
+                }
+                self.kill();
+                return false;
+            }
+            let exited = self
+                .child
+                .as_mut()
+                .is_none_or(|child| !matches!(child.try_wait(), Ok(None)));
+            if exited {
+                self.kill();
+                return false;
+            }
             assert!(
                 started.elapsed() < STARTUP,
-                "redis-server on port {} did not answer PING within {STARTUP:?}",
+                "redis-server on port {} did not answer within {STARTUP:?}",
                 self.port
             );
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+
+    /// The process id of the server answering on the port, from `INFO
+    /// server`: `None` while nothing answers there.
+    fn answering_pid(&self) -> Option<u32> {
+        let mut stream = TcpStream::connect((Ipv4Addr::LOCALHOST, self.port)).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+        stream.write_all(b"INFO server\r\n").ok()?;
+        let mut reader = BufReader::new(stream);
+        let mut header = String::new();
+        reader.read_line(&mut header).ok()?;
+        let len: usize = header.strip_prefix('$')?.trim().parse().ok()?;
+        let mut body = vec![0; len];
+        reader.read_exact(&mut body).ok()?;
+        String::from_utf8_lossy(&body)
+            .lines()
+            .find_map(|line| line.strip_prefix("process_id:")?.trim().parse().ok())
     }
 
     /// Sends `command` (RESP inline) on a new connection and returns at
@@ -213,10 +272,6 @@ impl RedisServer {
     /// asleep.
     pub fn stalled(&self) -> bool {
         !self.answers_ping_within(Duration::from_millis(50))
-    }
-
-    fn answers_ping(&self) -> bool {
-        self.answers_ping_within(Duration::from_secs(1))
     }
 
     fn answers_ping_within(&self, patience: Duration) -> bool {
