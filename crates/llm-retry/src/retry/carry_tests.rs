@@ -54,6 +54,12 @@ fn retry<S>(inner: S) -> crate::Retry<S> {
     RetryLayer::new(policy).layer(inner)
 }
 
+/// `inner` behind a gate with no quota of its own (it learns from
+/// answers alone).
+fn gated<S>(inner: S) -> crate::rate_limit::RateLimit<S> {
+    RateLimitLayer::new(Quotas::none()).unwrap().layer(inner)
+}
+
 async fn send<S, B>(svc: &S, path: &str) -> StatusCode
 where
     S: Service<Request<Full<Bytes>>, Response = Response<B>, Error = crate::BoxError> + Clone,
@@ -86,9 +92,7 @@ fn linked(seen: &Seen) -> Vec<bool> {
 #[tokio::test(start_paused = true)]
 async fn a_gate_reached_during_the_call_gets_the_link_without_extensions() {
     let seen = Seen::default();
-    let gate = RateLimitLayer::new(Quotas::none())
-        .unwrap()
-        .layer(upstream(seen.clone()));
+    let gate = gated(upstream(seen.clone()));
     let svc = retry(gate);
     // The 429's wait reached the gate through the offered link.
     the_key_is_held_after_a_429(&svc, &seen).await;
@@ -142,9 +146,7 @@ where
 #[tokio::test(start_paused = true)]
 async fn a_gate_on_another_task_keeps_getting_the_link_in_extensions() {
     let seen = Seen::default();
-    let gate = RateLimitLayer::new(Quotas::none())
-        .unwrap()
-        .layer(upstream(seen.clone()));
+    let gate = gated(upstream(seen.clone()));
     let svc = retry(Deferred(gate));
     the_key_is_held_after_a_429(&svc, &seen).await;
     assert_eq!(linked(&seen), [true, true, true]);
@@ -176,12 +178,8 @@ async fn a_gate_takes_the_nearest_retry_layers_link_not_an_outer_ones() {
     // and takes the outer one off its first send and its resends alike, so
     // its gate cannot read it.
     let seen = Seen::default();
-    let lower = RateLimitLayer::new(Quotas::none())
-        .unwrap()
-        .layer(upstream(seen.clone()));
-    let upper = RateLimitLayer::new(Quotas::none())
-        .unwrap()
-        .layer(retrying_once(lower));
+    let lower = gated(upstream(seen.clone()));
+    let upper = gated(retrying_once(lower));
     let svc = retry(Deferred(upper));
     for _ in 0..3 {
         assert_eq!(send(&svc, "/ok").await, StatusCode::OK);
@@ -202,7 +200,7 @@ async fn a_gate_under_a_gate_knows_the_requests_deadline() {
     let lower = RateLimitLayer::new(Quotas::none().requests_per_minute_with_burst(60, 1))
         .unwrap()
         .layer(upstream(seen.clone()));
-    let upper = RateLimitLayer::new(Quotas::none()).unwrap().layer(lower);
+    let upper = gated(lower);
     let policy = RetryPolicy::builder()
         .max_retries(0)
         .max_elapsed(Duration::from_millis(500))
@@ -229,9 +227,7 @@ async fn a_gate_under_a_tower_retry_path_hears_that_paths_news_not_the_outer_lay
     // judges each answer. Its second 429 (about 2 s in) holds the key for
     // 2 s, so another request at 2.5 s waits for the hold.
     let seen = Seen::default();
-    let gate = RateLimitLayer::new(Quotas::none())
-        .unwrap()
-        .layer(upstream(seen.clone()));
+    let gate = gated(upstream(seen.clone()));
     let inner = RetryPolicy::builder()
         .max_retries(2)
         .seed(3)
@@ -307,9 +303,7 @@ where
 #[tokio::test(start_paused = true)]
 async fn a_gate_met_after_requests_that_met_none_gets_the_link_again() {
     let seen = Seen::default();
-    let gate = RateLimitLayer::new(Quotas::none())
-        .unwrap()
-        .layer(upstream(seen.clone()));
+    let gate = gated(upstream(seen.clone()));
     let svc = retry(ByPath {
         free: upstream(seen.clone()),
         gated: gate,
@@ -359,9 +353,7 @@ fn recording<S, B>(
 async fn an_outer_loop_over_a_loop_with_a_gate_settles_once() {
     let seen = Seen::default();
     let outer_links = Arc::new(Mutex::new(Vec::new()));
-    let gate = RateLimitLayer::new(Quotas::none())
-        .unwrap()
-        .layer(upstream(seen.clone()));
+    let gate = gated(upstream(seen.clone()));
     // The gate takes the inner loop's offer: the outer loop met no gate
     // of its own, and stays settled so.
     let svc = retry(recording(outer_links.clone(), retry(gate)));
@@ -377,14 +369,12 @@ async fn an_outer_loop_over_a_loop_with_a_gate_settles_once() {
 #[tokio::test(start_paused = true)]
 async fn a_loop_that_offers_nothing_hides_an_outer_loop_s_offer() {
     let seen = Seen::default();
-    let inner_gate = RateLimitLayer::new(Quotas::none())
-        .unwrap()
-        .layer(upstream(seen.clone()));
+    let inner_gate = gated(upstream(seen.clone()));
     let inner = retry(ByPath {
         free: upstream(seen.clone()),
         gated: inner_gate,
     });
-    let svc = retry(RateLimitLayer::new(Quotas::none()).unwrap().layer(inner));
+    let svc = retry(gated(inner));
     // The inner loop settles on no gate; the outer loop's gate is its
     // own and hears its 429, which a gate under the inner loop must not
     // take as its own.
@@ -419,7 +409,7 @@ async fn a_request_that_finds_a_gate_unannounced_resends_with_the_body_it_keys_b
             }
         })
     };
-    let gate = RateLimitLayer::new(Quotas::none()).unwrap().layer(reading);
+    let gate = gated(reading);
     let svc = retrying_once(ByPath {
         free: upstream(seen.clone()),
         gated: gate,
