@@ -22,6 +22,16 @@ fn refused_burst(
     did
 }
 
+/// The learned rate is `expected`, to rounding.
+#[track_caller]
+fn assert_rate(learned: &Learned, expected: f64) {
+    assert!(
+        (learned.per_sec() - expected).abs() < 1e-9,
+        "{} against {expected}",
+        learned.per_sec()
+    );
+}
+
 const BOUNDS: AdaptiveRate = AdaptiveRate {
     min_per_sec: 1.0,
     max_per_sec: 100.0,
@@ -140,11 +150,7 @@ mod unbounded {
         }
         let at = t0 + Duration::from_millis(200);
         refused_burst(&mut learned, &UNBOUNDED, at, at, None);
-        assert!(
-            (learned.per_sec() - 200.0).abs() < 1e-9,
-            "{}",
-            learned.per_sec()
-        );
+        assert_rate(&learned, 200.0);
         // From here on it is the usual decrease, regain and probe.
         let later = at + Duration::from_millis(50);
         refused_burst(&mut learned, &UNBOUNDED, later, later, None);
@@ -179,11 +185,7 @@ mod unbounded {
         }
         let at = t0 + Duration::from_millis(200);
         refused_burst(&mut learned, &UNBOUNDED, at, at, None);
-        assert!(
-            (learned.per_sec() - 200.0).abs() < 1e-9,
-            "{}",
-            learned.per_sec()
-        );
+        assert_rate(&learned, 200.0);
     }
 
     #[test]
@@ -198,11 +200,7 @@ mod unbounded {
             refused_burst(&mut learned, &UNBOUNDED, at, at, None),
             Throttle::Changed
         );
-        assert!(
-            (learned.per_sec() - 10.0).abs() < 1e-9,
-            "{}",
-            learned.per_sec()
-        );
+        assert_rate(&learned, 10.0);
         // Three seconds of successes: slow start doubles it each second.
         let mut t = at;
         for _ in 0..300 {
@@ -250,11 +248,7 @@ mod unbounded {
             at,
             Some(Duration::from_secs(1)),
         );
-        assert!(
-            (learned.per_sec() - 50.0).abs() < 1e-9,
-            "{}",
-            learned.per_sec()
-        );
+        assert_rate(&learned, 50.0);
         // Measured, not guessed: slow start lifts it a quarter a second.
         assert_eq!(learned.slow_start, Some(SLOW_START_MEASURED));
     }
@@ -581,17 +575,13 @@ fn a_first_rate_measured_from_final_refusals_keeps_a_margin_under_them() {
     let t0 = Instant::now();
     learned.on_send(t0);
     refused_burst(&mut learned, &UNBOUNDED_START, t0, t0, Some(ms(9)));
-    assert!(
-        (learned.per_sec() - 1000.0 / 9.0).abs() < 1e-9,
-        "{}",
-        learned.per_sec()
-    );
+    assert_rate(&learned, 1000.0 / 9.0);
     learned.cap_at_refusal(&UNBOUNDED_START);
     let capped = 1000.0 / 9.0 * DECREASE;
-    assert!(capped < 0.9 * 100.0, "a margin under the bucket's rate");
+    assert_rate(&learned, capped);
     assert!(
-        (learned.per_sec() - capped).abs() < 1e-9,
-        "{}",
+        learned.per_sec() < 0.9 * 100.0,
+        "a margin under the bucket's rate: {}",
         learned.per_sec()
     );
     let mut at = t0;
@@ -599,11 +589,7 @@ fn a_first_rate_measured_from_final_refusals_keeps_a_margin_under_them() {
         at += ms(10);
         learned.on_success(&UNBOUNDED_START, at, at);
     }
-    assert!(
-        (learned.per_sec() - capped).abs() < 1e-9,
-        "{}",
-        learned.per_sec()
-    );
+    assert_rate(&learned, capped);
 }
 
 #[test]
@@ -624,19 +610,11 @@ fn final_refusals_of_one_congestion_event_cap_the_rate_once() {
     };
     let at = t0 + Duration::from_millis(20);
     assert_eq!(refuse(&mut learned, t0, at), 0);
-    assert!(
-        (learned.per_sec() - 50.0).abs() < 1e-9,
-        "{}",
-        learned.per_sec()
-    );
+    assert_rate(&learned, 50.0);
     assert_eq!(learned.refused_at, None);
     let (sent, at) = (at, at + Duration::from_millis(20));
     assert_eq!(refuse(&mut learned, sent, at), 1);
-    assert!(
-        (learned.per_sec() - 50.0 * DECREASE).abs() < 1e-9,
-        "{}",
-        learned.per_sec()
-    );
+    assert_rate(&learned, 50.0 * DECREASE);
     assert_eq!(learned.refused_at, Some(50.0 * DECREASE));
 }
 
@@ -674,11 +652,7 @@ fn final_refusals_in_doubt_or_standing_down_cap_nothing() {
             Throttle::Kept
         );
     }
-    assert!(
-        (learned.per_sec() - 100.0).abs() < 1e-9,
-        "{}",
-        learned.per_sec()
-    );
+    assert_rate(&learned, 100.0);
     assert_eq!(learned.refused_at, None);
 }
 
