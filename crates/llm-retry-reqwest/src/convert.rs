@@ -3,7 +3,8 @@
 use crate::last_uri::LastUri;
 use bytes::Bytes;
 use http_body::Body;
-use llm_retry::ReplayBody;
+use llm_retry::stream_guard::GuardedBody;
+use llm_retry::{ReplayBody, RetryBody};
 use reqwest::ResponseBuilderExt;
 use std::pin::Pin;
 use std::task::{Context, Waker};
@@ -11,6 +12,10 @@ use std::time::Duration;
 
 /// The request body as the engine holds it for every attempt.
 pub(crate) type AttemptBody = ReplayBody<reqwest::Body>;
+
+/// The final response's body as the engine hands it back, with or without
+/// the gate between its layers.
+pub(crate) type EngineBody = RetryBody<GuardedBody<reqwest::Body>>;
 
 /// What a reqwest request keeps outside `http::Request`, for rebuilding
 /// each attempt as reqwest sends it: its parsed URL (parsing one costs more
@@ -140,10 +145,64 @@ fn insert_url(extensions: &mut http::Extensions, url: reqwest::Url) {
 
 /// The engine's final response, as reqwest hands it to the caller: with its
 /// URL, its status and headers, and the report in its extensions.
-pub(crate) fn to_reqwest_response<B>(response: http::Response<B>) -> reqwest::Response
-where
-    B: Body<Data = Bytes> + Send + Sync + 'static,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    reqwest::Response::from(response.map(reqwest::Body::wrap))
+pub(crate) fn to_reqwest_response(response: http::Response<EngineBody>) -> reqwest::Response {
+    reqwest::Response::from(response.map(reqwest_body))
+}
+
+/// The engine's body as reqwest's. When no layer read any of it (an answer
+/// that passed straight through, as every first-try success of a
+/// non-streamed call does) it is the attempt's own body again, so reading
+/// it crosses no wrapper of the engine's and it is boxed no further;
+/// otherwise the engine's body, boxed once.
+fn reqwest_body(body: EngineBody) -> reqwest::Body {
+    match body.into_inner().map(GuardedBody::into_inner) {
+        Ok(Ok(own)) => own,
+        Ok(Err(guarded)) => reqwest::Body::wrap(guarded),
+        Err(read) => reqwest::Body::wrap(read),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use http_body_util::BodyExt;
+    use llm_retry::stream_guard::StreamGuardLayer;
+    use llm_retry::{BoxError, RetryLayer, RetryPolicy};
+    use tower::{service_fn, Layer, ServiceExt};
+
+    /// The engine's answer to one request, from an upstream whose answer
+    /// has `status` and a body of bytes.
+    async fn through_engine(status: u16) -> http::Response<EngineBody> {
+        let upstream = service_fn(
+            move |_: http::Request<ReplayBody<reqwest::Body>>| async move {
+                let mut response = http::Response::new(reqwest::Body::from("the answer"));
+                *response.status_mut() = http::StatusCode::from_u16(status).unwrap();
+                Ok::<_, BoxError>(response)
+            },
+        );
+        let policy = RetryPolicy::builder().max_retries(0).build().unwrap();
+        let stack = RetryLayer::new(policy).layer(StreamGuardLayer::new().layer(upstream));
+        let request = http::Request::new(reqwest::Body::from("{}"));
+        stack.oneshot(request).await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn an_answer_no_layer_read_reaches_reqwest_as_the_attempt_s_own_body() {
+        let body = reqwest_body(through_engine(200).await.into_body());
+        // Bytes stay bytes only when nothing wrapped them on the way.
+        assert_eq!(body.as_bytes(), Some(&b"the answer"[..]));
+    }
+
+    #[tokio::test]
+    async fn an_answer_read_to_classify_it_is_read_through_whole() {
+        let body = reqwest_body(through_engine(500).await.into_body());
+        assert_eq!(
+            body.as_bytes(),
+            None,
+            "the engine's body, not the attempt's"
+        );
+        let bytes = body.collect().await.unwrap().to_bytes();
+        assert_eq!(bytes, "the answer");
+    }
 }

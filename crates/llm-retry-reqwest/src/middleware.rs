@@ -2,12 +2,10 @@
 //! [`Middleware`].
 
 use crate::attempt::NextAttempt;
-use crate::convert;
+use crate::convert::{self, EngineBody};
 use crate::error;
 use crate::last_uri::LastUri;
-use bytes::Bytes;
 use http::Extensions;
-use http_body::Body;
 use llm_retry::stream_guard::StreamGuardLayer;
 use llm_retry::{BoxError, ClientLayer, RetryLayer, RetryPolicy, RetryReport};
 use reqwest_middleware::{Middleware, Next};
@@ -159,13 +157,9 @@ impl Middleware for RetryMiddleware {
 }
 
 /// The engine's answer as reqwest-middleware's.
-fn finish<B>(
-    result: Result<http::Response<B>, BoxError>,
-) -> reqwest_middleware::Result<reqwest::Response>
-where
-    B: Body<Data = Bytes> + Send + Sync + 'static,
-    B::Error: Into<BoxError>,
-{
+fn finish(
+    result: Result<http::Response<EngineBody>, BoxError>,
+) -> reqwest_middleware::Result<reqwest::Response> {
     result
         .map(convert::to_reqwest_response)
         .map_err(error::from_engine)

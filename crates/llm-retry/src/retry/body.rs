@@ -53,6 +53,22 @@ impl<B> RetryBody<B> {
     }
 }
 
+impl<B> RetryBody<B> {
+    /// The inner body, when the layer read none of it: a response that
+    /// passes straight through. A body whose start was read to classify it
+    /// comes back as it is, to be read through.
+    #[allow(
+        clippy::result_large_err,
+        reason = "the body itself comes back, as large as it was"
+    )]
+    pub fn into_inner(self) -> Result<B, RetryBody<B>> {
+        match self.kind {
+            Kind::Passthrough { inner } => Ok(inner),
+            kind @ Kind::Peeked { .. } => Err(RetryBody { kind }),
+        }
+    }
+}
+
 impl<B> std::fmt::Debug for RetryBody<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let kind = match self.kind {

@@ -69,6 +69,22 @@ impl<B> GuardedBody<B> {
     }
 }
 
+impl<B> GuardedBody<B> {
+    /// The inner body, when the guard did not watch it (an unguarded
+    /// response passes straight through). A guarded stream comes back as
+    /// it is: only it counts what reaches the caller.
+    #[allow(
+        clippy::result_large_err,
+        reason = "the body itself comes back, as large as it was"
+    )]
+    pub fn into_inner(self) -> Result<B, GuardedBody<B>> {
+        match self.kind {
+            Kind::Passthrough { inner } => Ok(inner),
+            kind @ Kind::Guarded { .. } => Err(GuardedBody { kind }),
+        }
+    }
+}
+
 impl<B> std::fmt::Debug for GuardedBody<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let kind = match self.kind {
