@@ -14,7 +14,7 @@ use crate::upstream::strip_unforwarded;
 use axum::body::Body;
 use axum::response::Response;
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use http_body_util::{BodyExt, Either, Full, Limited};
 use llm_retry::downstream::mark_give_up;
 use llm_retry::failover::{FailoverBody, FailoverError, FailoverReport, FailoverStop};
@@ -48,8 +48,13 @@ const STATE_PATHS: [&str; 6] = [
 ];
 
 /// The header that tells the client the gateway's own time for the
-/// request: everything to the answer's head but the targets' calls.
-const OVERHEAD_HEADER: &str = "x-llm-retry-gateway-overhead-ms";
+/// request: everything to the answer's head but the targets' calls. A
+/// name, not a string: a string is parsed and checked at every use.
+const OVERHEAD_HEADER: HeaderName = HeaderName::from_static("x-llm-retry-gateway-overhead-ms");
+
+/// The header a client may present the gateway's own key in, besides
+/// `Authorization`.
+const X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
 
 /// An answer's body before how it ends is told: an upstream's, counted in
 /// flight and under the stream idle timeout, or one the gateway made.
@@ -173,7 +178,7 @@ where
         }
         // The gateway's own key is for the gateway alone.
         parts.headers.remove(http::header::AUTHORIZATION);
-        parts.headers.remove("x-api-key");
+        parts.headers.remove(X_API_KEY);
     }
     if !safe_path(parts.uri.path()) {
         return unrouted(error(
@@ -271,7 +276,7 @@ fn presents(headers: &HeaderMap, key: &str) -> bool {
         .get(http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
-    let api_key = headers.get("x-api-key").and_then(|v| v.to_str().ok());
+    let api_key = headers.get(X_API_KEY).and_then(|v| v.to_str().ok());
     [bearer, api_key]
         .into_iter()
         .flatten()
