@@ -45,7 +45,8 @@
 //! - A request whose `state_bound` predicate holds (a provider-side
 //!   conversation) only ever goes to the first target.
 //! - A target with [`cooldown`](Target::cooldown) is skipped by every
-//!   request until the wait its provider named has passed.
+//!   request for the same model until the wait its provider named has
+//!   passed (providers limit each model apart).
 //! - A target with [`unhealthy_after`](Target::unhealthy_after) is skipped
 //!   by every request for a window once it failed that often within it.
 //! - With [`shared_marks`](Target::shared_marks), those two marks are also

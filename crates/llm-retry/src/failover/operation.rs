@@ -8,7 +8,7 @@ use super::overload::{self, Shape};
 use super::report::{
     AttemptOutcome, FailoverReport, FailoverStop, SkipReason, Suppression, TargetAttempt,
 };
-use super::target::Target;
+use super::target::{ModelTag, Target};
 use crate::deadline::Deadline;
 use crate::error::{BoxError, RetryError};
 use crate::hint::request_window;
@@ -58,6 +58,8 @@ pub(super) struct Operation<S> {
     last_error: Option<BoxError>,
     /// The slowest attempt so far: what one more attempt may take.
     slowest: Duration,
+    /// The model the request names: what the targets' cooldowns are kept for.
+    model: ModelTag,
 }
 
 /// How a round ended.
@@ -94,6 +96,7 @@ impl<S> Operation<S> {
             last_answer: None,
             last_error: None,
             slowest: Duration::ZERO,
+            model: ModelTag::default(),
         }
     }
 
@@ -119,6 +122,7 @@ impl<S> Operation<S> {
             Ok(body) => body,
             Err((stop, source)) => return Err(self.error(stop, source)),
         };
+        self.model = ModelTag::of(&body);
         // A target's retry stack waits and resends only within what the
         // failover has left: a named wait that would outlast it ends the
         // target's attempt at once, and the request moves on.
@@ -321,7 +325,11 @@ impl<S> Operation<S> {
                 });
                 if let Some(reset_in) = spent {
                     // No request left in the window: a rate limit.
-                    target.extend_cooldown(Instant::now() + reset_in.min(MAX_COOLDOWN), true);
+                    target.extend_cooldown(
+                        self.model,
+                        Instant::now() + reset_in.min(MAX_COOLDOWN),
+                        true,
+                    );
                 }
                 Verdict::Final
             }
@@ -383,7 +391,7 @@ impl<S> Operation<S> {
             }),
         };
         if let Some(wait) = rejection.wait {
-            target.extend_cooldown(now + wait.min(MAX_COOLDOWN), rate_limited);
+            target.extend_cooldown(self.model, now + wait.min(MAX_COOLDOWN), rate_limited);
         }
     }
 
@@ -391,7 +399,7 @@ impl<S> Operation<S> {
     /// request (learned in an earlier round) or for every request.
     fn cooling(&self, index: usize, target: &Target<S>, now: Instant) -> bool {
         let own = self.report.rounds > 1 && self.ready[index].is_some_and(|r| r.at > now);
-        own || target.cooldown_state(now).is_some()
+        own || target.cooldown_state(self.model, now).is_some()
     }
 
     fn spend(&mut self, sends: u32) {
@@ -423,7 +431,10 @@ impl<S> Operation<S> {
             .flatten()
             .filter(|r| !named || r.named)
             .map(|r| (r.at, r.rate_limited));
-        let shared = self.targets.iter().filter_map(|t| t.cooldown_state(now));
+        let shared = self
+            .targets
+            .iter()
+            .filter_map(|t| t.cooldown_state(self.model, now));
         // A target down for its failures comes back unnamed by any provider.
         let down = self
             .targets

@@ -1265,3 +1265,56 @@ async fn an_overload_handed_over_at_the_end_keeps_the_wait_it_named() {
 
 #[path = "shared_marks_tests.rs"]
 mod shared_marks;
+
+/// A request naming `model`, otherwise as [`request`] builds one.
+fn request_for(model: &str) -> Request<Full<Bytes>> {
+    let body = format!(r#"{{"model":"{model}","max_tokens":64,"messages":[]}}"#);
+    Request::post(format!("http://failover.invalid{PATH}"))
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cooldown_sets_a_target_aside_for_the_model_whose_limit_named_it_only() {
+    // Providers limit each model apart: `a` refuses one model for 30 s and
+    // serves the others.
+    let held = Route::always(rate_limited("30"));
+    let a = upstream(Route::by_model(
+        [("claude-opus-4-5", held)],
+        Route::always(Reply::anthropic_ok("a")),
+    ))
+    .await;
+    let b = upstream(Route::always(Reply::anthropic_ok("b"))).await;
+    let failover = Failover::builder(vec![target("a", &a).cooldown(), target("b", &b)])
+        .build()
+        .unwrap();
+    let send = |model: &'static str| {
+        let failover = failover.clone();
+        async move { report(&failover.oneshot(request_for(model)).await.unwrap()) }
+    };
+    let refused = send("claude-opus-4-5").await;
+    assert_eq!(
+        outcomes(&refused),
+        [
+            ("a", 1, "rejected rate_limited".to_owned()),
+            ("b", 1, "answered 200".to_owned())
+        ]
+    );
+    // Another model's requests still go to `a`, inside the held one's wait.
+    let other = send("claude-haiku-4-5").await;
+    assert_eq!(outcomes(&other), [("a", 1, "answered 200".to_owned())]);
+    // The held model's skip `a` until the wait its provider named passed.
+    let again = send("claude-opus-4-5").await;
+    assert_eq!(
+        outcomes(&again)[0],
+        ("a", 1, "skipped cooling_down".to_owned())
+    );
+    assert_eq!(a.request_count(), 2);
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let after = send("claude-opus-4-5").await;
+    assert_eq!(
+        outcomes(&after)[0],
+        ("a", 1, "rejected rate_limited".to_owned())
+    );
+}

@@ -4,6 +4,7 @@ use super::marks::{Mark, MarkKind, SharedMarks};
 use crate::error::BoxError;
 use bytes::Bytes;
 use http::request::Parts;
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -108,10 +109,12 @@ impl<S> Target<S> {
         self
     }
 
-    /// Skips this target, for every request through the failover, until a
-    /// wait its provider named has passed (at most a minute): after a rate
-    /// limit or overload naming a wait, or an answer whose rate-limit
-    /// headers say no request is left before the window resets. Off by
+    /// Skips this target, for every request through the failover that
+    /// names the same model, until a wait its provider named has passed (at
+    /// most a minute): after a rate limit or overload naming a wait, or an
+    /// answer whose rate-limit headers say no request is left before the
+    /// window resets. Providers limit each model apart, so requests for
+    /// another model (the body's top-level `model`) still go to it. Off by
     /// default.
     pub fn cooldown(mut self) -> Target<S> {
         self.cooldown = Some(Arc::new(Cooldown::default()));
@@ -130,30 +133,35 @@ impl<S> Target<S> {
 
     /// Shares this target's [cooldown](Self::cooldown) and
     /// [unhealthy mark](Self::unhealthy_after), whichever it keeps, through
-    /// `marks` under its name: other processes that name a target the same
-    /// with the same store skip it too. Give every process the same
-    /// settings for it.
+    /// `marks` under its name (a cooldown for a model under the name
+    /// followed by `#model:` and a tag of the model, the same in every
+    /// process): other processes that name a target the same with the same
+    /// store skip it too. Give every process the same settings for it.
     pub fn shared_marks(mut self, marks: Arc<dyn SharedMarks>) -> Target<S> {
         self.marks = Some(marks);
         self
     }
 
-    /// When the target's cooldown (its own or a shared one) ends, if it has
-    /// not yet, and whether a rate limit named it.
-    pub(super) fn cooldown_state(&self, now: Instant) -> Option<(Instant, bool)> {
-        let own = self.cooldown.as_ref()?.state(now);
-        let shared = self.shared(MarkKind::Cooldown, now);
+    /// When the target's cooldown for `model` (its own or a shared one)
+    /// ends, if it has not yet, and whether a rate limit named it.
+    pub(super) fn cooldown_state(&self, model: ModelTag, now: Instant) -> Option<(Instant, bool)> {
+        let own = self.cooldown.as_ref()?.state(model, now);
+        let shared = self
+            .marks
+            .as_ref()
+            .and_then(|marks| marks.read(&self.cooldown_name(model), MarkKind::Cooldown))
+            .filter(|mark| mark.until > now);
         later(own, shared.map(|m| (m.until, m.rate_limited)))
     }
 
-    /// Extends the cooldown, if the target keeps one, and shares it when
-    /// that moved its end (a burst of refusals naming the same end shares
-    /// it once).
-    pub(super) fn extend_cooldown(&self, until: Instant, rate_limited: bool) {
+    /// Extends the cooldown for `model`, if the target keeps one, and
+    /// shares it when that moved its end (a burst of refusals naming the
+    /// same end shares it once).
+    pub(super) fn extend_cooldown(&self, model: ModelTag, until: Instant, rate_limited: bool) {
         let Some(cooldown) = &self.cooldown else {
             return;
         };
-        if !cooldown.extend(until, rate_limited) {
+        if !cooldown.extend(model, until, rate_limited, Instant::now()) {
             return;
         }
         if let Some(marks) = &self.marks {
@@ -161,7 +169,17 @@ impl<S> Target<S> {
                 until,
                 rate_limited,
             };
-            marks.publish(&self.name, MarkKind::Cooldown, mark);
+            marks.publish(&self.cooldown_name(model), MarkKind::Cooldown, mark);
+        }
+    }
+
+    /// The name a cooldown for `model` is shared under: the target's own
+    /// for requests that name no model, else the target's with the
+    /// model's tag (which every process computes alike).
+    fn cooldown_name(&self, model: ModelTag) -> Cow<'_, str> {
+        match model.0 {
+            0 => Cow::Borrowed(&self.name),
+            tag => Cow::Owned(format!("{}#model:{tag:016x}", self.name)),
         }
     }
 
@@ -255,28 +273,74 @@ impl Health {
     }
 }
 
-/// Until when a target is skipped, shared by every request, and whether a
-/// rate limit (rather than an overload) named that wait.
+/// Which model of a request a cooldown is kept for: a fingerprint of the
+/// raw value of the body's top-level `model` member, 0 for a body that
+/// names none. Providers limit each model apart, so a wait named for one
+/// model sets no other aside. The same in every process and build (a
+/// shared mark names it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(super) struct ModelTag(u64);
+
+impl ModelTag {
+    /// The tag of the model `body` names.
+    pub(super) fn of(body: &[u8]) -> ModelTag {
+        let Some(model) = crate::recover::skimmed_model(body) else {
+            return ModelTag(0);
+        };
+        let mut hasher = siphasher::sip::SipHasher13::new();
+        std::hash::Hasher::write(&mut hasher, model);
+        ModelTag(std::hash::Hasher::finish(&hasher).max(1))
+    }
+}
+
+/// Models a target keeps a cooldown for at once. Past that, the one that
+/// ends soonest makes room: request bodies cannot make it hold more.
+const MAX_COOLING_MODELS: usize = 64;
+
+/// Until when a target is skipped by the requests for each model it was
+/// named a wait for, shared by every request, and whether a rate limit
+/// (rather than an overload) named that wait.
 #[derive(Debug, Default)]
-pub(super) struct Cooldown(Mutex<Option<(Instant, bool)>>);
+pub(super) struct Cooldown(Mutex<Vec<(ModelTag, Instant, bool)>>);
 
 impl Cooldown {
-    /// When the cooldown ends, if it has not yet, and whether a rate limit
-    /// named it.
-    pub(super) fn state(&self, now: Instant) -> Option<(Instant, bool)> {
-        let state = *self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        state.filter(|(until, _)| *until > now)
+    /// When the cooldown for `model` ends, if it has not yet, and whether
+    /// a rate limit named it.
+    pub(super) fn state(&self, model: ModelTag, now: Instant) -> Option<(Instant, bool)> {
+        let cooling = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        cooling
+            .iter()
+            .find(|(tag, until, _)| *tag == model && *until > now)
+            .map(|&(_, until, rate_limited)| (until, rate_limited))
     }
 
-    /// Extends the cooldown to at least `until`; `rate_limited` says what
-    /// named the wait, and is kept when it sets the end. Whether it did.
-    pub(super) fn extend(&self, until: Instant, rate_limited: bool) -> bool {
-        let mut current = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        let later = current.is_none_or(|(current, _)| current < until);
-        if later {
-            *current = Some((until, rate_limited));
+    /// Extends the cooldown for `model` to at least `until`; `rate_limited`
+    /// says what named the wait, and is kept when it sets the end. Whether
+    /// it did.
+    pub(super) fn extend(
+        &self,
+        model: ModelTag,
+        until: Instant,
+        rate_limited: bool,
+        now: Instant,
+    ) -> bool {
+        let mut cooling = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(entry) = cooling.iter_mut().find(|(tag, ..)| *tag == model) {
+            if entry.1 >= until {
+                return false;
+            }
+            *entry = (model, until, rate_limited);
+            return true;
         }
-        later
+        cooling.retain(|(_, end, _)| *end > now);
+        if cooling.len() >= MAX_COOLING_MODELS {
+            let soonest = (0..cooling.len()).min_by_key(|&i| cooling[i].1);
+            if let Some(i) = soonest {
+                cooling.swap_remove(i);
+            }
+        }
+        cooling.push((model, until, rate_limited));
+        true
     }
 }
 
@@ -314,4 +378,54 @@ fn opens_an_object(body: &[u8]) -> bool {
     body.iter()
         .find(|b| !b.is_ascii_whitespace())
         .is_some_and(|b| *b == b'{')
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn a_model_s_tag_is_its_own_wherever_it_is_named() {
+        let opus = ModelTag::of(br#"{"model":"claude-opus-4-5","max_tokens":8}"#);
+        assert_ne!(opus, ModelTag::default());
+        assert_eq!(
+            opus,
+            ModelTag::of(br#"{"max_tokens":64, "model": "claude-opus-4-5"}"#)
+        );
+        assert_ne!(opus, ModelTag::of(br#"{"model":"claude-haiku-4-5"}"#));
+        assert_eq!(ModelTag::of(b"not json"), ModelTag::default());
+        assert_eq!(ModelTag::of(br#"{"messages":[]}"#), ModelTag::default());
+    }
+
+    #[test]
+    fn a_cooldown_holds_each_model_apart_and_no_more_models_than_its_bound() {
+        let cooldown = Cooldown::default();
+        let now = Instant::now();
+        let at = |secs| now + Duration::from_secs(secs);
+        let bound = u64::try_from(MAX_COOLING_MODELS).unwrap_or(u64::MAX);
+        for tag in 1..=bound {
+            assert!(cooldown.extend(ModelTag(tag), at(10 + tag), true, now));
+        }
+        assert!(
+            !cooldown.extend(ModelTag(1), at(5), false, now),
+            "not sooner"
+        );
+        assert_eq!(cooldown.state(ModelTag(1), now), Some((at(11), true)));
+        assert_eq!(cooldown.state(ModelTag::default(), now), None);
+        // One more model: the one whose wait ends soonest makes room.
+        assert!(cooldown.extend(ModelTag(bound + 1), at(1), false, now));
+        assert_eq!(cooldown.state(ModelTag(1), now), None);
+        assert_eq!(cooldown.state(ModelTag(2), now), Some((at(12), true)));
+        assert_eq!(
+            cooldown.state(ModelTag(bound + 1), now),
+            Some((at(1), false))
+        );
+        assert_eq!(cooldown.0.lock().unwrap().len(), MAX_COOLING_MODELS);
+        // Ended waits make room before any running one does.
+        let later = at(2);
+        assert!(cooldown.extend(ModelTag(bound + 2), at(100), true, later));
+        assert_eq!(cooldown.state(ModelTag(2), later), Some((at(12), true)));
+        assert_eq!(cooldown.0.lock().unwrap().len(), MAX_COOLING_MODELS);
+    }
 }
