@@ -46,7 +46,8 @@
 //!   conversation) only ever goes to the first target.
 //! - A target with [`cooldown`](Target::cooldown) is skipped by every
 //!   request for the same model until the wait its provider named has
-//!   passed (providers limit each model apart).
+//!   passed (providers limit each model apart; a wait named to a request
+//!   naming no model, or one the target renamed, holds every model).
 //! - A target with [`unhealthy_after`](Target::unhealthy_after) is skipped
 //!   by every request for a window once it failed that often within it.
 //! - With [`shared_marks`](Target::shared_marks), those two marks are also

@@ -205,6 +205,7 @@ impl<S> Operation<S> {
                     return RoundEnd::Final(Err(self.error(FailoverStop::Rewrite, Some(error))));
                 }
             }
+            let cooling_tag = self.cooling_tag(target, body, &request_body);
             let request = Request::from_parts(request_parts, Full::new(request_body));
             let sent_at = Instant::now();
             let call = target.service.clone().oneshot(request);
@@ -233,9 +234,9 @@ impl<S> Operation<S> {
                 continue;
             };
             match result {
-                Ok(response) => match self.judge_answer(&response, target) {
+                Ok(response) => match self.judge_answer(&response, target, cooling_tag) {
                     Verdict::Rejected(rejection) => {
-                        self.rejected(index, target, rejection);
+                        self.rejected(index, target, rejection, cooling_tag);
                         not_throttled |= !throttled(rejection);
                         self.last_answer = Some((Arc::clone(&target.name), keep(response).await));
                     }
@@ -268,7 +269,7 @@ impl<S> Operation<S> {
                 },
                 Err(error) => match self.judge_error(&*error) {
                     Verdict::Rejected(rejection) => {
-                        self.rejected(index, target, rejection);
+                        self.rejected(index, target, rejection, cooling_tag);
                         not_throttled |= !throttled(rejection);
                         self.last_error = Some(error);
                     }
@@ -297,6 +298,7 @@ impl<S> Operation<S> {
         &mut self,
         response: &Response<ResBody>,
         target: &Target<S>,
+        cooling_tag: ModelTag,
     ) -> Verdict {
         let report = response.extensions().get::<RetryReport>();
         self.spend(report.map_or(1, |r| r.attempts));
@@ -326,7 +328,7 @@ impl<S> Operation<S> {
                 if let Some(reset_in) = spent {
                     // No request left in the window: a rate limit.
                     target.extend_cooldown(
-                        self.model,
+                        cooling_tag,
                         Instant::now() + reset_in.min(MAX_COOLDOWN),
                         true,
                     );
@@ -373,7 +375,13 @@ impl<S> Operation<S> {
 
     /// Notes a rejection: in the report, and its wait for this request (and
     /// for every request, when the target cools down).
-    fn rejected(&mut self, index: usize, target: &Target<S>, rejection: Rejection) {
+    fn rejected(
+        &mut self,
+        index: usize,
+        target: &Target<S>,
+        rejection: Rejection,
+        cooling_tag: ModelTag,
+    ) {
         self.record(target, AttemptOutcome::Rejected(rejection));
         failed(target);
         let now = Instant::now();
@@ -391,7 +399,22 @@ impl<S> Operation<S> {
             }),
         };
         if let Some(wait) = rejection.wait {
-            target.extend_cooldown(self.model, now + wait.min(MAX_COOLDOWN), rate_limited);
+            target.extend_cooldown(cooling_tag, now + wait.min(MAX_COOLDOWN), rate_limited);
+        }
+    }
+
+    /// Which of the target's models a wait its provider names for this
+    /// request's `sent` body holds: the model the request names, unless
+    /// the target's rewrite changed it (a deployment serving other models'
+    /// requests under one name), when it holds the target for every model.
+    fn cooling_tag(&self, target: &Target<S>, original: &Bytes, sent: &Bytes) -> ModelTag {
+        // A rewrite that left the body as it was (the same bytes) kept its
+        // model: no need to read it again.
+        let rewritten = sent.as_ptr() != original.as_ptr() || sent.len() != original.len();
+        if target.cooldown.is_some() && rewritten && ModelTag::of(sent) != self.model {
+            ModelTag::EVERY
+        } else {
+            self.model
         }
     }
 

@@ -1318,3 +1318,78 @@ async fn a_cooldown_sets_a_target_aside_for_the_model_whose_limit_named_it_only(
         ("a", 1, "rejected rate_limited".to_owned())
     );
 }
+
+/// `target("a", mock)` whose rewrite also sets the body's model to
+/// `model`, as a deployment serving every model's requests under one name.
+fn target_renaming_models(mock: &MockServer, model: &str) -> Target<Svc> {
+    let base = mock.url("");
+    let rename = super::set_model(model);
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let service = BoxCloneSyncService::new(client.map_err(BoxError::from));
+    Target::new("a", service).rewrite(move |parts, body| {
+        parts.uri = format!("{base}{}", parts.uri.path()).parse()?;
+        rename(parts, body)
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_wait_named_for_a_model_the_target_renamed_holds_it_for_every_model() {
+    let a = upstream(Route::always(rate_limited("30"))).await;
+    let b = upstream(Route::always(Reply::anthropic_ok("b"))).await;
+    let failover = Failover::builder(vec![
+        target_renaming_models(&a, "one-deployment").cooldown(),
+        target("b", &b),
+    ])
+    .build()
+    .unwrap();
+    let first = report(
+        &failover
+            .clone()
+            .oneshot(request_for("gpt-4o"))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        outcomes(&first)[0],
+        ("a", 1, "rejected rate_limited".to_owned())
+    );
+    // Its wait is the deployment's, whichever model a request names.
+    let other = report(&failover.oneshot(request_for("gpt-4o-mini")).await.unwrap());
+    assert_eq!(
+        outcomes(&other)[0],
+        ("a", 1, "skipped cooling_down".to_owned())
+    );
+    assert_eq!(a.request_count(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_wait_named_to_a_request_naming_no_model_holds_every_model() {
+    let a = upstream(Route::sequence([
+        rate_limited("30"),
+        Reply::anthropic_ok("a"),
+    ]))
+    .await;
+    let b = upstream(Route::always(Reply::anthropic_ok("b"))).await;
+    let failover = Failover::builder(vec![target("a", &a).cooldown(), target("b", &b)])
+        .build()
+        .unwrap();
+    let unnamed = Request::post(format!("http://failover.invalid{PATH}"))
+        .body(Full::new(Bytes::from_static(b"{}")))
+        .unwrap();
+    let first = report(&failover.clone().oneshot(unnamed).await.unwrap());
+    assert_eq!(
+        outcomes(&first)[0],
+        ("a", 1, "rejected rate_limited".to_owned())
+    );
+    let named = report(
+        &failover
+            .oneshot(request_for("claude-opus-4-5"))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        outcomes(&named)[0],
+        ("a", 1, "skipped cooling_down".to_owned())
+    );
+    assert_eq!(a.request_count(), 1);
+}

@@ -114,8 +114,10 @@ impl<S> Target<S> {
     /// most a minute): after a rate limit or overload naming a wait, or an
     /// answer whose rate-limit headers say no request is left before the
     /// window resets. Providers limit each model apart, so requests for
-    /// another model (the body's top-level `model`) still go to it. Off by
-    /// default.
+    /// another model (the body's top-level `model`) still go to it. A wait
+    /// named to a request that names no model, or whose model this
+    /// target's [`rewrite`](Self::rewrite) changed (one deployment serving
+    /// several models' requests), skips it for every model. Off by default.
     pub fn cooldown(mut self) -> Target<S> {
         self.cooldown = Some(Arc::new(Cooldown::default()));
         self
@@ -146,12 +148,18 @@ impl<S> Target<S> {
     /// ends, if it has not yet, and whether a rate limit named it.
     pub(super) fn cooldown_state(&self, model: ModelTag, now: Instant) -> Option<(Instant, bool)> {
         let own = self.cooldown.as_ref()?.state(model, now);
-        let shared = self
-            .marks
-            .as_ref()
-            .and_then(|marks| marks.read(&self.cooldown_name(model), MarkKind::Cooldown))
-            .filter(|mark| mark.until > now);
-        later(own, shared.map(|m| (m.until, m.rate_limited)))
+        let Some(marks) = &self.marks else {
+            return own;
+        };
+        let read = |tag| {
+            let mark = marks.read(&self.cooldown_name(tag), MarkKind::Cooldown)?;
+            (mark.until > now).then_some((mark.until, mark.rate_limited))
+        };
+        let every = later(own, read(ModelTag::EVERY));
+        if model == ModelTag::EVERY {
+            return every;
+        }
+        later(every, read(model))
     }
 
     /// Extends the cooldown for `model`, if the target keeps one, and
@@ -174,12 +182,12 @@ impl<S> Target<S> {
     }
 
     /// The name a cooldown for `model` is shared under: the target's own
-    /// for requests that name no model, else the target's with the
-    /// model's tag (which every process computes alike).
+    /// for one that holds every model, else the target's with the model's
+    /// tag (which every process computes alike).
     fn cooldown_name(&self, model: ModelTag) -> Cow<'_, str> {
-        match model.0 {
-            0 => Cow::Borrowed(&self.name),
-            tag => Cow::Owned(format!("{}#model:{tag:016x}", self.name)),
+        match model {
+            ModelTag::EVERY => Cow::Borrowed(&self.name),
+            ModelTag(tag) => Cow::Owned(format!("{}#model:{tag:016x}", self.name)),
         }
     }
 
@@ -274,18 +282,23 @@ impl Health {
 }
 
 /// Which model of a request a cooldown is kept for: a fingerprint of the
-/// raw value of the body's top-level `model` member, 0 for a body that
-/// names none. Providers limit each model apart, so a wait named for one
-/// model sets no other aside. The same in every process and build (a
-/// shared mark names it).
+/// raw value of the body's top-level `model` member. Providers limit each
+/// model apart, so a wait named for one model sets no other aside. The
+/// same in every process and build (a shared mark names it).
+/// [`ModelTag::EVERY`] (also the tag of a body that names no model) holds
+/// the target for every request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(super) struct ModelTag(u64);
 
 impl ModelTag {
+    /// A wait that holds the target for every model: one named to a request
+    /// that names none, or to one whose model the target's rewrite changed.
+    pub(super) const EVERY: ModelTag = ModelTag(0);
+
     /// The tag of the model `body` names.
     pub(super) fn of(body: &[u8]) -> ModelTag {
         let Some(model) = crate::recover::skimmed_model(body) else {
-            return ModelTag(0);
+            return ModelTag::EVERY;
         };
         let mut hasher = siphasher::sip::SipHasher13::new();
         std::hash::Hasher::write(&mut hasher, model);
@@ -304,14 +317,15 @@ const MAX_COOLING_MODELS: usize = 64;
 pub(super) struct Cooldown(Mutex<Vec<(ModelTag, Instant, bool)>>);
 
 impl Cooldown {
-    /// When the cooldown for `model` ends, if it has not yet, and whether
-    /// a rate limit named it.
+    /// When the cooldown for `model` (its own, or one for every model)
+    /// ends, if it has not yet, and whether a rate limit named it.
     pub(super) fn state(&self, model: ModelTag, now: Instant) -> Option<(Instant, bool)> {
         let cooling = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         cooling
             .iter()
-            .find(|(tag, until, _)| *tag == model && *until > now)
+            .filter(|(tag, until, _)| (*tag == model || *tag == ModelTag::EVERY) && *until > now)
             .map(|&(_, until, rate_limited)| (until, rate_limited))
+            .max_by_key(|(until, _)| *until)
     }
 
     /// Extends the cooldown for `model` to at least `until`; `rate_limited`
@@ -396,6 +410,19 @@ mod tests {
         assert_ne!(opus, ModelTag::of(br#"{"model":"claude-haiku-4-5"}"#));
         assert_eq!(ModelTag::of(b"not json"), ModelTag::default());
         assert_eq!(ModelTag::of(br#"{"messages":[]}"#), ModelTag::default());
+    }
+
+    #[test]
+    fn a_cooldown_for_every_model_holds_each_until_the_later_end() {
+        let cooldown = Cooldown::default();
+        let now = Instant::now();
+        let at = |secs| now + Duration::from_secs(secs);
+        assert!(cooldown.extend(ModelTag(7), at(5), true, now));
+        assert!(cooldown.extend(ModelTag::EVERY, at(3), false, now));
+        assert_eq!(cooldown.state(ModelTag(7), now), Some((at(5), true)));
+        assert_eq!(cooldown.state(ModelTag(8), now), Some((at(3), false)));
+        assert_eq!(cooldown.state(ModelTag::EVERY, now), Some((at(3), false)));
+        assert_eq!(cooldown.state(ModelTag(8), at(3)), None);
     }
 
     #[test]
