@@ -86,7 +86,8 @@ pub struct TargetConfig {
     pub first_content_timeout: Option<Duration>,
     /// Requests per minute the provider allows this key.
     pub requests_per_minute: Option<u32>,
-    /// Skip the target while a wait its provider named runs.
+    /// Skip the target, for the requests naming the same model, while a
+    /// wait its provider named runs.
     pub cooldown: bool,
     /// Skip the target for the window once it failed this many times
     /// within it: `(failures, window)`.

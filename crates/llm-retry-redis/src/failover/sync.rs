@@ -11,8 +11,8 @@ use tokio::time::Instant;
 /// A failover's marks, as [`SyncedEnds`](crate::ends::SyncedEnds) keeps them.
 pub(super) struct Marks;
 
-/// Marks known, by target (looked up by `&str`, with no allocation):
-/// `[cooldown, unhealthy]`.
+/// Marks known, by target (a cooldown for one model under the target's
+/// name with the model's tag), looked up by `&str`: `[cooldown, unhealthy]`.
 pub(super) type Known = HashMap<String, [Option<Mark>; 2]>;
 
 impl Entry for Marks {
@@ -20,8 +20,9 @@ impl Entry for Marks {
     type Value = Mark;
     type Known = Known;
     type Row = (String, u64, u8);
-    /// Two a target.
-    const MAX_PENDING: usize = 1024;
+    /// Two a target, and a cooldown for each model a target keeps one for
+    /// (at most 64): room for a few dozen busy targets.
+    const MAX_PENDING: usize = 4096;
 
     fn until(mark: &Mark) -> Instant {
         mark.until

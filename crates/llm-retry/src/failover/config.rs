@@ -22,8 +22,8 @@ const DEFAULT_MAX_WAITING_ROUNDS: usize = 64;
 /// The wait before the second round when no provider named one, from the
 /// end of the first; it doubles for each round after.
 pub(super) const UNNAMED_ROUND_WAIT: Duration = Duration::from_millis(500);
-/// The longest a target is skipped by every request after its provider
-/// named a wait: a bogus or huge one must not sideline it for hours.
+/// The longest a target is skipped by the requests for a model after its
+/// provider named a wait: a bogus or huge one must not sideline it for hours.
 pub(super) const MAX_COOLDOWN: Duration = Duration::from_secs(60);
 
 /// Decides whether a request is bound to provider state held by the first

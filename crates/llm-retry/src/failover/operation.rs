@@ -374,7 +374,8 @@ impl<S> Operation<S> {
     }
 
     /// Notes a rejection: in the report, and its wait for this request (and
-    /// for every request, when the target cools down).
+    /// for every request naming the model `cooling_tag` stands for, when
+    /// the target cools down).
     fn rejected(
         &mut self,
         index: usize,

@@ -65,8 +65,9 @@ impl FailoverReport {
     /// The targets a mark set aside, each with that mark, in the order
     /// they were met (a target set aside in several rounds is named in
     /// each): [`MarkKind::Cooldown`] while inside a wait its provider named
-    /// (for every request with [`cooldown`](super::Target::cooldown), or
-    /// for this one in a further round), [`MarkKind::Unhealthy`] after
+    /// (for every request naming the same model with
+    /// [`cooldown`](super::Target::cooldown), or for this one in a
+    /// further round), [`MarkKind::Unhealthy`] after
     /// failing too often ([`unhealthy_after`](super::Target::unhealthy_after)).
     /// A mark another process published through
     /// [`SharedMarks`](super::SharedMarks) counts as the target's own.

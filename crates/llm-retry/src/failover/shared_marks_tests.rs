@@ -89,6 +89,48 @@ async fn a_cooldown_learned_by_one_replica_is_honoured_by_the_other() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_cooldown_shared_for_one_model_leaves_the_target_to_the_others() {
+    let held = Route::always(rate_limited("30"));
+    let a = upstream(Route::by_model(
+        [("claude-opus-4-5", held)],
+        Route::always(Reply::anthropic_ok("a")),
+    ))
+    .await;
+    let b = upstream(Route::always(Reply::anthropic_ok("b"))).await;
+    let marks = Arc::new(InMemory::default());
+    let first = replica(&a, &b, &marks, Target::cooldown);
+    let second = replica(&a, &b, &marks, Target::cooldown);
+    let refused = report(&first.oneshot(request_for("claude-opus-4-5")).await.unwrap());
+    assert_eq!(
+        outcomes(&refused)[0],
+        ("a", 1, "rejected rate_limited".to_owned())
+    );
+    let other = report(
+        &second
+            .clone()
+            .oneshot(request_for("claude-haiku-4-5"))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(outcomes(&other), [("a", 1, "answered 200".to_owned())]);
+    let again = report(
+        &second
+            .oneshot(request_for("claude-opus-4-5"))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        outcomes(&again)[0],
+        ("a", 1, "skipped cooling_down".to_owned())
+    );
+    assert_eq!(
+        a.request_count(),
+        2,
+        "the second replica sent only the other model to a"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_target_one_replica_found_unhealthy_is_skipped_by_the_other() {
     let a = upstream(Route::always(Reply::overloaded())).await;
     let b = upstream(Route::always(Reply::anthropic_ok("b"))).await;

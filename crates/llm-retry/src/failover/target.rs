@@ -117,7 +117,10 @@ impl<S> Target<S> {
     /// another model (the body's top-level `model`) still go to it. A wait
     /// named to a request that names no model, or whose model this
     /// target's [`rewrite`](Self::rewrite) changed (one deployment serving
-    /// several models' requests), skips it for every model. Off by default.
+    /// several models' requests), skips it for every model. Where a
+    /// provider shares one limit among models (a model class, an alias
+    /// and its dated name), each of them meets one refusal before it is
+    /// skipped too. Off by default.
     pub fn cooldown(mut self) -> Target<S> {
         self.cooldown = Some(Arc::new(Cooldown::default()));
         self
@@ -297,7 +300,10 @@ impl ModelTag {
 
     /// The tag of the model `body` names.
     pub(super) fn of(body: &[u8]) -> ModelTag {
-        let Some(model) = crate::recover::skimmed_model(body) else {
+        // A string names a model; `null`, a number, or no member at all
+        // name none.
+        let named = crate::recover::skimmed_model(body).filter(|raw| raw.starts_with(b"\""));
+        let Some(model) = named else {
             return ModelTag::EVERY;
         };
         let mut hasher = siphasher::sip::SipHasher13::new();
@@ -306,8 +312,8 @@ impl ModelTag {
     }
 }
 
-/// Models a target keeps a cooldown for at once. Past that, the one that
-/// ends soonest makes room: request bodies cannot make it hold more.
+/// Models a target keeps a cooldown for at once. Past that, the wait that
+/// ends soonest gives way: request bodies cannot make it hold more.
 const MAX_COOLING_MODELS: usize = 64;
 
 /// Until when a target is skipped by the requests for each model it was
@@ -348,9 +354,13 @@ impl Cooldown {
         }
         cooling.retain(|(_, end, _)| *end > now);
         if cooling.len() >= MAX_COOLING_MODELS {
+            // The wait that ends soonest gives way, this one included.
             let soonest = (0..cooling.len()).min_by_key(|&i| cooling[i].1);
-            if let Some(i) = soonest {
-                cooling.swap_remove(i);
+            match soonest {
+                Some(i) if cooling[i].1 < until => {
+                    cooling.swap_remove(i);
+                }
+                _ => return false,
             }
         }
         cooling.push((model, until, rate_limited));
@@ -408,8 +418,10 @@ mod tests {
             ModelTag::of(br#"{"max_tokens":64, "model": "claude-opus-4-5"}"#)
         );
         assert_ne!(opus, ModelTag::of(br#"{"model":"claude-haiku-4-5"}"#));
-        assert_eq!(ModelTag::of(b"not json"), ModelTag::default());
-        assert_eq!(ModelTag::of(br#"{"messages":[]}"#), ModelTag::default());
+        assert_eq!(ModelTag::of(b"not json"), ModelTag::EVERY);
+        assert_eq!(ModelTag::of(br#"{"messages":[]}"#), ModelTag::EVERY);
+        assert_eq!(ModelTag::of(br#"{"model":null}"#), ModelTag::EVERY);
+        assert_eq!(ModelTag::of(br#"{"model":42}"#), ModelTag::EVERY);
     }
 
     #[test]
@@ -440,19 +452,21 @@ mod tests {
         );
         assert_eq!(cooldown.state(ModelTag(1), now), Some((at(11), true)));
         assert_eq!(cooldown.state(ModelTag::default(), now), None);
-        // One more model: the one whose wait ends soonest makes room.
-        assert!(cooldown.extend(ModelTag(bound + 1), at(1), false, now));
+        // One more model: the wait that ends soonest gives way, and a new
+        // one that would end sooner than any is not kept.
+        assert!(!cooldown.extend(ModelTag(bound + 1), at(1), false, now));
+        assert_eq!(cooldown.state(ModelTag(bound + 1), now), None);
+        assert_eq!(cooldown.state(ModelTag(1), now), Some((at(11), true)));
+        assert!(cooldown.extend(ModelTag(bound + 1), at(100), false, now));
         assert_eq!(cooldown.state(ModelTag(1), now), None);
         assert_eq!(cooldown.state(ModelTag(2), now), Some((at(12), true)));
-        assert_eq!(
-            cooldown.state(ModelTag(bound + 1), now),
-            Some((at(1), false))
-        );
+        let last = cooldown.state(ModelTag(bound + 1), now);
+        assert_eq!(last, Some((at(100), false)));
         assert_eq!(cooldown.0.lock().unwrap().len(), MAX_COOLING_MODELS);
         // Ended waits make room before any running one does.
-        let later = at(2);
-        assert!(cooldown.extend(ModelTag(bound + 2), at(100), true, later));
-        assert_eq!(cooldown.state(ModelTag(2), later), Some((at(12), true)));
-        assert_eq!(cooldown.0.lock().unwrap().len(), MAX_COOLING_MODELS);
+        let later = at(13);
+        assert!(cooldown.extend(ModelTag(bound + 2), at(20), true, later));
+        assert_eq!(cooldown.state(ModelTag(4), later), Some((at(14), true)));
+        assert_eq!(cooldown.0.lock().unwrap().len(), MAX_COOLING_MODELS - 1);
     }
 }
