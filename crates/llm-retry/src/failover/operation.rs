@@ -122,7 +122,10 @@ impl<S> Operation<S> {
             Ok(body) => body,
             Err((stop, source)) => return Err(self.error(stop, source)),
         };
-        self.model = ModelTag::of(&body);
+        // Read only where a target keeps a cooldown, the one thing it keys.
+        if self.targets.iter().any(|target| target.cooldown.is_some()) {
+            self.model = ModelTag::of(&body);
+        }
         // A target's retry stack waits and resends only within what the
         // failover has left: a named wait that would outlast it ends the
         // target's attempt at once, and the request moves on.
