@@ -566,10 +566,11 @@ async fn attempts_and_sends_stop_exactly_at_their_bounds() {
     assert_eq!(sent, 2 + 4);
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_cooling_target_is_skipped_by_later_requests_until_its_wait_passes() {
+/// `a` (cooling down) answering 429 naming `secs` once and then serving,
+/// before `b` always serving.
+async fn a_limited_once_then_b(secs: &str) -> (MockServer, MockServer, Failover<Svc>) {
     let a = upstream(Route::sequence([
-        rate_limited("5"),
+        rate_limited(secs),
         Reply::anthropic_ok("a"),
     ]))
     .await;
@@ -577,6 +578,12 @@ async fn a_cooling_target_is_skipped_by_later_requests_until_its_wait_passes() {
     let failover = Failover::builder(vec![target("a", &a).cooldown(), target("b", &b)])
         .build()
         .unwrap();
+    (a, b, failover)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cooling_target_is_skipped_by_later_requests_until_its_wait_passes() {
+    let (a, b, failover) = a_limited_once_then_b("5").await;
     for _ in 0..3 {
         assert_eq!(
             failover.clone().oneshot(request()).await.unwrap().status(),
@@ -1267,7 +1274,7 @@ async fn an_overload_handed_over_at_the_end_keeps_the_wait_it_named() {
 mod shared_marks;
 
 /// A request naming `model`, otherwise as [`request`] builds one.
-fn request_for(model: &str) -> Request<Full<Bytes>> {
+pub(super) fn request_for(model: &str) -> Request<Full<Bytes>> {
     let body = format!(r#"{{"model":"{model}","max_tokens":64,"messages":[]}}"#);
     Request::post(format!("http://failover.invalid{PATH}"))
         .header("content-type", "application/json")
@@ -1275,10 +1282,10 @@ fn request_for(model: &str) -> Request<Full<Bytes>> {
         .unwrap()
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_cooldown_sets_a_target_aside_for_the_model_whose_limit_named_it_only() {
-    // Providers limit each model apart: `a` refuses one model for 30 s and
-    // serves the others.
+/// `a`, refusing `claude-opus-4-5` with a 429 naming 30 s and serving
+/// every other model (providers limit each model apart), and `b`, always
+/// serving.
+pub(super) async fn one_model_held() -> (MockServer, MockServer) {
     let held = Route::always(rate_limited("30"));
     let a = upstream(Route::by_model(
         [("claude-opus-4-5", held)],
@@ -1286,6 +1293,12 @@ async fn a_cooldown_sets_a_target_aside_for_the_model_whose_limit_named_it_only(
     ))
     .await;
     let b = upstream(Route::always(Reply::anthropic_ok("b"))).await;
+    (a, b)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cooldown_sets_a_target_aside_for_the_model_whose_limit_named_it_only() {
+    let (a, b) = one_model_held().await;
     let failover = Failover::builder(vec![target("a", &a).cooldown(), target("b", &b)])
         .build()
         .unwrap();
@@ -1364,15 +1377,7 @@ async fn a_wait_named_for_a_model_the_target_renamed_holds_it_for_every_model() 
 
 #[tokio::test(start_paused = true)]
 async fn a_wait_named_to_a_request_naming_no_model_holds_every_model() {
-    let a = upstream(Route::sequence([
-        rate_limited("30"),
-        Reply::anthropic_ok("a"),
-    ]))
-    .await;
-    let b = upstream(Route::always(Reply::anthropic_ok("b"))).await;
-    let failover = Failover::builder(vec![target("a", &a).cooldown(), target("b", &b)])
-        .build()
-        .unwrap();
+    let (a, _b, failover) = a_limited_once_then_b("30").await;
     let unnamed = Request::post(format!("http://failover.invalid{PATH}"))
         .body(Full::new(Bytes::from_static(b"{}")))
         .unwrap();

@@ -90,13 +90,7 @@ async fn a_cooldown_learned_by_one_replica_is_honoured_by_the_other() {
 
 #[tokio::test(start_paused = true)]
 async fn a_cooldown_shared_for_one_model_leaves_the_target_to_the_others() {
-    let held = Route::always(rate_limited("30"));
-    let a = upstream(Route::by_model(
-        [("claude-opus-4-5", held)],
-        Route::always(Reply::anthropic_ok("a")),
-    ))
-    .await;
-    let b = upstream(Route::always(Reply::anthropic_ok("b"))).await;
+    let (a, b) = one_model_held().await;
     let marks = Arc::new(InMemory::default());
     let first = replica(&a, &b, &marks, Target::cooldown);
     let second = replica(&a, &b, &marks, Target::cooldown);
