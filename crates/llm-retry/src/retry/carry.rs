@@ -24,9 +24,14 @@
 //! learn: its gate sits right below it and takes the offer, so its
 //! requests are offered their link from the first (`Retry::over_gate`).
 //!
-//! The verdict is shared by the service's clones and changes only that
-//! way. A stack whose requests take different paths (a `Steer` with a
-//! deferred gate on one branch only) is settled by its first request.
+//! The verdict is shared by the service's clones, and by every service
+//! one [`RetryLayer`](crate::RetryLayer) (or a clone of it) builds, so a
+//! stack made per request (a client middleware's) settles it once; it
+//! changes only that way. A stack whose requests take different paths (a
+//! `Steer` with a deferred gate on one branch only), or one layer building
+//! stacks with a gate and stacks without, is settled by its first request;
+//! a gate met on a path the verdict says has none unsettles it again, its
+//! first attempt going without the link, as above.
 
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
