@@ -1,6 +1,6 @@
 //! [`RetryLayer`]: configuration only.
 
-use super::carry::Carriage;
+use super::carry::Carriages;
 use super::Retry;
 use crate::hooks::RetryHooks;
 use crate::policy::RetryPolicy;
@@ -33,10 +33,11 @@ use tower::Layer;
 #[derive(Debug, Clone, Default)]
 pub struct RetryLayer {
     policy: RetryPolicy,
-    /// How the requests of every service this layer (or a clone of it)
-    /// builds carry their gate link, learned from the first: a stack made
-    /// per request learns it once, not at every request.
-    carriage: Carriage,
+    /// How the requests of the services this layer (or a clone of it)
+    /// builds carry their gate link, learned from the first of each type
+    /// of service: a stack made per request learns it once, not at every
+    /// request.
+    carriages: Carriages,
 }
 
 impl RetryLayer {
@@ -44,7 +45,7 @@ impl RetryLayer {
     pub fn new(policy: RetryPolicy) -> RetryLayer {
         RetryLayer {
             policy,
-            carriage: Carriage::default(),
+            carriages: Carriages::default(),
         }
     }
 
@@ -66,6 +67,6 @@ impl<S> Layer<S> for RetryLayer {
     type Service = Retry<S>;
 
     fn layer(&self, inner: S) -> Retry<S> {
-        Retry::new(inner, self.policy.clone(), self.carriage.clone())
+        Retry::new(inner, self.policy.clone(), self.carriages.of::<S>())
     }
 }
