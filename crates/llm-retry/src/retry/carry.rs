@@ -24,17 +24,17 @@
 //! learn: its gate sits right below it and takes the offer, so its
 //! requests are offered their link from the first (`Retry::over_gate`).
 //!
-//! The verdict is shared by the service's clones, and by every service of
-//! the same type one [`RetryLayer`](crate::RetryLayer) (or a clone of it)
-//! builds, so a stack made per request (a client middleware's) settles it
-//! once; it changes only that way. A stack whose requests take different
-//! paths (a `Steer` with a deferred gate on one branch only), or boxed
-//! stacks of different shapes built by one layer, are settled by the first
-//! request; a gate met on a path the verdict says has none unsettles it
-//! again, its first attempt going without the link, as above.
+//! The verdict is shared by the service's clones, and by every service
+//! one [`RetryLayer`](crate::RetryLayer) (or a clone of it) builds, so a
+//! stack made per request (a client middleware's) settles it once; it
+//! changes only that way. A stack whose requests take different paths (a
+//! `Steer` with a deferred gate on one branch only), or one layer building
+//! stacks with a gate and stacks without, is settled by its first request;
+//! a gate met on a path the verdict says has none unsettles it again, its
+//! first attempt going without the link, as above.
 
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 const UNSETTLED: u8 = 0;
 const OFFER: u8 = 1;
@@ -92,60 +92,5 @@ impl Carriage {
         let _ = self
             .0
             .compare_exchange(NO_GATE, UNSETTLED, Ordering::Relaxed, Ordering::Relaxed);
-    }
-}
-
-/// Service types a layer keeps a verdict for; past that, a service of
-/// another type learns on its own.
-const MAX_SHARED_TYPES: usize = 16;
-
-/// The verdicts of the services one layer (and its clones) builds, one per
-/// type of service: stacks of one type are built alike, and one whose gate
-/// sits behind another task (a `Buffer`'s) is of another type than one
-/// whose gate the offer reaches, so neither settles the other's.
-#[derive(Debug, Clone, Default)]
-pub(super) struct Carriages(Arc<Mutex<Vec<(&'static str, Carriage)>>>);
-
-impl Carriages {
-    /// The verdict services of type `S` share.
-    pub(super) fn of<S>(&self) -> Carriage {
-        let name = std::any::type_name::<S>();
-        let mut kept = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((_, carriage)) = kept.iter().find(|(kept, _)| *kept == name) {
-            return carriage.clone();
-        }
-        let carriage = Carriage::default();
-        if kept.len() < MAX_SHARED_TYPES {
-            kept.push((name, carriage.clone()));
-        }
-        carriage
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-    use super::*;
-
-    fn same(a: &Carriage, b: &Carriage) -> bool {
-        Arc::ptr_eq(&a.0, &b.0)
-    }
-
-    #[test]
-    fn services_of_one_type_share_a_verdict_and_no_more_types_are_kept_than_the_bound() {
-        let carriages = Carriages::default();
-        assert!(same(&carriages.of::<u8>(), &carriages.clone().of::<u8>()));
-        assert!(!same(&carriages.of::<u8>(), &carriages.of::<u16>()));
-        macro_rules! of_each {
-            ($($n:literal)*) => { $( let _ = carriages.of::<[u8; $n]>(); )* };
-        }
-        of_each!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17);
-        assert_eq!(carriages.0.lock().unwrap().len(), MAX_SHARED_TYPES);
-        // Past the bound a type learns on its own.
-        assert!(!same(
-            &carriages.of::<[u8; 17]>(),
-            &carriages.of::<[u8; 17]>()
-        ));
-        assert!(same(&carriages.of::<u8>(), &carriages.of::<u8>()));
     }
 }

@@ -197,26 +197,6 @@ async fn a_gate_on_another_task_keeps_getting_the_link_in_extensions() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_layer_s_stack_of_another_shape_learns_its_own_carriage() {
-    let policy = RetryPolicy::builder()
-        .max_retries(0)
-        .no_budget()
-        .build()
-        .unwrap();
-    let layer = RetryLayer::new(policy);
-    // A stack whose gate the offer reaches settles on offering alone ...
-    let direct = layer.layer(gated(upstream(Seen::default())));
-    assert_eq!(send(&direct, "/ok").await, StatusCode::OK);
-    assert_eq!(send(&direct, "/ok").await, StatusCode::OK);
-    // ... which would never reach a gate on another task: a stack of that
-    // shape, from the same layer, still carries the link.
-    let seen = Seen::default();
-    let svc = layer.layer(Deferred(gated(upstream(seen.clone()))));
-    the_key_is_held_after_a_429(&svc, &seen).await;
-    assert_eq!(linked(&seen), [true, true, true]);
-}
-
-#[tokio::test(start_paused = true)]
 async fn a_gate_under_a_gate_gets_the_link_when_the_first_calls_it() {
     let seen = Seen::default();
     let layer = RateLimitLayer::new(Quotas::none()).unwrap();

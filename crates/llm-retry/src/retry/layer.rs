@@ -1,6 +1,6 @@
 //! [`RetryLayer`]: configuration only.
 
-use super::carry::Carriages;
+use super::carry::Carriage;
 use super::Retry;
 use crate::hooks::RetryHooks;
 use crate::policy::RetryPolicy;
@@ -33,11 +33,10 @@ use tower::Layer;
 #[derive(Debug, Clone, Default)]
 pub struct RetryLayer {
     policy: RetryPolicy,
-    /// How the requests of the services this layer (or a clone of it)
-    /// builds carry their gate link, learned from the first of each type
-    /// of service: a stack made per request learns it once, not at every
-    /// request.
-    carriages: Carriages,
+    /// How the requests of every service this layer (or a clone of it)
+    /// builds carry their gate link, learned from the first: a stack made
+    /// per request learns it once, not at every request.
+    carriage: Carriage,
 }
 
 impl RetryLayer {
@@ -45,7 +44,7 @@ impl RetryLayer {
     pub fn new(policy: RetryPolicy) -> RetryLayer {
         RetryLayer {
             policy,
-            carriages: Carriages::default(),
+            carriage: Carriage::default(),
         }
     }
 
@@ -67,6 +66,6 @@ impl<S> Layer<S> for RetryLayer {
     type Service = Retry<S>;
 
     fn layer(&self, inner: S) -> Retry<S> {
-        Retry::new(inner, self.policy.clone(), self.carriages.of::<S>())
+        Retry::new(inner, self.policy.clone(), self.carriage.clone())
     }
 }
