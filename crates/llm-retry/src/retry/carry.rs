@@ -24,14 +24,9 @@
 //! learn: its gate sits right below it and takes the offer, so its
 //! requests are offered their link from the first (`Retry::over_gate`).
 //!
-//! The verdict is shared by the service's clones, and by every service
-//! one [`RetryLayer`](crate::RetryLayer) (or a clone of it) builds, so a
-//! stack made per request (a client middleware's) settles it once; it
-//! changes only that way. A stack whose requests take different paths (a
-//! `Steer` with a deferred gate on one branch only), or one layer building
-//! stacks with a gate and stacks without, is settled by its first request;
-//! a gate met on a path the verdict says has none unsettles it again, its
-//! first attempt going without the link, as above.
+//! The verdict is shared by the service's clones and changes only that
+//! way. A stack whose requests take different paths (a `Steer` with a
+//! deferred gate on one branch only) is settled by its first request.
 
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;

@@ -111,50 +111,6 @@ async fn requests_that_meet_no_gate_carry_no_extension_after_the_first() {
     assert_eq!(linked(&seen), [true, false, false, false]);
 }
 
-#[tokio::test(start_paused = true)]
-async fn stacks_one_layer_makes_per_request_learn_from_the_first_request_only() {
-    let seen = Seen::default();
-    let policy = RetryPolicy::builder()
-        .max_retries(0)
-        .no_budget()
-        .build()
-        .unwrap();
-    let layer = RetryLayer::new(policy);
-    for _ in 0..3 {
-        // A stack made for each request, as a client middleware makes it.
-        let svc = layer.layer(upstream(seen.clone()));
-        assert_eq!(send(&svc, "/ok").await, StatusCode::OK);
-    }
-    // A clone of the layer shares it too.
-    let svc = layer.clone().layer(upstream(seen.clone()));
-    assert_eq!(send(&svc, "/ok").await, StatusCode::OK);
-    assert_eq!(linked(&seen), [true, false, false, false]);
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_gate_met_by_a_stack_of_a_layer_whose_first_stack_had_none_gets_the_link() {
-    let seen = Seen::default();
-    let policy = RetryPolicy::builder()
-        .max_retries(0)
-        .no_budget()
-        .build()
-        .unwrap();
-    let layer = RetryLayer::new(policy);
-    // The layer's first stack meets no gate, and settles the verdict so.
-    let bare = layer.layer(upstream(seen.clone()));
-    assert_eq!(send(&bare, "/ok").await, StatusCode::OK);
-    // A stack over a gate, from the same layer: its first request finds
-    // the gate unannounced; from the next on, the 429's wait reaches it.
-    let gate = gated(upstream(seen.clone()));
-    let svc = layer.layer(gate);
-    assert_eq!(send(&svc, "/unannounced").await, StatusCode::OK);
-    let start = Instant::now();
-    assert_eq!(send(&svc, "/busy").await, StatusCode::TOO_MANY_REQUESTS);
-    assert_eq!(send(&svc, "/next").await, StatusCode::OK);
-    let next = seen.lock().unwrap().last().unwrap().2;
-    assert_eq!(next - start, Duration::from_secs(2), "the key was held");
-}
-
 /// Calls its inner service from a task of its own, as a buffer's worker
 /// does (the gate tests' `Deferred` calls it later on the same task, which
 /// the offer reaches).

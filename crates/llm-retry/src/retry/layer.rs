@@ -1,6 +1,5 @@
 //! [`RetryLayer`]: configuration only.
 
-use super::carry::Carriage;
 use super::Retry;
 use crate::hooks::RetryHooks;
 use crate::policy::RetryPolicy;
@@ -33,19 +32,12 @@ use tower::Layer;
 #[derive(Debug, Clone, Default)]
 pub struct RetryLayer {
     policy: RetryPolicy,
-    /// How the requests of every service this layer (or a clone of it)
-    /// builds carry their gate link, learned from the first: a stack made
-    /// per request learns it once, not at every request.
-    carriage: Carriage,
 }
 
 impl RetryLayer {
     /// A layer retrying by `policy`.
     pub fn new(policy: RetryPolicy) -> RetryLayer {
-        RetryLayer {
-            policy,
-            carriage: Carriage::default(),
-        }
+        RetryLayer { policy }
     }
 
     /// Calls `hooks` on every retry, recovery and give-up: the same as
@@ -66,6 +58,6 @@ impl<S> Layer<S> for RetryLayer {
     type Service = Retry<S>;
 
     fn layer(&self, inner: S) -> Retry<S> {
-        Retry::new(inner, self.policy.clone(), self.carriage.clone())
+        Retry::new(inner, self.policy.clone())
     }
 }

@@ -17,18 +17,17 @@ use tower::Service;
 pub struct Retry<S> {
     inner: S,
     policy: RetryPolicy,
-    /// How requests carry their gate link, learned from the first ones
-    /// (shared with every service its layer built); `None` where a gate
-    /// sits right below, which the offer reaches.
+    /// How requests carry their gate link, learned from the first ones;
+    /// `None` where a gate sits right below, which the offer reaches.
     carriage: Option<Carriage>,
 }
 
 impl<S> Retry<S> {
-    pub(super) fn new(inner: S, policy: RetryPolicy, carriage: Carriage) -> Retry<S> {
+    pub(super) fn new(inner: S, policy: RetryPolicy) -> Retry<S> {
         Retry {
             inner,
             policy,
-            carriage: Some(carriage),
+            carriage: Some(Carriage::default()),
         }
     }
 
