@@ -103,7 +103,9 @@ impl RetryMiddleware {
     pub fn retry_only(layer: RetryLayer) -> RetryMiddleware {
         RetryMiddleware {
             stack: Stack::RetryOnly {
-                retry: layer,
+                // The stack is made for each request, and nothing below
+                // it in this crate is a gate.
+                retry: layer.no_gate_below(),
                 stream_guard: StreamGuardLayer::new(),
             },
             last_uri: Arc::default(),

@@ -23,6 +23,10 @@
 //! A [`ClientLayer`](crate::ClientLayer)'s retry loop has nothing to
 //! learn: its gate sits right below it and takes the offer, so its
 //! requests are offered their link from the first (`Retry::over_gate`).
+//! Nor has a layer told there is no gate below
+//! ([`RetryLayer::no_gate_below`](crate::RetryLayer::no_gate_below), for
+//! stacks made per request): its services start settled on no gate, and a
+//! gate met all the same unsettles them as above.
 //!
 //! The verdict is shared by the service's clones and changes only that
 //! way. A stack whose requests take different paths (a `Steer` with a
@@ -54,6 +58,12 @@ pub(super) enum Carry {
 }
 
 impl Carriage {
+    /// A verdict settled from the start: no gate is below (see
+    /// [`RetryLayer::no_gate_below`](crate::RetryLayer::no_gate_below)).
+    pub(super) fn no_gate() -> Carriage {
+        Carriage(Arc::new(AtomicU8::new(NO_GATE)))
+    }
+
     /// How the next request carries its link.
     pub(super) fn next(&self) -> Carry {
         match self.0.load(Ordering::Relaxed) {

@@ -111,6 +111,42 @@ async fn requests_that_meet_no_gate_carry_no_extension_after_the_first() {
     assert_eq!(linked(&seen), [true, false, false, false]);
 }
 
+/// A layer told there is no gate below, retrying nothing.
+fn no_gate_below() -> RetryLayer {
+    let policy = RetryPolicy::builder()
+        .max_retries(0)
+        .no_budget()
+        .build()
+        .unwrap();
+    RetryLayer::new(policy).no_gate_below()
+}
+
+#[tokio::test(start_paused = true)]
+async fn stacks_made_per_request_under_a_layer_told_there_is_no_gate_carry_no_link() {
+    let seen = Seen::default();
+    let layer = no_gate_below();
+    for _ in 0..3 {
+        // A stack made for each request, as a client middleware makes it.
+        let svc = layer.layer(upstream(seen.clone()));
+        assert_eq!(send(&svc, "/ok").await, StatusCode::OK);
+    }
+    assert_eq!(linked(&seen), [false, false, false]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_gate_below_a_layer_told_there_is_none_hears_from_the_next_request_on() {
+    let seen = Seen::default();
+    let svc = no_gate_below().layer(gated(upstream(seen.clone())));
+    // The first request finds the gate unannounced; from the next on the
+    // 429's wait reaches it through the link.
+    assert_eq!(send(&svc, "/unannounced").await, StatusCode::OK);
+    let start = Instant::now();
+    assert_eq!(send(&svc, "/busy").await, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(send(&svc, "/next").await, StatusCode::OK);
+    let next = seen.lock().unwrap().last().unwrap().2;
+    assert_eq!(next - start, Duration::from_secs(2), "the key was held");
+}
+
 /// Calls its inner service from a task of its own, as a buffer's worker
 /// does (the gate tests' `Deferred` calls it later on the same task, which
 /// the offer reaches).

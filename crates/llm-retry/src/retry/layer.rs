@@ -1,5 +1,6 @@
 //! [`RetryLayer`]: configuration only.
 
+use super::carry::Carriage;
 use super::Retry;
 use crate::hooks::RetryHooks;
 use crate::policy::RetryPolicy;
@@ -32,12 +33,33 @@ use tower::Layer;
 #[derive(Debug, Clone, Default)]
 pub struct RetryLayer {
     policy: RetryPolicy,
+    /// Its services start settled on no gate below them.
+    no_gate_below: bool,
 }
 
 impl RetryLayer {
     /// A layer retrying by `policy`.
     pub fn new(policy: RetryPolicy) -> RetryLayer {
-        RetryLayer { policy }
+        RetryLayer {
+            policy,
+            no_gate_below: false,
+        }
+    }
+
+    /// Says that no rate-limit gate ([`RateLimitLayer`](crate::rate_limit::RateLimitLayer))
+    /// sits below this layer's services: their requests neither carry a
+    /// link for one nor read the body ahead for its key, from the first.
+    ///
+    /// A service learns this on its own from its first request, which
+    /// carries the link in its extensions to find out; a stack made anew
+    /// for every request (a client middleware's, whose inner service
+    /// borrows the call) would pay for that at every request. A gate
+    /// below all the same gets the first attempt of each new service's
+    /// first request without the link (it neither knows the request's
+    /// bounds nor hears its answer); the service's later requests carry it.
+    pub fn no_gate_below(mut self) -> RetryLayer {
+        self.no_gate_below = true;
+        self
     }
 
     /// Calls `hooks` on every retry, recovery and give-up: the same as
@@ -58,6 +80,11 @@ impl<S> Layer<S> for RetryLayer {
     type Service = Retry<S>;
 
     fn layer(&self, inner: S) -> Retry<S> {
-        Retry::new(inner, self.policy.clone())
+        let carriage = if self.no_gate_below {
+            Carriage::no_gate()
+        } else {
+            Carriage::default()
+        };
+        Retry::new(inner, self.policy.clone(), carriage)
     }
 }

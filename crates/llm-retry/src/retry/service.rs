@@ -23,11 +23,11 @@ pub struct Retry<S> {
 }
 
 impl<S> Retry<S> {
-    pub(super) fn new(inner: S, policy: RetryPolicy) -> Retry<S> {
+    pub(super) fn new(inner: S, policy: RetryPolicy, carriage: Carriage) -> Retry<S> {
         Retry {
             inner,
             policy,
-            carriage: Some(Carriage::default()),
+            carriage: Some(carriage),
         }
     }
 
