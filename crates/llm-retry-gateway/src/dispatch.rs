@@ -29,8 +29,8 @@ use tracing::Instrument;
 /// sensitive, so a `Debug` of the headers prints no secret.
 const SENSITIVE: [HeaderName; 4] = [
     header::AUTHORIZATION,
-    HeaderName::from_static("x-api-key"),
-    HeaderName::from_static("api-key"),
+    crate::upstream::X_API_KEY,
+    crate::upstream::API_KEY,
     header::COOKIE,
 ];
 

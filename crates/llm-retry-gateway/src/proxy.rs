@@ -52,10 +52,6 @@ const STATE_PATHS: [&str; 6] = [
 /// name, not a string: a string is parsed and checked at every use.
 const OVERHEAD_HEADER: HeaderName = HeaderName::from_static("x-llm-retry-gateway-overhead-ms");
 
-/// The header a client may present the gateway's own key in, besides
-/// `Authorization`.
-const X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
-
 /// An answer's body before how it ends is told: an upstream's, counted in
 /// flight and under the stream idle timeout, or one the gateway made.
 type Answered = Either<Counted<Idle<FailoverBody<Body>>>, Body>;
@@ -178,7 +174,7 @@ where
         }
         // The gateway's own key is for the gateway alone.
         parts.headers.remove(http::header::AUTHORIZATION);
-        parts.headers.remove(X_API_KEY);
+        parts.headers.remove(crate::upstream::X_API_KEY);
     }
     if !safe_path(parts.uri.path()) {
         return unrouted(error(
@@ -276,7 +272,9 @@ fn presents(headers: &HeaderMap, key: &str) -> bool {
         .get(http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
-    let api_key = headers.get(X_API_KEY).and_then(|v| v.to_str().ok());
+    let api_key = headers
+        .get(crate::upstream::X_API_KEY)
+        .and_then(|v| v.to_str().ok());
     [bearer, api_key]
         .into_iter()
         .flatten()

@@ -25,13 +25,19 @@ use tower::{Layer, ServiceExt};
 pub(crate) type TargetService =
     BoxCloneSyncService<Request<Full<Bytes>>, Response<axum::body::Body>, BoxError>;
 
+/// The credential header Anthropic's API reads.
+pub(crate) const X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
+
+/// The credential header Azure OpenAI reads.
+pub(crate) const API_KEY: HeaderName = HeaderName::from_static("api-key");
+
 /// Credential headers a client may send, and the headers that choose
 /// which account a key bills: never forwarded to a target that has a
 /// credential of its own.
 const CREDENTIAL_HEADERS: [HeaderName; 5] = [
     header::AUTHORIZATION,
-    HeaderName::from_static("x-api-key"),
-    HeaderName::from_static("api-key"),
+    X_API_KEY,
+    API_KEY,
     HeaderName::from_static("openai-organization"),
     HeaderName::from_static("openai-project"),
 ];

@@ -413,8 +413,8 @@ fn target(
     let auth_written = text(&file.auth);
     let auth = match auth_written.as_deref() {
         None | Some("bearer") => None,
-        Some("x-api-key") => Some(HeaderName::from_static("x-api-key")),
-        Some("api-key") => Some(HeaderName::from_static("api-key")),
+        Some("x-api-key") => Some(crate::upstream::X_API_KEY),
+        Some("api-key") => Some(crate::upstream::API_KEY),
         Some(other) => {
             return Err((
                 "auth",
