@@ -412,13 +412,17 @@ impl<S> Operation<S> {
     /// the target's rewrite changed it (a deployment serving other models'
     /// requests under one name), when it holds the target for every model.
     fn cooling_tag(&self, target: &Target<S>, original: &Bytes, sent: &Bytes) -> ModelTag {
-        // A rewrite that left the body as it was (the same bytes) kept its
-        // model: no need to read it again.
-        let rewritten = sent.as_ptr() != original.as_ptr() || sent.len() != original.len();
-        if target.cooldown.is_some() && rewritten && ModelTag::of(sent) != self.model {
-            ModelTag::EVERY
-        } else {
+        // Nothing to read again: no cooldown to key, a request naming no
+        // model (held for every model already), or a body the rewrite left
+        // as it was (the same bytes).
+        let kept = sent.as_ptr() == original.as_ptr() && sent.len() == original.len();
+        if target.cooldown.is_none() || self.model == ModelTag::EVERY || kept {
+            return self.model;
+        }
+        if ModelTag::of(sent) == self.model {
             self.model
+        } else {
+            ModelTag::EVERY
         }
     }
 
