@@ -256,6 +256,14 @@ impl Learned {
         }
     }
 
+    /// Its sends began at `since`, before it had a state, and `served` of
+    /// them were served: an unmeasured key's measurement starts there.
+    pub(super) fn began(&mut self, since: Instant, served: u32) {
+        if self.unmeasured() {
+            self.first = Some((since, served));
+        }
+    }
+
     /// A send booked at `now`: an unmeasured key's measurement starts.
     pub(super) fn on_send(&mut self, now: Instant) {
         if self.unmeasured() && self.first.is_none() {

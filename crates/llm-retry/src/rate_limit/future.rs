@@ -53,6 +53,8 @@ struct Ticket {
     /// Whether the send was made (past its turn it may still wait for a
     /// slot in flight).
     sent: bool,
+    /// Whether a quiet gate let it go unkeyed (`key` is no key then).
+    unkeyed: bool,
     /// Until asked, once its turn came here: the fleet, where the gate
     /// shares (for a hold another replica set, and its turns in the key's
     /// shared paces).
@@ -63,7 +65,7 @@ impl Drop for Ticket {
     /// A send dropped (or refused) before it was sent gives up what it
     /// booked, so the sends queued behind it do not wait for it.
     fn drop(&mut self) {
-        if !self.sent {
+        if !self.sent && !self.unkeyed {
             self.gate.abandon(self.key, &self.booking, Instant::now());
         }
     }
@@ -131,7 +133,36 @@ impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
                 link,
                 flight: Some(flight),
                 sent: false,
+                unkeyed: false,
                 fleet,
+            }),
+            slot: None,
+            waited_for_slot: false,
+        }
+    }
+
+    /// A quiet gate's send, arrived at `now`: it goes at once, unkeyed,
+    /// counted among the quiet sends in flight.
+    pub(super) fn unkeyed(
+        service: S,
+        request: Req,
+        gate: Gate,
+        link: GateLink,
+        (now, order): (Instant, u64),
+    ) -> Self {
+        let flight = Arc::clone(gate.quiet_flight());
+        ResponseFuture {
+            state: State::Readying,
+            pending: Some((service, request)),
+            gate: Some(Ticket {
+                gate,
+                key: 0,
+                booking: Booking::unkeyed(now, order),
+                link: Some(link),
+                flight: Some(flight),
+                sent: false,
+                unkeyed: true,
+                fleet: None,
             }),
             slot: None,
             waited_for_slot: false,
@@ -337,7 +368,8 @@ where
                         // The retry loop times the attempt from here.
                         link.mark_called();
                         let booking = &ticket.booking;
-                        link.sent(&ticket.gate, ticket.key, at, booking.token_mark(), counted);
+                        let key = (!ticket.unkeyed).then_some(ticket.key);
+                        link.sent(&ticket.gate, key, at, booking.token_mark(), counted);
                     }
                     this.state.set(State::Calling { future, in_flight });
                 }

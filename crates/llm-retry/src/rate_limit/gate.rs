@@ -15,6 +15,7 @@ use super::gcra::Pace;
 use super::hold::{Hold, Placed};
 use super::keys::{Keys, Sweepable};
 use super::pacer::Pace as RequestPace;
+use super::quiet::Quiet;
 use super::quota_book::{Paces, QuotaBook};
 use super::shared::{shared_floor, KeyHasher, SharedGate, SharedPace};
 use super::window::{Ledger, Place};
@@ -51,6 +52,8 @@ pub(super) struct Shared {
     key_hasher: KeyHasher,
     /// Where holds and paces are shared with other replicas, if they are.
     shared: Option<Arc<dyn SharedGate>>,
+    /// Until the first news of any key: sends go unkeyed.
+    quiet: Quiet,
 }
 
 impl Shared {
@@ -116,9 +119,15 @@ struct LearnedKey {
 
 impl KeyState {
     fn new(gate: &Shared, now: Instant) -> KeyState {
-        static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+        // From 1: a send of no key state (a quiet gate's) marks 0.
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        // The first key made takes over what the quiet gate counted.
+        let heard = gate.quiet.hear();
         let learned = gate.adaptive.as_ref().map(|bounds| {
-            let rate = bounds.start();
+            let mut rate = bounds.start();
+            if let Some((since, served)) = heard.as_ref().and_then(|heard| heard.first) {
+                rate.began(since, served);
+            }
             LearnedKey {
                 woken_at_rate: rate.per_sec(),
                 rate,
@@ -130,9 +139,9 @@ impl KeyState {
             quotas: QuotaBook::new(now, pace),
             hold: Hold::default(),
             last_used: now,
-            ledger: Ledger::default(),
+            ledger: Ledger::after(gate.quiet.gone()),
             woken: Arc::new(Notify::new()),
-            flight: Arc::default(),
+            flight: heard.map_or_else(Arc::default, |heard| heard.flight),
             learned,
         }
     }
@@ -237,6 +246,25 @@ pub(super) struct Bounds {
 }
 
 impl Booking {
+    /// A quiet gate's send, the `order`-th it let go at `at`: no key state
+    /// booked it.
+    pub(super) fn unkeyed(at: Instant, order: u64) -> Booking {
+        Booking {
+            slot: at,
+            token_slot: at,
+            shift: Duration::ZERO,
+            ticket: None,
+            order,
+            place: Place::Free,
+            stated: None,
+            gone_mark: 0,
+            released: true,
+            key_id: 0,
+            cost: 0,
+            bounds: Bounds::default(),
+        }
+    }
+
     /// Whether the send may go at once, its ticket already released.
     pub(super) fn is_released(&self) -> bool {
         self.released
@@ -300,6 +328,8 @@ impl Gate {
         let key_hasher = shared.as_ref().map_or_else(KeyHasher::random, |shared| {
             KeyHasher::keyed(shared.key_secret())
         });
+        // A gate told its quotas, or sharing, keys every send.
+        let quiet = Quiet::new(paces.any() || shared.is_some());
         Gate(Arc::new(Shared {
             paces,
             adaptive,
@@ -307,6 +337,7 @@ impl Gate {
             tokens_stated: AtomicBool::new(false),
             key_hasher,
             shared,
+            quiet,
         }))
     }
 
@@ -350,6 +381,34 @@ impl Gate {
             (None, stated) => stated?,
         };
         Some((pace, cost))
+    }
+
+    /// While no key has news: the gate's sends go unkeyed, counted here.
+    pub(super) fn quiet(&self) -> Option<&Quiet> {
+        self.quiet.holds().then_some(&self.quiet)
+    }
+
+    /// The sends a quiet gate let go in flight.
+    pub(super) fn quiet_flight(&self) -> &Arc<Flight> {
+        self.quiet.flight()
+    }
+
+    /// News came at `now` of `key` for a send a quiet gate let go at
+    /// `sent`: the key gets a state if it has none (the first takes over
+    /// the quiet gate's counts), whose pace counts from that send. Its
+    /// sends in flight.
+    pub(super) fn adopt(&self, key: u64, sent: Instant, now: Instant) -> Arc<Flight> {
+        let mut keys = self.lock();
+        keys.make_room(now);
+        let state = keys.entry(key).or_insert_with(|| {
+            let mut state = KeyState::new(self, now);
+            if let Some(pace) = state.quotas.pace {
+                let ticket = state.quotas.pacer.take(sent, sent, pace);
+                state.quotas.pacer.release(ticket, sent);
+            }
+            state
+        });
+        Arc::clone(&state.flight)
     }
 
     /// What [`default_key`](super::key::default_key) hashes with.
@@ -924,6 +983,15 @@ impl Gate {
     pub(super) fn key_stats(&self) -> (usize, u64) {
         let keys = self.lock();
         (keys.len(), keys.sweeps())
+    }
+
+    /// The keys' learned rates, in sends a second.
+    #[cfg(test)]
+    pub(super) fn learned_rates(&self) -> Vec<f64> {
+        let keys = self.lock();
+        keys.values()
+            .filter_map(|state| Some(state.learned.as_ref()?.rate.per_sec()))
+            .collect()
     }
 
     /// Whether a send takes its ticket in the pacer when it `skips` a

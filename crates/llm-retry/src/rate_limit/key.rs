@@ -65,6 +65,30 @@ pub(super) fn default_key(
     model: Option<&[u8]>,
     hasher: &impl BuildHasher,
 ) -> u64 {
+    key_of(Head::of(parts), model, hasher)
+}
+
+/// What a request's key is read from: its URI, headers and extensions.
+#[derive(Clone, Copy)]
+pub(crate) struct Head<'a> {
+    pub(crate) uri: &'a http::Uri,
+    pub(crate) headers: &'a http::HeaderMap,
+    pub(crate) extensions: &'a http::Extensions,
+}
+
+impl<'a> Head<'a> {
+    /// The head of a request's `parts`.
+    pub(crate) fn of(parts: &'a http::request::Parts) -> Head<'a> {
+        Head {
+            uri: &parts.uri,
+            headers: &parts.headers,
+            extensions: &parts.extensions,
+        }
+    }
+}
+
+/// [`default_key`] of a request's [`Head`].
+pub(super) fn key_of(parts: Head<'_>, model: Option<&[u8]>, hasher: &impl BuildHasher) -> u64 {
     let mut hasher = hasher.build_hasher();
     // The caller's key, hashed with the secret too: the gate's map spreads
     // keys by a fixed multiply, which chosen keys (a tenant's id passed
@@ -85,7 +109,7 @@ pub(super) fn default_key(
     // One pass over the request's few headers instead of a hashed lookup
     // per credential name; the first value of each counts, as `get` gives.
     let mut found: [Option<&http::HeaderValue>; KEY_HEADER_COUNT] = [None; KEY_HEADER_COUNT];
-    for (name, value) in &parts.headers {
+    for (name, value) in parts.headers {
         if let Some(i) = KEY_HEADERS.iter().position(|key| key == name) {
             found[i].get_or_insert(value);
         }

@@ -5,8 +5,9 @@
 //! through. Once the retry policy has judged the attempt, the loop hands the
 //! gate the policy's [`KeyNews`]: the gate never reads a response itself.
 
-use super::concurrency::InFlight;
+use super::concurrency::{Flight, InFlight};
 use super::gate::{Gate, TokenMark};
+use super::key::{key_of, Head};
 use crate::hint::{RequestWindow, TokenWindow};
 use bytes::Bytes;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -130,7 +131,8 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// A send the gate let through, waiting for the policy's verdict.
 pub(crate) struct Sent {
     gate: Gate,
-    key: u64,
+    /// Its key; `None` for a quiet gate's send, keyed only if news comes.
+    key: Option<u64>,
     at: Instant,
     /// The tokens it booked under the key's stated token quota, and what
     /// its answer's count of them is read against.
@@ -264,7 +266,7 @@ impl GateLink {
     pub(super) fn sent(
         &self,
         gate: &Gate,
-        key: u64,
+        key: Option<u64>,
         at: Instant,
         tokens: TokenMark,
         in_flight: InFlight,
@@ -307,12 +309,17 @@ impl Sent {
     /// this is not the request's second overload in a row under it (a slot
     /// the ceiling grew by is the one an overload takes, and the same
     /// request must not take it each time).
+    ///
+    /// A quiet gate's send is keyed only now, by the request's `head`, and
+    /// only for news: a success that states nothing is counted unkeyed
+    /// while the gate stays quiet.
     pub(crate) fn report(
         self,
         link: &GateLink,
         news: KeyNews,
         now: Instant,
         max_server_wait: Duration,
+        head: Head<'_>,
     ) -> GateWait {
         let Sent {
             gate,
@@ -321,6 +328,33 @@ impl Sent {
             tokens: mark,
             in_flight,
         } = self;
+        let (key, in_flight) = match key {
+            Some(key) => (key, Keyed::Counted(in_flight)),
+            None => {
+                let quiet = gate.quiet();
+                match (news, quiet) {
+                    (KeyNews::None, _) => return GateWait::Own,
+                    (
+                        KeyNews::Served {
+                            window: None,
+                            tokens: None,
+                        },
+                        Some(quiet),
+                    ) => {
+                        quiet.served();
+                        return GateWait::Own;
+                    }
+                    _ => {}
+                }
+                let key = key_of(head, link.model().as_deref(), gate.key_hasher());
+                let flight = gate.adopt(key, at, now);
+                let in_flight = Keyed::Late {
+                    _counted: in_flight,
+                    flight,
+                };
+                (key, in_flight)
+            }
+        };
         let order = mark.order;
         let in_a_row = &link.0.slotted_overloads;
         if news != KeyNews::Overloaded {
@@ -383,6 +417,39 @@ impl Sent {
                     GateWait::Own
                 }
             }
+        }
+    }
+}
+
+/// The count in flight a send's answer is read into.
+enum Keyed {
+    /// A keyed send's, counted in its key's flight.
+    Counted(InFlight),
+    /// A quiet gate's send's: counted among the quiet sends (the first key
+    /// made took them over) until dropped, its answer read into its key's
+    /// `flight`.
+    Late {
+        _counted: InFlight,
+        flight: Arc<Flight>,
+    },
+}
+
+impl Keyed {
+    fn overloaded(&self, sent: Instant, now: Instant) -> bool {
+        match self {
+            Keyed::Counted(in_flight) => in_flight.overloaded(sent, now),
+            Keyed::Late { flight, .. } => flight.overloaded(sent, now),
+        }
+    }
+
+    fn slotted(&self) -> bool {
+        matches!(self, Keyed::Counted(in_flight) if in_flight.slotted())
+    }
+
+    fn served(&self) {
+        match self {
+            Keyed::Counted(in_flight) => in_flight.served(),
+            Keyed::Late { flight, .. } => flight.served(),
         }
     }
 }

@@ -63,6 +63,12 @@
 //! requests then carry the link in their extensions (three allocations
 //! more per request).
 //!
+//! Until an answer says anything about a key (a 429, an overload, a
+//! stated quota or window), a gate told no quotas that shares with no
+//! store keys nothing: its sends under
+//! a retry loop go at once, and the first news keys its request and every
+//! send after it.
+//!
 //! The gate's waits follow tokio's clock, so paused-clock tests drive them.
 //! A send dropped while it waits gives up its slot without sending; the slot
 //! is not handed back.
@@ -81,12 +87,14 @@ mod layer;
 pub(crate) mod link;
 pub(crate) mod offer;
 mod pacer;
+mod quiet;
 mod quota_book;
 mod service;
 mod shared;
 mod window;
 
 pub use error::GateError;
+pub(crate) use key::Head;
 pub use key::{RateKey, TokenCost};
 pub use layer::{Quotas, RateLimitLayer};
 pub(crate) use link::KeyNews;
@@ -99,3 +107,5 @@ mod harm_tests;
 mod internals_tests;
 #[cfg(test)]
 mod pacer_property_tests;
+#[cfg(test)]
+mod quiet_tests;

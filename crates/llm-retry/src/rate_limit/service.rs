@@ -64,6 +64,19 @@ where
             }
             (carried, None) => carried.cloned(),
         };
+        // Before any news, a retry loop above reads the answer: the send
+        // goes at once, keyed only if news comes of it.
+        let link = match (self.gate.quiet(), link) {
+            (Some(quiet), Some(link)) => {
+                let now = Instant::now();
+                let order = quiet.send(now);
+                link.mark_gated();
+                let request = Request::from_parts(parts, body);
+                let (ready, gate) = (self.inner.clone(), self.gate.clone());
+                return ResponseFuture::unkeyed(ready, request, gate, link, (now, order));
+            }
+            (_, link) => link,
+        };
         let model = link.as_ref().and_then(GateLink::model);
         let key = default_key(&parts, model.as_deref(), self.gate.key_hasher());
         // The caller's estimate, else (when the gate counts tokens) one

@@ -131,6 +131,15 @@ pub(super) struct Ledger {
 }
 
 impl Ledger {
+    /// A ledger whose first send let through is the `gone`-th: the sends a
+    /// quiet gate let go before the key had a state came before it.
+    pub(super) fn after(gone: u64) -> Ledger {
+        Ledger {
+            gone,
+            ..Ledger::default()
+        }
+    }
+
     /// Where the window puts a send arriving at `now`.
     pub(super) fn place(&self, now: Instant) -> Place {
         self.window.map_or(Place::Free, |w| w.place(now))

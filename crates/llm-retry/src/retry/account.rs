@@ -17,6 +17,7 @@ use crate::policy::{CredentialsFuture, Decision, Outcome, Recovery, RecoveryActi
 use crate::policy::{RetryPolicy, RetryState};
 use crate::rate_limit::link::{GateLink, Sent};
 use crate::rate_limit::offer::LinkBounds;
+use crate::rate_limit::Head;
 use crate::recover::{rewrite_body, BodyEdit};
 use crate::replay::ReplayBody;
 use crate::report::{RetryReport, StopReason};
@@ -50,6 +51,9 @@ pub(crate) trait Resend<B> {
     fn set_body(&mut self, body: ReplayBody<B>);
     /// The headers later attempts send.
     fn headers_mut(&mut self) -> &mut HeaderMap;
+    /// What later attempts are sent to, and with: a gate's key is read
+    /// from it.
+    fn head(&self) -> Head<'_>;
     /// Readies the next attempt's request, or says why it cannot be sent.
     fn prepare(&mut self) -> Result<(), StopReason> {
         self.replica().map(drop)
@@ -225,7 +229,7 @@ impl Account {
         // which says where the resend waits.
         if let (Some(sent), Some(link)) = (sent, &self.link) {
             let limit = self.policy.limits().max_server_wait;
-            let wait = sent.report(link, reading.key, Instant::now(), limit);
+            let wait = sent.report(link, reading.key, Instant::now(), limit, resend.head());
             self.state.set_gate_wait(wait);
         }
         if served_first {

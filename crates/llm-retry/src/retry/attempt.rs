@@ -7,6 +7,7 @@ use super::carry::{Carriage, Carry};
 use crate::error::{BoxError, RetryError};
 use crate::policy::{Outcome, RetryPolicy};
 use crate::rate_limit::link::GateLink;
+use crate::rate_limit::Head;
 use crate::replay::ReplayBody;
 use crate::report::{RetryReport, StopReason};
 use http::{request, HeaderMap, Request, StatusCode};
@@ -32,6 +33,10 @@ impl<B> Resend<B> for Template<B> {
 
     fn headers_mut(&mut self) -> &mut HeaderMap {
         &mut self.parts.headers
+    }
+
+    fn head(&self) -> Head<'_> {
+        Head::of(&self.parts)
     }
 
     fn prepare(&mut self) -> Result<(), StopReason> {

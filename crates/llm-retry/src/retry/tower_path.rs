@@ -30,6 +30,7 @@ use super::account::{fails_even_with_response, Account, Resend, Step};
 use crate::budget::WaitPermit;
 use crate::error::{BoxError, RetryError};
 use crate::policy::{Outcome, RetryPolicy};
+use crate::rate_limit::Head;
 use crate::replay::ReplayBody;
 use crate::report::StopReason;
 use http::{HeaderMap, Request, Response};
@@ -64,6 +65,14 @@ impl<B> Resend<B> for Request<ReplayBody<B>> {
 
     fn headers_mut(&mut self) -> &mut HeaderMap {
         Request::headers_mut(self)
+    }
+
+    fn head(&self) -> Head<'_> {
+        Head {
+            uri: self.uri(),
+            headers: self.headers(),
+            extensions: self.extensions(),
+        }
     }
 }
 
