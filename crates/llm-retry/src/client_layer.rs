@@ -106,7 +106,8 @@ impl<S> Layer<S> for ClientLayer {
     type Service = ClientStack<S>;
 
     fn layer(&self, inner: S) -> ClientStack<S> {
-        let gate = self.rate_limit.layer(self.stream_guard.layer(inner));
-        Retry::over_gate(gate, self.retry.policy().clone())
+        let inner = self.stream_guard.layer(inner);
+        let (service, gate) = self.rate_limit.layer_under_retry(inner);
+        Retry::over_gate(service, self.retry.policy().clone(), gate)
     }
 }

@@ -59,7 +59,7 @@ pub use number::MAX_HINT;
 pub use retry_after::parse_retry_after;
 
 use http::{header::RETRY_AFTER, HeaderMap};
-pub(crate) use stated::stated_quotas;
+pub(crate) use stated::{may_state_quotas, stated_quotas};
 use std::time::{Duration, SystemTime};
 
 /// What the server said about retrying.

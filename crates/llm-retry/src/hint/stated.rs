@@ -82,6 +82,16 @@ impl Stated {
 /// [`request_window`](super::request_window) and
 /// [`token_window`](super::token_window)); `now` is read only when a reset
 /// is named as an instant.
+/// Whether a head may state quotas at all: it has a header of the
+/// prefixes [`stated_quotas`] reads. Cheaper than reading them, for the
+/// answers that say nothing.
+pub(crate) fn may_state_quotas(headers: &HeaderMap) -> bool {
+    headers.keys().any(|name| {
+        let name = name.as_str();
+        name.starts_with("x-ratelimit-") || name.starts_with("anthropic-ratelimit-")
+    })
+}
+
 pub(crate) fn stated_quotas(
     headers: &HeaderMap,
     now: impl FnOnce() -> SystemTime,

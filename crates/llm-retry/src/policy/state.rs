@@ -69,6 +69,11 @@ impl RetryState {
         }
     }
 
+    /// When the request started: its first send's instant.
+    pub(crate) fn started(&self) -> Instant {
+        self.started
+    }
+
     /// Sends made so far.
     pub(crate) fn attempts(&self) -> u32 {
         self.attempts

@@ -169,6 +169,33 @@ impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
         }
     }
 
+    /// A send the retry loop above noted itself, while the gate was
+    /// quiet: it goes at once, as if there were no gate.
+    pub(super) fn passed(service: S, request: Req) -> Self {
+        ResponseFuture {
+            state: State::Readying,
+            pending: Some((service, request)),
+            gate: None,
+            slot: None,
+            waited_for_slot: false,
+        }
+    }
+
+    /// A send passed untouched and already called: its answer is the
+    /// inner service's.
+    pub(super) fn called(future: S::Future) -> Self {
+        ResponseFuture {
+            state: State::Calling {
+                future,
+                in_flight: None,
+            },
+            pending: None,
+            gate: None,
+            slot: None,
+            waited_for_slot: false,
+        }
+    }
+
     pub(super) fn refused(error: GateError) -> Self {
         ResponseFuture {
             state: State::Refused { error: Some(error) },
@@ -346,13 +373,6 @@ where
                             Err("rate limit future polled after completion".into()),
                         );
                     };
-                    // A send is dated by its booked slot (the pace it
-                    // went under), or by now when it also waited for a slot
-                    // in flight: news of a send held back is news.
-                    let at = match (*this.waited_for_slot, this.gate.as_ref()) {
-                        (false, Some(ticket)) => ticket.booking.slot,
-                        _ => Instant::now(),
-                    };
                     // Counted in flight from before its call.
                     let mut in_flight = this.gate.as_mut().and_then(|t| {
                         t.sent = true;
@@ -365,6 +385,14 @@ where
                     // counts until its answer comes.
                     let link = this.gate.as_ref().and_then(|t| Some((t, t.link.as_ref()?)));
                     if let (Some((ticket, link)), Some(counted)) = (link, in_flight.take()) {
+                        // A send is dated by its booked slot (the pace it
+                        // went under), or by now when it also waited for a
+                        // slot in flight: news of a send held back is news.
+                        let at = if *this.waited_for_slot {
+                            Instant::now()
+                        } else {
+                            ticket.booking.slot
+                        };
                         // The retry loop times the attempt from here.
                         link.mark_called();
                         let booking = &ticket.booking;

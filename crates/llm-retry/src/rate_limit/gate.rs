@@ -36,10 +36,10 @@ const STATED_SHARE: f64 = 0.95;
 /// Per-key pacing state shared by every clone of one [`RateLimitLayer`](super::RateLimitLayer):
 /// one pointer, so a send's future carries its gate for one word.
 #[derive(Clone)]
-pub(super) struct Gate(Arc<Shared>);
+pub(crate) struct Gate(Arc<Shared>);
 
 /// What the clones of a [`Gate`] share.
-pub(super) struct Shared {
+pub(crate) struct Shared {
     paces: Paces,
     adaptive: Option<AdaptiveRate>,
     keys: Mutex<Keys<KeyState>>,
@@ -294,6 +294,18 @@ pub(super) struct TokenMark {
     key_id: u64,
 }
 
+impl TokenMark {
+    /// A quiet gate's `order`-th send: no tokens booked, no key state.
+    pub(super) fn unkeyed(order: u64) -> TokenMark {
+        TokenMark {
+            cost: 0,
+            order,
+            gone: 0,
+            key_id: 0,
+        }
+    }
+}
+
 /// What a waiting send does next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Check {
@@ -386,6 +398,11 @@ impl Gate {
     /// While no key has news: the gate's sends go unkeyed, counted here.
     pub(super) fn quiet(&self) -> Option<&Quiet> {
         self.quiet.holds().then_some(&self.quiet)
+    }
+
+    /// Whether the gate is quiet: no key has had news yet.
+    pub(crate) fn is_quiet(&self) -> bool {
+        self.quiet.holds()
     }
 
     /// The sends a quiet gate let go in flight.

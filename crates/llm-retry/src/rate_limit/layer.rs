@@ -214,6 +214,17 @@ impl<S> Layer<S> for RateLimitLayer {
     type Service = RateLimit<S>;
 
     fn layer(&self, inner: S) -> RateLimit<S> {
-        RateLimit::new(inner, self.gate.clone())
+        RateLimit::new(inner, self.gate.clone(), false)
+    }
+}
+
+impl RateLimitLayer {
+    /// The gate over `inner` of a retry loop right above it that keeps
+    /// the notes of the sends it lets go while the gate is quiet (a
+    /// [`ClientLayer`](crate::ClientLayer)'s): such a send passes through
+    /// it untouched. With the gate, for that loop.
+    pub(crate) fn layer_under_retry<S>(&self, inner: S) -> (RateLimit<S>, Gate) {
+        let service = RateLimit::new(inner, self.gate.clone(), true);
+        (service, self.gate.clone())
     }
 }

@@ -292,6 +292,34 @@ impl GateLink {
 }
 
 impl Sent {
+    /// A send going through `gate` at `now` while it is quiet, noted by
+    /// the retry loop right above it (the gate lets it pass untouched);
+    /// `None` once the gate keys its sends.
+    pub(crate) fn unkeyed(gate: &Gate, now: Instant) -> Option<Sent> {
+        let quiet = gate.quiet()?;
+        let order = quiet.send(now);
+        Some(Sent {
+            gate: gate.clone(),
+            key: None,
+            at: now,
+            tokens: TokenMark::unkeyed(order),
+            in_flight: InFlight::start(Arc::clone(gate.quiet_flight()), None),
+        })
+    }
+
+    /// Counts a quiet gate's send served, its answer stating nothing:
+    /// nothing else to tell. The send back if it is keyed, or the gate no
+    /// longer quiet (its answer is then news to key).
+    pub(crate) fn served_quietly(self) -> Result<(), Sent> {
+        match (self.key, self.gate.quiet()) {
+            (None, Some(quiet)) => {
+                quiet.served();
+                Ok(())
+            }
+            _ => Err(self),
+        }
+    }
+
     /// What the gate made of the send, before its outcome is judged.
     pub(crate) fn as_judged(&self) -> GateSend {
         GateSend {

@@ -94,6 +94,7 @@ mod shared;
 mod window;
 
 pub use error::GateError;
+pub(crate) use gate::Gate;
 pub(crate) use key::Head;
 pub use key::{RateKey, TokenCost};
 pub use layer::{Quotas, RateLimitLayer};

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
-use tower::{Layer, ServiceExt};
+use tower::{Layer, Service, ServiceExt};
 
 fn request(model: &str) -> Request<Full<Bytes>> {
     let body = format!(r#"{{"model":"{model}","max_tokens":16,"messages":[]}}"#);
@@ -108,5 +108,83 @@ async fn the_first_rate_counts_the_successes_the_quiet_gate_let_go() {
     assert!(
         (5.0..=12.0).contains(&rate),
         "first rate {rate}/s, from ten served in a second"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_client_layer_keys_the_first_news_of_a_send_it_noted_itself() {
+    // The first answer is a 429 naming 5 s; a request sent after it goes
+    // no sooner: the note the retry loop kept reached the gate, which now
+    // holds the key.
+    let start = Instant::now();
+    let sends = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let upstream = {
+        let sends = Arc::clone(&sends);
+        tower::service_fn(move |_: Request<ReplayBody<Full<Bytes>>>| {
+            let mut sends = sends.lock().unwrap();
+            sends.push(start.elapsed());
+            let res = if sends.len() == 1 {
+                let mut res = answer(429);
+                res.headers_mut()
+                    .insert("retry-after", http::HeaderValue::from_static("5"));
+                res
+            } else {
+                answer(200)
+            };
+            async move { Ok::<_, crate::BoxError>(res) }
+        })
+    };
+    let layer = RateLimitLayer::learned();
+    let svc = crate::ClientLayer::new(policy())
+        .rate_limit(layer.clone())
+        .layer(upstream);
+    let first = tokio::spawn(svc.clone().oneshot(request("m")));
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert!(layer.gate.quiet().is_none(), "the 429 was news");
+    let second = svc.clone().oneshot(request("m")).await.unwrap();
+    assert_eq!(second.status(), StatusCode::OK);
+    assert_eq!(first.await.unwrap().unwrap().status(), StatusCode::OK);
+    let sends = sends.lock().unwrap().clone();
+    assert_eq!(sends.len(), 3, "{sends:?}");
+    assert!(
+        sends[1..].iter().all(|at| *at >= Duration::from_secs(5)),
+        "the key was held for the named wait: {sends:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn readiness_taken_while_quiet_serves_the_send_made_after_the_first_news() {
+    // Under a ClientLayer's retry loop a quiet gate is ready when its inner
+    // service is. News before the call: the keyed send goes through the
+    // instance readied then, not a clone that would wait for its slot.
+    let upstream = tower::service_fn(|_: Request<Full<Bytes>>| async {
+        Ok::<_, crate::BoxError>(answer(200))
+    });
+    let limited = tower::limit::ConcurrencyLimitLayer::new(1).layer(upstream);
+    let layer = RateLimitLayer::learned();
+    let (mut gate, _) = layer.layer_under_retry(limited);
+    std::future::poll_fn(|cx| gate.poll_ready(cx))
+        .await
+        .unwrap();
+    let now = Instant::now();
+    layer.gate.hold(
+        7,
+        0,
+        now,
+        Duration::from_millis(1),
+        Duration::from_secs(1),
+        false,
+    );
+    assert!(
+        layer.gate.quiet().is_none(),
+        "news came between ready and call"
+    );
+    let call = gate.call(request("m"));
+    let res = tokio::time::timeout(Duration::from_secs(60), call).await;
+    assert_eq!(
+        res.expect("no wait for a slot held by the readied instance")
+            .unwrap()
+            .status(),
+        StatusCode::OK
     );
 }

@@ -54,6 +54,11 @@ pub(crate) trait Resend<B> {
     /// What later attempts are sent to, and with: a gate's key is read
     /// from it.
     fn head(&self) -> Head<'_>;
+    /// The body later attempts send, whole, if it is (read now if it is
+    /// ready and nothing read it yet).
+    fn whole_body(&self) -> Option<bytes::Bytes> {
+        self.body().buffered()
+    }
     /// Readies the next attempt's request, or says why it cannot be sent.
     fn prepare(&mut self) -> Result<(), StopReason> {
         self.replica().map(drop)
@@ -199,19 +204,46 @@ impl Account {
     /// Judges an outcome and does what the judgement says to everything
     /// but the path's own state machine: the gate, the budget, the request
     /// (recoveries), the hooks and tracing.
-    pub(crate) fn judge<B>(&mut self, outcome: Outcome<'_>, resend: &mut impl Resend<B>) -> Step {
+    ///
+    /// `quiet` holds the attempt's note, where the loop noted it itself
+    /// (it went while the gate right below was quiet); taken here.
+    pub(crate) fn judge<B>(
+        &mut self,
+        outcome: Outcome<'_>,
+        resend: &mut impl Resend<B>,
+        quiet: &mut Option<Sent>,
+    ) -> Step {
         let (status, error) = match outcome {
             Outcome::Response { status, .. } => (Some(status), None),
             Outcome::Error(e) => (None, Some(e)),
         };
-        let sent = self.link.as_ref().and_then(GateLink::take_sent);
+        let mut sent = match self.link.as_ref().and_then(GateLink::take_sent) {
+            Some(sent) => Some(sent),
+            None => quiet.take(),
+        };
         // The common answer: a success at the first try that no gate took
-        // is served as it is; reading and deciding it would say the same.
-        if let (None, Outcome::Response { body: None, .. }, Some(status)) =
-            (&sent, &outcome, status)
+        // (or a quiet one let pass, and that states no quota) is served as
+        // it is; reading and deciding it would say the same.
+        if let (
+            Outcome::Response {
+                body: None,
+                headers,
+                ..
+            },
+            Some(status),
+        ) = (&outcome, status)
         {
             if classify_status(status, None) == Classification::Success && self.state.untouched() {
-                return Step::Served;
+                match sent {
+                    None => return Step::Served,
+                    Some(note) if !crate::hint::may_state_quotas(headers) => {
+                        match note.served_quietly() {
+                            Ok(()) => return Step::Served,
+                            Err(note) => sent = Some(note),
+                        }
+                    }
+                    Some(note) => sent = Some(note),
+                }
             }
         }
         self.state.set_gate(sent.as_ref().map(Sent::as_judged));
@@ -227,8 +259,15 @@ impl Account {
         // The gate below (if any) acts on what the answer meant for its
         // key (a 429's named wait holds the key), before the decision,
         // which says where the resend waits.
-        if let (Some(sent), Some(link)) = (sent, &self.link) {
+        if let Some(sent) = sent {
+            if self.link.is_none() {
+                // A quiet gate's send, its answer news: the link it is
+                // keyed by, with the body (an answer may come before its
+                // send read any of it).
+                self.know_body(resend.whole_body());
+            }
             let limit = self.policy.limits().max_server_wait;
+            let link = self.ensure_link();
             let wait = sent.report(link, reading.key, Instant::now(), limit, resend.head());
             self.state.set_gate_wait(wait);
         }

@@ -6,7 +6,8 @@ use super::account::{Account, Resend, Step};
 use super::carry::{Carriage, Carry};
 use crate::error::{BoxError, RetryError};
 use crate::policy::{Outcome, RetryPolicy};
-use crate::rate_limit::link::GateLink;
+use crate::rate_limit::link::{GateLink, Sent};
+use crate::rate_limit::Gate;
 use crate::rate_limit::Head;
 use crate::replay::ReplayBody;
 use crate::report::{RetryReport, StopReason};
@@ -20,6 +21,9 @@ pub(super) struct Template<B> {
     parts: request::Parts,
     body: ReplayBody<B>,
     next: Option<ReplayBody<B>>,
+    /// Reads the body whole when it is ready (`ReplayBody::fill_ready`,
+    /// kept from where the body's type is known to be one).
+    fill: fn(&ReplayBody<B>) -> Option<bytes::Bytes>,
 }
 
 impl<B> Resend<B> for Template<B> {
@@ -37,6 +41,10 @@ impl<B> Resend<B> for Template<B> {
 
     fn head(&self) -> Head<'_> {
         Head::of(&self.parts)
+    }
+
+    fn whole_body(&self) -> Option<bytes::Bytes> {
+        (self.fill)(&self.body)
     }
 
     fn prepare(&mut self) -> Result<(), StopReason> {
@@ -63,6 +71,11 @@ pub(super) struct AttemptCtx<B> {
     /// A gate asked though the body was not read ahead for one: the
     /// resends hand it the body as the first send left it.
     body_owed: bool,
+    /// The quiet gate right below (a `ClientLayer`'s), until it is not:
+    /// while it is, the attempts go unoffered and this loop notes them.
+    quiet: Option<Gate>,
+    /// The note of the attempt in flight, sent while that gate was quiet.
+    quiet_sent: Option<Sent>,
 }
 
 impl<B> AttemptCtx<B> {
@@ -81,8 +94,9 @@ impl<B> AttemptCtx<B> {
     {
         let mut account = Account::open(policy, &parts.method, &parts.uri, &parts.extensions);
         account.stamp_attempt(&mut parts.headers);
-        // Read ahead for a gate's key only where a gate may be below.
-        if !matches!(carry, Carry::NoGate(_)) {
+        // Read ahead for a gate's key only where a gate may be below, and
+        // keys its sends.
+        if !matches!(carry, Carry::NoGate(_) | Carry::Quiet(_)) {
             account.know_body(body.fill_ready());
         }
         // An outer retry loop's link is not this one's gates' business (the
@@ -93,9 +107,15 @@ impl<B> AttemptCtx<B> {
             parts: parts.clone(),
             body: body.replica(),
             next: None,
+            fill: ReplayBody::<B>::fill_ready,
         };
+        let mut quiet = None;
         let (in_extensions, probe, unoffered) = match carry {
             Carry::Offer => (false, None, None),
+            Carry::Quiet(gate) => {
+                quiet = Some(gate);
+                (false, None, None)
+            }
             Carry::NoGate(carriage) => (false, None, Some(carriage)),
             Carry::Extension => (true, None, None),
             Carry::Probe(carriage) => (true, Some(carriage), None),
@@ -110,6 +130,8 @@ impl<B> AttemptCtx<B> {
             probe,
             unoffered,
             body_owed: false,
+            quiet,
+            quiet_sent: None,
         }
     }
 
@@ -120,6 +142,26 @@ impl<B> AttemptCtx<B> {
     where
         S: tower::Service<R>,
     {
+        if let Some(gate) = &self.quiet {
+            // The gate lets a send pass untouched while it is quiet; this
+            // loop notes it, to key it should its answer be news.
+            // The first send goes as the request starts: no clock read.
+            let state = &self.account.state;
+            let now = if state.attempts() == 1 {
+                state.started()
+            } else {
+                tokio::time::Instant::now()
+            };
+            if let Some(sent) = Sent::unkeyed(gate, now) {
+                self.quiet_sent = Some(sent);
+                let _entered = self.account.span().enter();
+                return service.call(request);
+            }
+            // News came: from now on the gate keys every send, by the
+            // body too.
+            self.quiet = None;
+            self.account.know_body(self.template.whole_body());
+        }
         if self.unoffered.is_none() {
             return self.account.call(service, request);
         }
@@ -133,6 +175,10 @@ impl<B> AttemptCtx<B> {
     /// target).
     #[inline]
     pub(super) fn offering<T>(&mut self, poll: impl FnOnce() -> T) -> T {
+        if self.quiet_sent.is_some() {
+            // Passed untouched by a quiet gate: nothing to offer.
+            return poll();
+        }
         if self.unoffered.is_none() {
             return self.account.offering(poll);
         }
@@ -232,7 +278,8 @@ impl<B> AttemptCtx<B> {
             let offered = self.account.link.as_ref().is_some_and(GateLink::offered);
             carriage.settle(offered, self.attempt_gated(), answered);
         }
-        self.account.judge(outcome, &mut self.template)
+        self.account
+            .judge(outcome, &mut self.template, &mut self.quiet_sent)
     }
 
     /// Puts fresh credentials on every later attempt.

@@ -22,7 +22,10 @@
 //!
 //! A [`ClientLayer`](crate::ClientLayer)'s retry loop has nothing to
 //! learn: its gate sits right below it and takes the offer, so its
-//! requests are offered their link from the first (`Retry::over_gate`).
+//! requests are offered their link from the first (`Retry::over_gate`);
+//! while that gate is quiet (no key has had news), the loop offers
+//! nothing and notes each send itself ([`Carry::Quiet`]), and the gate lets
+//! it pass.
 //! Nor has a layer told there is no gate below
 //! ([`RetryLayer::no_gate_below`](crate::RetryLayer::no_gate_below), for
 //! stacks made per request): its services start settled on no gate, and a
@@ -32,6 +35,7 @@
 //! way. A stack whose requests take different paths (a `Steer` with a
 //! deferred gate on one branch only) is settled by its first request.
 
+use crate::rate_limit::Gate;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
@@ -46,6 +50,10 @@ pub(super) struct Carriage(Arc<AtomicU8>);
 
 /// How one request carries its link.
 pub(super) enum Carry {
+    /// Under a [`ClientLayer`](crate::ClientLayer)'s gate while it is
+    /// quiet: no link, no body read ahead; the loop notes each send itself
+    /// while the gate stays quiet, and offers its link once it is not.
+    Quiet(Gate),
     /// Offered during each call only.
     Offer,
     /// Not offered, to no gate seen so far: the body is not read ahead

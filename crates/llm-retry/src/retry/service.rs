@@ -5,6 +5,7 @@ use super::future::ResponseFuture;
 use super::RetryBody;
 use crate::error::BoxError;
 use crate::policy::RetryPolicy;
+use crate::rate_limit::Gate;
 use crate::replay::ReplayBody;
 use bytes::Bytes;
 use http::{Request, Response};
@@ -20,6 +21,9 @@ pub struct Retry<S> {
     /// How requests carry their gate link, learned from the first ones;
     /// `None` where a gate sits right below, which the offer reaches.
     carriage: Option<Carriage>,
+    /// That gate (a `ClientLayer`'s): while it is quiet, the loop notes
+    /// its sends itself.
+    gate: Option<Gate>,
 }
 
 impl<S> Retry<S> {
@@ -28,6 +32,7 @@ impl<S> Retry<S> {
             inner,
             policy,
             carriage: Some(carriage),
+            gate: None,
         }
     }
 
@@ -35,11 +40,12 @@ impl<S> Retry<S> {
     /// retry loop offers while it calls, so there is nothing to learn (a
     /// stack made per request, as a client middleware makes it, pays for
     /// no first request's probe).
-    pub(crate) fn over_gate(inner: S, policy: RetryPolicy) -> Retry<S> {
+    pub(crate) fn over_gate(inner: S, policy: RetryPolicy, gate: Gate) -> Retry<S> {
         Retry {
             inner,
             policy,
             carriage: None,
+            gate: Some(gate),
         }
     }
 
@@ -83,7 +89,10 @@ where
         // in its place and send the first attempt through the ready one.
         let clone = self.inner.clone();
         let ready = std::mem::replace(&mut self.inner, clone);
-        let carry = self.carriage.as_ref().map_or(Carry::Offer, Carriage::next);
+        let carry = match (&self.gate, &self.carriage) {
+            (Some(gate), _) if gate.is_quiet() => Carry::Quiet(gate.clone()),
+            (_, carriage) => carriage.as_ref().map_or(Carry::Offer, Carriage::next),
+        };
         ResponseFuture::start(ready, parts, body, self.policy.clone(), carry)
     }
 }

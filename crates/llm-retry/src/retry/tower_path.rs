@@ -175,7 +175,7 @@ fn settle<B>(
     outcome: Outcome<'_>,
     req: &mut Request<ReplayBody<B>>,
 ) -> Settled {
-    let credentials = match account.judge(outcome, req) {
+    let credentials = match account.judge(outcome, req, &mut None) {
         Step::Wait(delay, permit) => return Settled::Wait(delay, permit),
         Step::Served => return Settled::Finish(None),
         Step::Finish(report) => return Settled::Finish(Some(report)),
