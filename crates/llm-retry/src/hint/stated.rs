@@ -78,10 +78,6 @@ impl Stated {
     }
 }
 
-/// The request window and the token quota `headers` state (see
-/// [`request_window`](super::request_window) and
-/// [`token_window`](super::token_window)); `now` is read only when a reset
-/// is named as an instant.
 /// Whether a head may state quotas at all: it has a header of the
 /// prefixes [`stated_quotas`] reads. Cheaper than reading them, for the
 /// answers that say nothing.
@@ -92,6 +88,10 @@ pub(crate) fn may_state_quotas(headers: &HeaderMap) -> bool {
     })
 }
 
+/// The request window and the token quota `headers` state (see
+/// [`request_window`](super::request_window) and
+/// [`token_window`](super::token_window)); `now` is read only when a reset
+/// is named as an instant.
 pub(crate) fn stated_quotas(
     headers: &HeaderMap,
     now: impl FnOnce() -> SystemTime,

@@ -167,8 +167,15 @@ impl Flight {
     /// Whether the ceiling now meters the key's sends (it is not at its
     /// floor): a resend then waits for a slot, not a backoff.
     pub(super) fn overloaded(&self, sent: Instant, now: Instant) -> bool {
+        self.overloaded_counted(sent, now, true)
+    }
+
+    /// [`Flight::overloaded`] for a send that may not be `counted` in
+    /// flight here (a quiet gate's, read into a key that did not take the
+    /// quiet sends over).
+    pub(super) fn overloaded_counted(&self, sent: Instant, now: Instant, counted: bool) -> bool {
         let share = self.count(true);
-        let others = self.in_flight().saturating_sub(1) as f64;
+        let others = self.in_flight().saturating_sub(usize::from(counted)) as f64;
         let mut limit = lock(&self.ceiling);
         let doubted = limit.doubt.holds(now);
         let ceiling = &mut limit.ceiling;
@@ -363,6 +370,11 @@ impl InFlight {
         InFlight { flight, under }
     }
 
+    /// Whether it is counted in `flight`.
+    pub(super) fn counts_in(&self, flight: &Arc<Flight>) -> bool {
+        Arc::ptr_eq(&self.flight, flight)
+    }
+
     /// Whether it went with a slot under the key's ceiling.
     pub(super) fn slotted(&self) -> bool {
         self.under.is_some()
@@ -436,6 +448,29 @@ mod tests {
         (0..n)
             .map(|_| InFlight::start(Arc::clone(flight), None))
             .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_overload_of_a_send_not_counted_here_counts_every_send_in_flight_as_another() {
+        // A quiet gate's send read into a key that did not take the quiet
+        // sends over: the one send in flight here is another, so the
+        // ceiling stays (it stands down only with none other in flight).
+        let now = Instant::now();
+        let flight = Arc::new(overloaded_often());
+        let sends = start(&flight, 3);
+        assert!(flight.overloaded(now, now) || limit(&flight) >= 1.0);
+        drop(sends);
+        let _one = start(&flight, 1);
+        flight.overloaded_counted(now, now, false);
+        assert!(
+            lock(&flight.ceiling).ceiling.is_some(),
+            "one other send in flight: the ceiling holds"
+        );
+        flight.overloaded_counted(now, now, true);
+        assert!(
+            lock(&flight.ceiling).ceiling.is_none(),
+            "the send itself the only one in flight: it stands down"
+        );
     }
 
     #[tokio::test(start_paused = true)]

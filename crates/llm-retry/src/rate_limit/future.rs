@@ -53,8 +53,6 @@ struct Ticket {
     /// Whether the send was made (past its turn it may still wait for a
     /// slot in flight).
     sent: bool,
-    /// Whether a quiet gate let it go unkeyed (`key` is no key then).
-    unkeyed: bool,
     /// Until asked, once its turn came here: the fleet, where the gate
     /// shares (for a hold another replica set, and its turns in the key's
     /// shared paces).
@@ -65,7 +63,7 @@ impl Drop for Ticket {
     /// A send dropped (or refused) before it was sent gives up what it
     /// booked, so the sends queued behind it do not wait for it.
     fn drop(&mut self) {
-        if !self.sent && !self.unkeyed {
+        if !self.sent {
             self.gate.abandon(self.key, &self.booking, Instant::now());
         }
     }
@@ -91,7 +89,8 @@ pin_project! {
             // Counts the send in flight, when no retry loop above judges it.
             in_flight: Option<InFlight>,
         },
-        Refused { error: Option<GateError> },
+        // Refused by the gate, or its send's service failed to be ready.
+        Refused { error: Option<BoxError> },
         // Its turn came here; asking the fleet how long it waits there
         // (a hold another replica set, its turn in a shared pace), then
         // waiting.
@@ -133,7 +132,6 @@ impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
                 link,
                 flight: Some(flight),
                 sent: false,
-                unkeyed: false,
                 fleet,
             }),
             slot: None,
@@ -141,55 +139,37 @@ impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
         }
     }
 
-    /// A quiet gate's send, arrived at `now`: it goes at once, unkeyed,
-    /// counted among the quiet sends in flight.
-    pub(super) fn unkeyed(
-        service: S,
-        request: Req,
-        gate: Gate,
-        link: GateLink,
-        (now, order): (Instant, u64),
-    ) -> Self {
-        let flight = Arc::clone(gate.quiet_flight());
-        ResponseFuture {
-            state: State::Readying,
-            pending: Some((service, request)),
-            gate: Some(Ticket {
-                gate,
-                key: 0,
-                booking: Booking::unkeyed(now, order),
-                link: Some(link),
-                flight: Some(flight),
-                sent: false,
-                unkeyed: true,
-                fleet: None,
-            }),
-            slot: None,
-            waited_for_slot: false,
-        }
-    }
-
     /// A send the retry loop above noted itself, while the gate was
-    /// quiet: it goes at once, as if there were no gate.
-    pub(super) fn passed(service: S, request: Req) -> Self {
+    /// quiet: it goes at once, as if there were no gate. Its service is
+    /// readied here when it is ready now (called at once), else by the
+    /// future; a failure to be ready is the send's.
+    pub(super) fn passed(mut service: S, request: Req) -> Self
+    where
+        S::Error: Into<BoxError>,
+    {
+        let waker = crate::noop_waker::noop_waker();
+        let (state, pending) = match service.poll_ready(&mut Context::from_waker(&waker)) {
+            Poll::Ready(Ok(())) => {
+                let future = service.call(request);
+                (
+                    State::Calling {
+                        future,
+                        in_flight: None,
+                    },
+                    None,
+                )
+            }
+            Poll::Ready(Err(error)) => (
+                State::Refused {
+                    error: Some(error.into()),
+                },
+                None,
+            ),
+            Poll::Pending => (State::Readying, Some((service, request))),
+        };
         ResponseFuture {
-            state: State::Readying,
-            pending: Some((service, request)),
-            gate: None,
-            slot: None,
-            waited_for_slot: false,
-        }
-    }
-
-    /// A send passed untouched and already called: its answer is the
-    /// inner service's.
-    pub(super) fn called(future: S::Future) -> Self {
-        ResponseFuture {
-            state: State::Calling {
-                future,
-                in_flight: None,
-            },
-            pending: None,
+            state,
+            pending,
             gate: None,
             slot: None,
             waited_for_slot: false,
@@ -198,7 +178,9 @@ impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
 
     pub(super) fn refused(error: GateError) -> Self {
         ResponseFuture {
-            state: State::Refused { error: Some(error) },
+            state: State::Refused {
+                error: Some(error.into()),
+            },
             pending: None,
             gate: None,
             slot: None,
@@ -256,10 +238,9 @@ where
         loop {
             match this.state.as_mut().project() {
                 StateProj::Refused { error } => {
-                    let error = error.take().map_or_else(
-                        || "rate limit future polled after completion".into(),
-                        BoxError::from,
-                    );
+                    let error = error
+                        .take()
+                        .unwrap_or_else(|| "rate limit future polled after completion".into());
                     return Poll::Ready(Err(error));
                 }
                 StateProj::Waiting {
@@ -396,8 +377,7 @@ where
                         // The retry loop times the attempt from here.
                         link.mark_called();
                         let booking = &ticket.booking;
-                        let key = (!ticket.unkeyed).then_some(ticket.key);
-                        link.sent(&ticket.gate, key, at, booking.token_mark(), counted);
+                        link.sent(&ticket.gate, ticket.key, at, booking.token_mark(), counted);
                     }
                     this.state.set(State::Calling { future, in_flight });
                 }

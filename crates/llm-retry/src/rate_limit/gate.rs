@@ -246,25 +246,6 @@ pub(super) struct Bounds {
 }
 
 impl Booking {
-    /// A quiet gate's send, the `order`-th it let go at `at`: no key state
-    /// booked it.
-    pub(super) fn unkeyed(at: Instant, order: u64) -> Booking {
-        Booking {
-            slot: at,
-            token_slot: at,
-            shift: Duration::ZERO,
-            ticket: None,
-            order,
-            place: Place::Free,
-            stated: None,
-            gone_mark: 0,
-            released: true,
-            key_id: 0,
-            cost: 0,
-            bounds: Bounds::default(),
-        }
-    }
-
     /// Whether the send may go at once, its ticket already released.
     pub(super) fn is_released(&self) -> bool {
         self.released
@@ -340,8 +321,10 @@ impl Gate {
         let key_hasher = shared.as_ref().map_or_else(KeyHasher::random, |shared| {
             KeyHasher::keyed(shared.key_secret())
         });
-        // A gate told its quotas, or sharing, keys every send.
-        let quiet = Quiet::new(paces.any() || shared.is_some());
+        // A gate told its quotas, sharing, or pacing from the first send
+        // (adaptive bounds with a finite start) keys every send.
+        let paced_from_start = adaptive.is_some_and(|bounds| !bounds.start().unmeasured());
+        let quiet = Quiet::new(paces.any() || shared.is_some() || paced_from_start);
         Gate(Arc::new(Shared {
             paces,
             adaptive,

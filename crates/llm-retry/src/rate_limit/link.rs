@@ -266,14 +266,14 @@ impl GateLink {
     pub(super) fn sent(
         &self,
         gate: &Gate,
-        key: Option<u64>,
+        key: u64,
         at: Instant,
         tokens: TokenMark,
         in_flight: InFlight,
     ) {
         let sent = Sent {
             gate: gate.clone(),
-            key,
+            key: Some(key),
             at,
             tokens,
             in_flight,
@@ -377,7 +377,7 @@ impl Sent {
                 let key = key_of(head, link.model().as_deref(), gate.key_hasher());
                 let flight = gate.adopt(key, at, now);
                 let in_flight = Keyed::Late {
-                    _counted: in_flight,
+                    counted: in_flight,
                     flight,
                 };
                 (key, in_flight)
@@ -457,7 +457,7 @@ enum Keyed {
     /// made took them over) until dropped, its answer read into its key's
     /// `flight`.
     Late {
-        _counted: InFlight,
+        counted: InFlight,
         flight: Arc<Flight>,
     },
 }
@@ -466,7 +466,9 @@ impl Keyed {
     fn overloaded(&self, sent: Instant, now: Instant) -> bool {
         match self {
             Keyed::Counted(in_flight) => in_flight.overloaded(sent, now),
-            Keyed::Late { flight, .. } => flight.overloaded(sent, now),
+            Keyed::Late { counted, flight } => {
+                flight.overloaded_counted(sent, now, counted.counts_in(flight))
+            }
         }
     }
 

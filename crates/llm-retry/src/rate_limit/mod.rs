@@ -63,11 +63,11 @@
 //! requests then carry the link in their extensions (three allocations
 //! more per request).
 //!
-//! Until an answer says anything about a key (a 429, an overload, a
-//! stated quota or window), a gate told no quotas that shares with no
-//! store keys nothing: its sends under
-//! a retry loop go at once, and the first news keys its request and every
-//! send after it.
+//! Under a [`ClientLayer`](crate::ClientLayer), until an answer says
+//! anything about a key (a 429, an overload, a stated quota or window), a
+//! gate told no quotas that shares with no store keys nothing: its retry
+//! loop notes each send and the gate lets it pass; the first news keys its
+//! request and every send after it.
 //!
 //! The gate's waits follow tokio's clock, so paused-clock tests drive them.
 //! A send dropped while it waits gives up its slot without sending; the slot

@@ -81,6 +81,39 @@ thread_local! {
     };
 }
 
+thread_local! {
+    /// Set while a retry loop calls the gate right below it with a send it
+    /// noted itself (the gate was quiet when it looked): that gate lets the
+    /// call pass untouched.
+    static NOTED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `call` (a `ClientLayer` retry loop's call of its gate, for a send
+/// it noted itself) marked, so that gate lets it pass whatever news came
+/// since the loop looked; the mark is put back as it was on every exit.
+pub(crate) fn noted<T>(call: impl FnOnce() -> T) -> T {
+    let Ok(outer) = NOTED.try_with(|cell| cell.replace(true)) else {
+        return call();
+    };
+    let _restore = RestoreNoted(outer);
+    call()
+}
+
+/// Whether the call under way is marked (see [`noted`]): taken, so no
+/// gate further below takes it too.
+pub(crate) fn take_noted() -> bool {
+    NOTED.try_with(|cell| cell.replace(false)).unwrap_or(false)
+}
+
+/// Puts back the mark a marked call found.
+struct RestoreNoted(bool);
+
+impl Drop for RestoreNoted {
+    fn drop(&mut self) {
+        let _ = NOTED.try_with(|cell| cell.set(self.0));
+    }
+}
+
 /// Puts the offer back as it was, and the link (made by a gate, or the one
 /// offered) back where the retry loop keeps it.
 struct Restore<'a> {

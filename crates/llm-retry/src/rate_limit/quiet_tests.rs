@@ -7,7 +7,7 @@
 #![allow(clippy::unwrap_used)]
 
 use super::RateLimitLayer;
-use crate::{ReplayBody, RetryLayer, RetryPolicy};
+use crate::{ReplayBody, RetryPolicy};
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
@@ -40,6 +40,11 @@ fn policy() -> RetryPolicy {
         .unwrap()
 }
 
+/// A `ClientLayer` over `layer`'s gate.
+fn client(layer: &RateLimitLayer) -> crate::ClientLayer {
+    crate::ClientLayer::new(policy()).rate_limit(layer.clone())
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_learning_gate_keeps_no_key_until_an_answer_says_something() {
     let refuse = Arc::new(AtomicBool::new(false));
@@ -55,7 +60,7 @@ async fn a_learning_gate_keeps_no_key_until_an_answer_says_something() {
         })
     };
     let layer = RateLimitLayer::learned();
-    let svc = RetryLayer::new(policy()).layer(layer.layer(upstream));
+    let svc = client(&layer).layer(upstream);
     for _ in 0..20 {
         let res = svc.clone().oneshot(request("m")).await.unwrap();
         assert_eq!(res.status(), StatusCode::OK);
@@ -93,7 +98,7 @@ async fn the_first_rate_counts_the_successes_the_quiet_gate_let_go() {
         async move { Ok::<_, crate::BoxError>(answer(if refused { 429 } else { 200 })) }
     });
     let layer = RateLimitLayer::learned();
-    let svc = RetryLayer::new(policy()).layer(layer.layer(upstream));
+    let svc = client(&layer).layer(upstream);
     for _ in 0..10 {
         svc.clone().oneshot(request("m")).await.unwrap();
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -135,9 +140,7 @@ async fn a_client_layer_keys_the_first_news_of_a_send_it_noted_itself() {
         })
     };
     let layer = RateLimitLayer::learned();
-    let svc = crate::ClientLayer::new(policy())
-        .rate_limit(layer.clone())
-        .layer(upstream);
+    let svc = client(&layer).layer(upstream);
     let first = tokio::spawn(svc.clone().oneshot(request("m")));
     tokio::time::sleep(Duration::from_millis(10)).await;
     assert!(layer.gate.quiet().is_none(), "the 429 was news");
@@ -153,38 +156,103 @@ async fn a_client_layer_keys_the_first_news_of_a_send_it_noted_itself() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn readiness_taken_while_quiet_serves_the_send_made_after_the_first_news() {
-    // Under a ClientLayer's retry loop a quiet gate is ready when its inner
-    // service is. News before the call: the keyed send goes through the
-    // instance readied then, not a clone that would wait for its slot.
+async fn a_send_noted_while_quiet_passes_its_gate_whatever_news_came_since() {
+    // The loop looked while the gate was quiet and noted the send; news
+    // came before its call reached the gate: the gate lets it pass (the
+    // loop reports its answer), keying nothing and booking nothing.
     let upstream = tower::service_fn(|_: Request<Full<Bytes>>| async {
         Ok::<_, crate::BoxError>(answer(200))
     });
-    let limited = tower::limit::ConcurrencyLimitLayer::new(1).layer(upstream);
     let layer = RateLimitLayer::learned();
-    let (mut gate, _) = layer.layer_under_retry(limited);
-    std::future::poll_fn(|cx| gate.poll_ready(cx))
-        .await
-        .unwrap();
+    let (mut gate, shared) = layer.layer_under_retry(upstream);
     let now = Instant::now();
-    layer.gate.hold(
+    shared.hold(
         7,
         0,
         now,
-        Duration::from_millis(1),
-        Duration::from_secs(1),
+        Duration::from_secs(60),
+        Duration::from_secs(60),
         false,
     );
+    assert!(!shared.is_quiet(), "news came");
+    let call = super::offer::noted(|| gate.call(request("m")));
     assert!(
-        layer.gate.quiet().is_none(),
-        "news came between ready and call"
+        !super::offer::take_noted(),
+        "the mark is gone with the call"
     );
-    let call = gate.call(request("m"));
-    let res = tokio::time::timeout(Duration::from_secs(60), call).await;
+    let res = tokio::time::timeout(Duration::from_secs(1), call).await;
+    assert_eq!(res.expect("not held").unwrap().status(), StatusCode::OK);
     assert_eq!(
-        res.expect("no wait for a slot held by the readied instance")
-            .unwrap()
-            .status(),
-        StatusCode::OK
+        layer.gate.key_stats().0,
+        1,
+        "only the held key: the send keyed none"
     );
+    // An unmarked call is keyed as ever (and waits out nothing here: its
+    // key is another).
+    gate.call(request("m")).await.unwrap();
+    assert_eq!(layer.gate.key_stats().0, 2);
+}
+
+/// An upstream whose first readiness fails as a refused connection would.
+#[derive(Clone)]
+struct RefusedOnce(Arc<AtomicBool>);
+
+impl Service<Request<ReplayBody<Full<Bytes>>>> for RefusedOnce {
+    type Response = Response<Full<Bytes>>;
+    type Error = crate::BoxError;
+    type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        if self.0.swap(false, Ordering::SeqCst) {
+            let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+            return std::task::Poll::Ready(Err(Box::new(refused)));
+        }
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: Request<ReplayBody<Full<Bytes>>>) -> Self::Future {
+        std::future::ready(Ok(answer(200)))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_quiet_gate_leaves_its_inner_service_s_readiness_to_the_attempt() {
+    // A send that passes the quiet gate is readied in the attempt, as any
+    // send the gate takes: a readiness failure is the attempt's, judged
+    // and retried, not the stack's own `poll_ready` error.
+    let layer = RateLimitLayer::learned();
+    let svc = client(&layer).layer(RefusedOnce(Arc::new(AtomicBool::new(true))));
+    let res = svc.oneshot(request("m")).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let report = res.extensions().get::<crate::RetryReport>().unwrap();
+    assert_eq!(report.attempts, 2, "{report:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn adaptive_bounds_that_start_paced_key_every_send_from_the_first() {
+    // Bounds of 1 to 10 a second start every key at 10 a second: nothing
+    // to learn before it is paced, so no quiet start.
+    let start = Instant::now();
+    let sends = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let upstream = {
+        let sends = Arc::clone(&sends);
+        tower::service_fn(move |_: Request<ReplayBody<Full<Bytes>>>| {
+            sends.lock().unwrap().push(start.elapsed());
+            async { Ok::<_, crate::BoxError>(answer(200)) }
+        })
+    };
+    let quotas = super::Quotas::none().adaptive(1.0, 10.0);
+    let layer = RateLimitLayer::new(quotas).unwrap();
+    let svc = client(&layer).layer(upstream);
+    let calls: Vec<_> = (0..5)
+        .map(|_| tokio::spawn(svc.clone().oneshot(request("m"))))
+        .collect();
+    for call in calls {
+        call.await.unwrap().unwrap();
+    }
+    let sends = sends.lock().unwrap().clone();
+    assert_eq!(sends.last(), Some(&Duration::from_millis(400)), "{sends:?}");
 }

@@ -12,28 +12,14 @@ use tower::Service;
 
 /// A service whose sends pass a shared per-key gate. Built by
 /// [`RateLimitLayer`](super::RateLimitLayer).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct RateLimit<S> {
     inner: S,
     gate: Gate,
-    /// The retry loop right above keeps the notes of the sends it lets go
-    /// while the gate is quiet (a `ClientLayer`'s): they pass untouched.
+    /// The retry loop right above notes the sends it makes while the
+    /// gate is quiet (a `ClientLayer`'s): a call it marks so passes
+    /// untouched.
     noted_above: bool,
-    /// `inner` was readied by `poll_ready` (only while the gate is quiet
-    /// and its sends pass): the next call goes through it.
-    inner_ready: bool,
-}
-
-impl<S: Clone> Clone for RateLimit<S> {
-    /// A clone of the inner service is not ready, whatever this one is.
-    fn clone(&self) -> Self {
-        RateLimit {
-            inner: self.inner.clone(),
-            gate: self.gate.clone(),
-            noted_above: self.noted_above,
-            inner_ready: false,
-        }
-    }
 }
 
 impl<S> RateLimit<S> {
@@ -42,14 +28,7 @@ impl<S> RateLimit<S> {
             inner,
             gate,
             noted_above,
-            inner_ready: false,
         }
-    }
-
-    /// Whether a send passes untouched: the gate is quiet, and the retry
-    /// loop right above notes its sends.
-    fn passes(&self) -> bool {
-        self.noted_above && self.gate.is_quiet()
     }
 
     /// The wrapped service.
@@ -75,22 +54,15 @@ where
     /// Always ready: the gate takes every send into its queue. The inner
     /// service is readied by the send's future when its slot comes, so no
     /// readiness is reserved here only to be thrown away (or held through
-    /// a wait). Where sends pass untouched (a quiet gate under a
-    /// `ClientLayer`'s retry loop), ready when the inner service is.
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        if self.passes() && !self.inner_ready {
-            std::task::ready!(self.inner.poll_ready(cx)).map_err(Into::into)?;
-            self.inner_ready = true;
-        }
+    /// a wait).
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        let ready = std::mem::take(&mut self.inner_ready);
-        if self.passes() {
-            if ready {
-                return ResponseFuture::called(self.inner.call(request));
-            }
+        // A send the retry loop right above noted itself, the gate quiet
+        // when it looked: it passes, whatever news came since.
+        if self.noted_above && super::offer::take_noted() {
             return ResponseFuture::passed(self.inner.clone(), request);
         }
         let (parts, body) = request.into_parts();
@@ -104,19 +76,6 @@ where
                 Some(offered)
             }
             (carried, None) => carried.cloned(),
-        };
-        // Before any news, a retry loop above reads the answer: the send
-        // goes at once, keyed only if news comes of it.
-        let link = match (self.gate.quiet(), link) {
-            (Some(quiet), Some(link)) => {
-                let now = Instant::now();
-                let order = quiet.send(now);
-                link.mark_gated();
-                let request = Request::from_parts(parts, body);
-                let (ready, gate) = (self.inner.clone(), self.gate.clone());
-                return ResponseFuture::unkeyed(ready, request, gate, link, (now, order));
-            }
-            (_, link) => link,
         };
         let model = link.as_ref().and_then(GateLink::model);
         let key = default_key(&parts, model.as_deref(), self.gate.key_hasher());
@@ -136,14 +95,8 @@ where
             not_before: link.take_not_before(),
         });
         let request = Request::from_parts(parts, body);
-        // The send's own clone, readied by its future when the slot comes
-        // (or the instance `poll_ready` readied while the gate was quiet).
-        let ready = if ready {
-            let clone = self.inner.clone();
-            std::mem::replace(&mut self.inner, clone)
-        } else {
-            self.inner.clone()
-        };
+        // The send's own clone, readied by its future when the slot comes.
+        let ready = self.inner.clone();
         let now = Instant::now();
         match self.gate.reserve_send(key, cost, now, bounds) {
             Ok(reserved) => {

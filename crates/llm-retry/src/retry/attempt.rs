@@ -155,7 +155,7 @@ impl<B> AttemptCtx<B> {
             if let Some(sent) = Sent::unkeyed(gate, now) {
                 self.quiet_sent = Some(sent);
                 let _entered = self.account.span().enter();
-                return service.call(request);
+                return crate::rate_limit::offer::noted(|| service.call(request));
             }
             // News came: from now on the gate keys every send, by the
             // body too.
