@@ -40,6 +40,32 @@ fn policy() -> RetryPolicy {
         .unwrap()
 }
 
+/// An upstream of a `ClientLayer`'s stack.
+type Upstream = tower::util::BoxCloneService<
+    Request<ReplayBody<Full<Bytes>>>,
+    Response<Full<Bytes>>,
+    crate::BoxError,
+>;
+
+/// When each send arrived since now.
+type Sends = Arc<std::sync::Mutex<Vec<Duration>>>;
+
+/// An upstream that answers its `nth` send (from 0) with `answer(nth)`,
+/// recording when each arrived.
+fn recorded(
+    answer: impl Fn(usize) -> Response<Full<Bytes>> + Clone + Send + Sync + 'static,
+) -> (Upstream, Sends) {
+    let start = Instant::now();
+    let sends = Sends::default();
+    let log = Arc::clone(&sends);
+    let upstream = tower::service_fn(move |_: Request<ReplayBody<Full<Bytes>>>| {
+        let mut log = log.lock().unwrap();
+        log.push(start.elapsed());
+        std::future::ready(Ok(answer(log.len() - 1)))
+    });
+    (Upstream::new(upstream), sends)
+}
+
 /// A `ClientLayer` over `layer`'s gate.
 fn client(layer: &RateLimitLayer) -> crate::ClientLayer {
     crate::ClientLayer::new(policy()).rate_limit(layer.clone())
@@ -121,24 +147,15 @@ async fn a_client_layer_keys_the_first_news_of_a_send_it_noted_itself() {
     // The first answer is a 429 naming 5 s; a request sent after it goes
     // no sooner: the note the retry loop kept reached the gate, which now
     // holds the key.
-    let start = Instant::now();
-    let sends = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let upstream = {
-        let sends = Arc::clone(&sends);
-        tower::service_fn(move |_: Request<ReplayBody<Full<Bytes>>>| {
-            let mut sends = sends.lock().unwrap();
-            sends.push(start.elapsed());
-            let res = if sends.len() == 1 {
-                let mut res = answer(429);
-                res.headers_mut()
-                    .insert("retry-after", http::HeaderValue::from_static("5"));
-                res
-            } else {
-                answer(200)
-            };
-            async move { Ok::<_, crate::BoxError>(res) }
-        })
-    };
+    let (upstream, sends) = recorded(|nth| {
+        if nth > 0 {
+            return answer(200);
+        }
+        let mut res = answer(429);
+        res.headers_mut()
+            .insert("retry-after", http::HeaderValue::from_static("5"));
+        res
+    });
     let layer = RateLimitLayer::learned();
     let svc = client(&layer).layer(upstream);
     let first = tokio::spawn(svc.clone().oneshot(request("m")));
@@ -235,15 +252,7 @@ async fn a_quiet_gate_leaves_its_inner_service_s_readiness_to_the_attempt() {
 async fn adaptive_bounds_that_start_paced_key_every_send_from_the_first() {
     // Bounds of 1 to 10 a second start every key at 10 a second: nothing
     // to learn before it is paced, so no quiet start.
-    let start = Instant::now();
-    let sends = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let upstream = {
-        let sends = Arc::clone(&sends);
-        tower::service_fn(move |_: Request<ReplayBody<Full<Bytes>>>| {
-            sends.lock().unwrap().push(start.elapsed());
-            async { Ok::<_, crate::BoxError>(answer(200)) }
-        })
-    };
+    let (upstream, sends) = recorded(|_| answer(200));
     let quotas = super::Quotas::none().adaptive(1.0, 10.0);
     let layer = RateLimitLayer::new(quotas).unwrap();
     let svc = client(&layer).layer(upstream);
