@@ -307,6 +307,11 @@ impl Sent {
         })
     }
 
+    /// Whether the loop noted it itself, unkeyed (a quiet gate's).
+    pub(crate) fn is_unkeyed(&self) -> bool {
+        self.key.is_none()
+    }
+
     /// Counts a quiet gate's send served, its answer stating nothing:
     /// nothing else to tell. The send back if it is keyed, or the gate no
     /// longer quiet (its answer is then news to key).

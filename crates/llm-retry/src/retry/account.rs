@@ -236,7 +236,9 @@ impl Account {
             if classify_status(status, None) == Classification::Success && self.state.untouched() {
                 match sent {
                     None => return Step::Served,
-                    Some(note) if !crate::hint::may_state_quotas(headers) => {
+                    // Read for quotas only where the gate is quiet: a keyed
+                    // send's answer is read whole below anyway.
+                    Some(note) if note.is_unkeyed() && !crate::hint::may_state_quotas(headers) => {
                         match note.served_quietly() {
                             Ok(()) => return Step::Served,
                             Err(note) => sent = Some(note),
