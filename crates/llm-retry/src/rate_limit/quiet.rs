@@ -2,12 +2,16 @@
 //! by nothing.
 //!
 //! Until an answer says anything about a key (a 429, an overload, a stated
-//! quota or window), a learning gate has nothing to pace by: its sends
-//! need no key, no lock and no booking. They are counted here instead,
+//! quota or window), a gate told no quotas, sharing with no store and
+//! pacing nothing from the first send has nothing to pace by: its sends
+//! need no key, no lock and no booking. Under a `ClientLayer` the retry
+//! loop right above notes each such send itself and the gate lets it pass
+//! (`Sent::unkeyed`, `offer::noted`); the sends are counted here instead,
 //! for the first key the first news makes: when the gate's sends began and
 //! how many were served (an unmeasured rate's first estimate reads them),
 //! and how many are in flight (an overloaded key's first ceiling starts
-//! under them). From that news on the gate keys every send, for good.
+//! under them). Any keyed send (news, or a hand-built stack's send) makes
+//! the gate loud, for good.
 
 use super::concurrency::Flight;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
