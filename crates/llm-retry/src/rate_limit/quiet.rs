@@ -67,7 +67,7 @@ impl Quiet {
     pub(super) fn send(&self, now: Instant) -> u64 {
         if self.since.load(Ordering::Relaxed) == 0 {
             let nanos = now.saturating_duration_since(self.epoch).as_nanos();
-            let at = u64::try_from(nanos).unwrap_or(u64::MAX - 1) + 1;
+            let at = u64::try_from(nanos).map_or(u64::MAX, |n| n.saturating_add(1));
             // The first one wins; a later one only loses the race.
             let _ = self
                 .since
