@@ -18,12 +18,18 @@ use tower::Service;
 pub struct Retry<S> {
     inner: S,
     policy: RetryPolicy,
-    /// How requests carry their gate link, learned from the first ones;
-    /// `None` where a gate sits right below, which the offer reaches.
-    carriage: Option<Carriage>,
-    /// That gate (a `ClientLayer`'s): while it is quiet, the loop notes
-    /// its sends itself.
-    gate: Option<Gate>,
+    /// What is below: the way requests carry their gate link, learned
+    /// from the first ones, or the gate itself, right below.
+    below: Below,
+}
+
+/// What a [`Retry`] knows of the stack below it.
+#[derive(Debug, Clone)]
+enum Below {
+    /// Learned from its first requests.
+    Learned(Carriage),
+    /// A gate right below (a `ClientLayer`'s), which the offer reaches.
+    Gate(Gate),
 }
 
 impl<S> Retry<S> {
@@ -31,8 +37,7 @@ impl<S> Retry<S> {
         Retry {
             inner,
             policy,
-            carriage: Some(carriage),
-            gate: None,
+            below: Below::Learned(carriage),
         }
     }
 
@@ -44,8 +49,7 @@ impl<S> Retry<S> {
         Retry {
             inner,
             policy,
-            carriage: None,
-            gate: Some(gate),
+            below: Below::Gate(gate),
         }
     }
 
@@ -89,9 +93,12 @@ where
         // in its place and send the first attempt through the ready one.
         let clone = self.inner.clone();
         let ready = std::mem::replace(&mut self.inner, clone);
-        let carry = match (&self.gate, &self.carriage) {
-            (Some(gate), _) if gate.is_quiet() => Carry::Quiet(gate.clone()),
-            (_, carriage) => carriage.as_ref().map_or(Carry::Offer, Carriage::next),
+        let carry = match &self.below {
+            Below::Learned(carriage) => carriage.next(),
+            // While it is quiet, the loop notes its sends itself; after,
+            // the gate takes the link the loop offers.
+            Below::Gate(gate) if gate.is_quiet() => Carry::Quiet(gate.clone()),
+            Below::Gate(_) => Carry::Offer,
         };
         ResponseFuture::start(ready, parts, body, self.policy.clone(), carry)
     }
