@@ -15,6 +15,10 @@ use super::{RequestWindow, TokenWindow};
 use http::{HeaderMap, HeaderValue};
 use std::time::{Duration, SystemTime};
 
+/// The prefixes of the quota headers OpenAI's and Anthropic's heads state.
+const OPENAI: &str = "x-ratelimit-";
+const ANTHROPIC: &str = "anthropic-ratelimit-";
+
 /// What the head states, each the first valid value of its header.
 #[derive(Default)]
 struct Stated {
@@ -50,7 +54,7 @@ impl Stated {
         let mut stated = Stated::default();
         for (name, value) in headers {
             let name = name.as_str();
-            if let Some(rest) = name.strip_prefix("x-ratelimit-") {
+            if let Some(rest) = name.strip_prefix(OPENAI) {
                 match rest {
                     "remaining-requests" => first(&mut stated.openai_left, value, count),
                     "reset-requests" => first(&mut stated.openai_reset, value, |v| {
@@ -61,7 +65,7 @@ impl Stated {
                     "limit-tokens" => first(&mut stated.openai_tokens_limit, value, count),
                     _ => {}
                 }
-            } else if let Some(rest) = name.strip_prefix("anthropic-ratelimit-") {
+            } else if let Some(rest) = name.strip_prefix(ANTHROPIC) {
                 match rest {
                     "requests-remaining" => first(&mut stated.anthropic_left, value, count),
                     "requests-reset" => first(&mut stated.anthropic_reset, value, |v| {
@@ -87,7 +91,7 @@ pub(crate) fn may_state_quotas(headers: &HeaderMap) -> bool {
     // answer's head on the keyed path.
     headers.keys().any(|name| {
         let name: &[u8] = name.as_ref();
-        name.starts_with(b"x-ratelimit-") || name.starts_with(b"anthropic-ratelimit-")
+        name.starts_with(OPENAI.as_bytes()) || name.starts_with(ANTHROPIC.as_bytes())
     })
 }
 
