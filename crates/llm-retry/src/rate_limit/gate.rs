@@ -54,6 +54,10 @@ pub(crate) struct Shared {
     shared: Option<Arc<dyn SharedGate>>,
     /// Until the first news of any key: sends go unkeyed.
     quiet: Quiet,
+    /// Until when a hold some key met may be contested, in nanoseconds
+    /// after `epoch`: until then every success is counted against it.
+    contested_until: AtomicU64,
+    epoch: Instant,
 }
 
 impl Shared {
@@ -333,6 +337,8 @@ impl Gate {
             key_hasher,
             shared,
             quiet,
+            contested_until: AtomicU64::new(0),
+            epoch: Instant::now(),
         }))
     }
 
@@ -777,6 +783,9 @@ impl Gate {
         let state = keys.entry(key).or_insert_with(|| KeyState::new(self, now));
         // The queue behind the quotas starts at the hold's end now, in the
         // same order and spacing: it moves back by the hold's extension.
+        let nanos = until.saturating_duration_since(self.epoch).as_nanos();
+        self.contested_until
+            .fetch_max(u64::try_from(nanos).unwrap_or(u64::MAX), Ordering::Relaxed);
         let pushed = match state.hold.refused(order, now, wait, until) {
             // Not yet: this request waits its own wait.
             Placed::Doubted => return false,
@@ -905,9 +914,9 @@ impl Gate {
         tokens: Option<crate::hint::TokenWindow>,
         limit: Duration,
     ) {
-        // A gate told its quotas, with no news to take, trusts the holds its
-        // keys meet: a success takes no lock there.
-        if self.adaptive.is_none() && window.is_none() && tokens.is_none() {
+        // A gate told its quotas, with no news to take and no hold to
+        // contest: a success takes no lock there.
+        if self.adaptive.is_none() && window.is_none() && tokens.is_none() && !self.contested(now) {
             return;
         }
         let mut keys = self.lock();
@@ -932,6 +941,12 @@ impl Gate {
         if let Some(window) = window {
             self.window_in(key, state, (mark.order, now), window, limit);
         }
+    }
+
+    /// Whether a hold some key met may still be contested at `now`.
+    fn contested(&self, now: Instant) -> bool {
+        let nanos = now.saturating_duration_since(self.epoch).as_nanos();
+        u64::try_from(nanos).is_ok_and(|now| now < self.contested_until.load(Ordering::Relaxed))
     }
 
     /// A send succeeded, its answer stating nothing.
