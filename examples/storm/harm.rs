@@ -6,7 +6,7 @@
 use crate::config::Config;
 use crate::policies::Policy;
 use crate::stacks::Stack;
-use crate::upstream::PATH;
+use crate::upstream::{ID_HEADER, PATH};
 use llm_retry_mock::{Limit, Quota, Reply, Route, Script};
 use std::time::{Duration, SystemTime};
 
@@ -122,11 +122,9 @@ impl Harm {
     /// Runs of each row, of which the one with the median completion is
     /// reported. A burst's whole run lasts tens of milliseconds, which one
     /// run's scheduling on a busy machine moves by a fifth either way. A
-    /// random share's completion rests on its unluckiest request, and
-    /// which request draws the refusals depends on the order the sends
-    /// arrive in: in 10b four refusals in a row back off 0.5 + 1 + 2 + 4 s,
-    /// and 600 requests draw such a run about one time in four, with a
-    /// gate or without.
+    /// random share's completion rests on its unluckiest request; its
+    /// refusals are drawn per request and attempt, the same in every row
+    /// and run, so what moves it is the backoff's jitter and scheduling.
     pub(crate) fn repeats(self) -> usize {
         match self {
             Harm::OpenAiHead | Harm::AnthropicHead => 5,
@@ -179,12 +177,12 @@ impl Harm {
         let what = match self {
             Harm::RefusedNamed => format!(
                 "`429 rate_limit_error` with `retry-after: 1` to a random {REFUSED_PCT} % of \
-                 answers (`Route::mix`), whatever the rate: a shared organisation quota drained \
+                 attempts (`Route::mix_per`, drawn per request id and attempt, the same in every row), whatever the rate: a shared organisation quota drained \
                  by others, a tenant limit in front; nothing else limits"
             ),
             Harm::RefusedUnnamed => format!(
                 "`429 rate_limit_error` with no wait named to a random {REFUSED_PCT} % of \
-                 answers (`Route::mix`), whatever the rate; nothing else limits"
+                 attempts (`Route::mix_per`, as in 10a), whatever the rate; nothing else limits"
             ),
             Harm::OpenAiHead => "every answer is a 200 carrying OpenAI's head for a large \
                  quota with room left: `x-ratelimit-limit-requests: 10000`, \
@@ -208,7 +206,7 @@ impl Harm {
             ),
             Harm::Overloaded => format!(
                 "`529 overloaded_error` with no wait named to a random {OVERLOADED_PCT} % of \
-                 answers (`Route::mix`), whatever the concurrency: a platform-wide overload; \
+                 attempts (`Route::mix_per`, as in 10a), whatever the concurrency: a platform-wide overload; \
                  nothing else limits"
             ),
         };
@@ -225,8 +223,13 @@ impl Harm {
     pub(crate) fn script(self, config: &Config) -> Script {
         let latency = config.latency;
         let ok = Reply::anthropic_ok("Hello! How can I help?").delay(latency);
+        // Drawn per request id and attempt: every row meets the same
+        // refusals, whatever order its sends arrive in.
         let mix = |pct: u32, refused: Reply| {
-            Route::mix([(100 - pct, ok.clone()), (pct, refused.delay(latency))])
+            Route::mix_per(
+                http::HeaderName::from_static(ID_HEADER),
+                [(100 - pct, ok.clone()), (pct, refused.delay(latency))],
+            )
         };
         let route = match self {
             Harm::RefusedNamed => mix(REFUSED_PCT, Reply::rate_limited(Some(1))),

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 
 pub(crate) const PATH: &str = "/v1/messages";
-const ID_HEADER: &str = "x-storm-request";
+pub(crate) const ID_HEADER: &str = "x-storm-request";
 const PROMPT: &str = r#"{"model":"claude-sonnet-4-5","max_tokens":256,"messages":[{"role":"user","content":"Hello"}]}"#;
 /// One request in ten asks for a long answer: what a tokens-per-minute
 /// quota notices.

@@ -70,7 +70,7 @@ where
     // Slots under in-flight ceilings are held until the answer is over.
     let (reply, slots) = match read {
         BodyRead::Complete => {
-            let (reply, slots) = shared.router.select(&path, &bytes);
+            let (reply, slots) = shared.router.select(&path, &parts.headers, &bytes);
             (Some(reply), slots)
         }
         BodyRead::TooLarge => {

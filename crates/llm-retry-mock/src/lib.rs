@@ -8,7 +8,8 @@
 //!   unknown paths get a 404 JSON error).
 //! - A [`Route`] answers successive requests: [`Route::always`],
 //!   [`Route::sequence`] (the last reply repeats), [`Route::sequence_then`],
-//!   or a seeded weighted [`Route::mix`]; an upstream under load with
+//!   or a seeded weighted [`Route::mix`] (drawn by arrival, or with
+//!   [`Route::mix_per`] per request id and attempt); an upstream under load with
 //!   [`Route::capacity`] (a shared token bucket answering 429 with the exact
 //!   `Retry-After` when empty), [`Route::limited`] (a provider's limits,
 //!   stated in its headers) and [`Route::outage`] (a window of 503s); one

@@ -2,19 +2,26 @@
 //! limits and outage clocks, and the built-in answers (404, 413,
 //! empty route).
 
+use http::HeaderMap;
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::limiter::{InFlightSlot, Limiter, Verdict};
 use crate::reply::Reply;
-use crate::script::{path_salt, ByModel, Limited, Outage, Picker, Route, RouteKind, Script};
+use crate::script::{
+    fnv1a, path_salt, splitmix64, ByModel, Limited, Outage, Picker, Route, RouteKind, Script,
+};
 
 /// Salt for the fallback route, distinct from any path's FNV hash in practice.
 const FALLBACK_SALT: u64 = 0x6C6C_6D2D_6D6F_636B;
+
+/// The most header values a [`Route::mix_per`] route counts attempts of.
+const MAX_COUNTED_VALUES: usize = 1 << 16;
 
 /// One path's route, with its per-server state.
 #[derive(Debug)]
@@ -29,6 +36,8 @@ enum Node {
     Pick {
         picker: Picker,
         hits: AtomicU64,
+        /// Per header value (its hash), the requests answered so far.
+        attempts: Mutex<HashMap<u64, u64>>,
     },
     Outage {
         window: Range<Duration>,
@@ -52,6 +61,7 @@ impl Node {
             RouteKind::Pick(picker) => Node::Pick {
                 picker,
                 hits: AtomicU64::new(0),
+                attempts: Mutex::default(),
             },
             RouteKind::Outage(o) => {
                 let Outage {
@@ -94,6 +104,7 @@ impl Node {
     /// in-flight ceilings also gets their `slots`, to hold until answered.
     fn next(
         &self,
+        headers: &HeaderMap,
         body: &[u8],
         seed: u64,
         salt: u64,
@@ -101,8 +112,16 @@ impl Node {
         slots: &mut Vec<InFlightSlot>,
     ) -> Reply {
         match self {
-            Node::Pick { picker, hits } => {
-                let nth = hits.fetch_add(1, Ordering::Relaxed);
+            Node::Pick {
+                picker,
+                hits,
+                attempts,
+            } => {
+                let value = picker.per().and_then(|name| headers.get(name));
+                let nth = match value {
+                    Some(value) => nth_attempt(attempts, value.as_bytes()),
+                    None => hits.fetch_add(1, Ordering::Relaxed),
+                };
                 picker.pick(nth, seed, salt).cloned().unwrap_or_else(|| {
                     Reply::anthropic_error(
                         500,
@@ -120,7 +139,7 @@ impl Node {
                 if window.contains(&since_start) {
                     during.clone()
                 } else {
-                    otherwise.next(body, seed, salt, started, slots)
+                    otherwise.next(headers, body, seed, salt, started, slots)
                 }
             }
             Node::Limited {
@@ -131,10 +150,10 @@ impl Node {
                 let now = Instant::now();
                 match limiter.decide(limiter.cost(body), now, when_limited) {
                     Verdict::Refused(reply) => reply,
-                    Verdict::Admitted(headers, held) => {
-                        let mut reply = admitted.next(body, seed, salt, started, slots);
+                    Verdict::Admitted(added, held) => {
+                        let mut reply = admitted.next(headers, body, seed, salt, started, slots);
                         slots.extend(held);
-                        for (name, value) in headers {
+                        for (name, value) in added {
                             reply = reply.header(name, &value);
                         }
                         reply
@@ -147,10 +166,25 @@ impl Node {
                     .as_deref()
                     .and_then(|name| models.iter().find(|(model, _)| model == name))
                     .map_or(&**otherwise, |(_, node)| node);
-                node.next(body, seed, salt, started, slots)
+                node.next(headers, body, seed, salt, started, slots)
             }
         }
     }
+}
+
+/// The draw of a request whose header `value` this route answered
+/// `n` times before: the same for the same value and `n`, whatever came
+/// in between.
+fn nth_attempt(attempts: &Mutex<HashMap<u64, u64>>, value: &[u8]) -> u64 {
+    let id = fnv1a(value);
+    let mut attempts = attempts.lock().unwrap_or_else(PoisonError::into_inner);
+    if attempts.len() >= MAX_COUNTED_VALUES && !attempts.contains_key(&id) {
+        attempts.clear();
+    }
+    let n = attempts.entry(id).or_default();
+    let nth = splitmix64(id).wrapping_add(*n);
+    *n += 1;
+    nth
 }
 
 /// The `model` a JSON request body names, if it is a JSON object with a
@@ -211,12 +245,18 @@ impl Router {
     /// The reply for the next request to `path`, whose body is `body`;
     /// counts it. An admitted request under an in-flight ceiling holds the
     /// returned slot until its answer is over.
-    pub(crate) fn select(&self, path: &str, body: &[u8]) -> (Reply, Vec<InFlightSlot>) {
+    pub(crate) fn select(
+        &self,
+        path: &str,
+        headers: &HeaderMap,
+        body: &[u8],
+    ) -> (Reply, Vec<InFlightSlot>) {
         let mut held = Vec::new();
         let reply = match self.routes.get(path).or(self.fallback.as_ref()) {
-            Some(slot) => slot
-                .node
-                .next(body, self.seed, slot.salt, self.started, &mut held),
+            Some(slot) => {
+                slot.node
+                    .next(headers, body, self.seed, slot.salt, self.started, &mut held)
+            }
             None => Reply::anthropic_error(
                 404,
                 "not_found_error",
@@ -279,7 +319,7 @@ mod tests {
             Route::always(Reply::status(404)),
         );
         let router = Router::new(Script::new().route("/m", route));
-        let status = |body: &[u8]| match router.select("/m", body).0 {
+        let status = |body: &[u8]| match router.select("/m", &HeaderMap::new(), body).0 {
             Reply::Response(reply) => reply.status().as_u16(),
             Reply::ResetBeforeHeaders { .. } => 0,
         };
@@ -290,5 +330,50 @@ mod tests {
         assert_eq!(status(br#"{"model":"other"}"#), 404);
         assert_eq!(status(b""), 404);
         assert_eq!(status(b"{\"model\":"), 404);
+    }
+
+    fn status_of(reply: Reply) -> u16 {
+        match reply {
+            Reply::Response(reply) => reply.status().as_u16(),
+            Reply::ResetBeforeHeaders { .. } => 0,
+        }
+    }
+
+    /// A `mix_per` route draws by the header's value and its attempt: two
+    /// servers that see the same requests arrive in different orders
+    /// answer each request's nth attempt alike.
+    #[test]
+    fn mix_per_draws_by_value_and_attempt_not_by_arrival() {
+        let id = http::HeaderName::from_static("x-id");
+        let route = Route::mix_per(
+            id.clone(),
+            [(1, Reply::status(200)), (1, Reply::status(500))],
+        );
+        let answers = |order: &[u32]| {
+            let router = Router::new(Script::new().seed(7).route("/m", route.clone()));
+            let mut tries = HashMap::new();
+            let mut seen = HashMap::new();
+            for value in order {
+                let mut headers = HeaderMap::new();
+                headers.insert(id.clone(), http::HeaderValue::from(*value));
+                let attempt = tries.entry(*value).or_insert(0u32);
+                let status = status_of(router.select("/m", &headers, b"").0);
+                seen.insert((*value, *attempt), status);
+                *attempt += 1;
+            }
+            seen
+        };
+        let forward: Vec<u32> = (0..50).flat_map(|value| [value; 3]).collect();
+        let backward: Vec<u32> = forward.iter().rev().copied().collect();
+        let drawn = answers(&forward);
+        assert_eq!(drawn, answers(&backward));
+        let ok = drawn.values().filter(|status| **status == 200).count();
+        assert!((45..=105).contains(&ok), "{ok} of 150 should be ~75");
+        // A request without the header draws by arrival, as `mix` does.
+        let router = Router::new(Script::new().seed(7).route("/m", route));
+        let statuses: Vec<u16> = (0..40)
+            .map(|_| status_of(router.select("/m", &HeaderMap::new(), b"").0))
+            .collect();
+        assert!(statuses.contains(&200) && statuses.contains(&500));
     }
 }

@@ -5,6 +5,7 @@
 //! from it keeps its own per-route request counters, token buckets and start
 //! time, so one script can start many independent servers.
 
+use http::HeaderName;
 use std::ops::Range;
 use std::time::Duration;
 
@@ -139,6 +140,8 @@ pub(crate) enum Picker {
     Mix {
         choices: Vec<(u32, Reply)>,
         total: u64,
+        /// Draw by this header's value and its attempt, not by arrival.
+        per: Option<HeaderName>,
     },
 }
 
@@ -200,10 +203,44 @@ impl Route {
     /// differently. Zero-weight replies are never chosen, unless every
     /// weight is zero: then the choice is uniform.
     pub fn mix(weighted: impl IntoIterator<Item = (u32, Reply)>) -> Route {
+        Route::mixed(weighted, None)
+    }
+
+    /// Like [`Route::mix`], but a request's draw depends on the value of
+    /// its `header` and on how many requests with that value this route
+    /// answered before (its attempt), not on its arrival order. Two runs
+    /// that send the same logical requests (each tagged with its own id)
+    /// draw the same reply for each request's nth attempt, however their
+    /// sends interleave: a like-for-like comparison of two clients. A
+    /// request without the header draws as [`Route::mix`] would.
+    ///
+    /// The route remembers the attempts of at most
+    /// 65,536 values; past that it forgets them all and counts afresh.
+    ///
+    /// ```
+    /// use http::HeaderName;
+    /// use llm_retry_mock::{Reply, Route};
+    ///
+    /// // 15 % of the attempts of each `x-request-id` are refused.
+    /// let route = Route::mix_per(
+    ///     HeaderName::from_static("x-request-id"),
+    ///     [(85, Reply::anthropic_ok("hi")), (15, Reply::rate_limited(None))],
+    /// );
+    /// # let _ = route;
+    /// ```
+    pub fn mix_per(header: HeaderName, weighted: impl IntoIterator<Item = (u32, Reply)>) -> Route {
+        Route::mixed(weighted, Some(header))
+    }
+
+    fn mixed(weighted: impl IntoIterator<Item = (u32, Reply)>, per: Option<HeaderName>) -> Route {
         let choices: Vec<(u32, Reply)> = weighted.into_iter().collect();
         let total = choices.iter().map(|(w, _)| u64::from(*w)).sum();
         Route {
-            kind: RouteKind::Pick(Picker::Mix { choices, total }),
+            kind: RouteKind::Pick(Picker::Mix {
+                choices,
+                total,
+                per,
+            }),
         }
     }
 
@@ -374,6 +411,14 @@ impl Route {
 }
 
 impl Picker {
+    /// The header whose value (and attempt) draws the reply, if any.
+    pub(crate) fn per(&self) -> Option<&HeaderName> {
+        match self {
+            Picker::Mix { per, .. } => per.as_ref(),
+            Picker::Sequence { .. } => None,
+        }
+    }
+
     /// The reply for the `nth` (0-based) request; `salt` separates routes.
     pub(crate) fn pick(&self, nth: u64, seed: u64, salt: u64) -> Option<&Reply> {
         match self {
@@ -384,7 +429,7 @@ impl Picker {
                     .or(then.as_ref())
                     .or_else(|| replies.last())
             }
-            Picker::Mix { choices, total } => {
+            Picker::Mix { choices, total, .. } => {
                 let roll = splitmix64(splitmix64(seed ^ salt) ^ nth);
                 if *total == 0 {
                     let len = u64::try_from(choices.len()).ok().filter(|l| *l > 0)?;
@@ -415,8 +460,13 @@ pub(crate) fn splitmix64(x: u64) -> u64 {
 
 /// FNV-1a over the path: a stable per-route salt.
 pub(crate) fn path_salt(path: &str) -> u64 {
-    path.bytes().fold(0xCBF2_9CE4_8422_2325, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01B3)
+    fnv1a(path.as_bytes())
+}
+
+/// FNV-1a: a stable hash of a few bytes.
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xCBF2_9CE4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01B3)
     })
 }
 
