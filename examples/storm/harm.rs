@@ -6,7 +6,7 @@
 use crate::config::Config;
 use crate::policies::Policy;
 use crate::stacks::Stack;
-use crate::upstream::{ID_HEADER, PATH};
+use crate::upstream::{DRAW_HEADER, PATH};
 use llm_retry_mock::{Limit, Quota, Reply, Route, Script};
 use std::time::{Duration, SystemTime};
 
@@ -123,8 +123,9 @@ impl Harm {
     /// reported. A burst's whole run lasts tens of milliseconds, which one
     /// run's scheduling on a busy machine moves by a fifth either way. A
     /// random share's completion rests on its unluckiest request; its
-    /// refusals are drawn per request and attempt, the same in every row
-    /// and run, so what moves it is the backoff's jitter and scheduling.
+    /// refusals are drawn per client, request and attempt, the same in
+    /// every row and run, so what moves it is the backoff's jitter and
+    /// scheduling.
     pub(crate) fn repeats(self) -> usize {
         match self {
             Harm::OpenAiHead | Harm::AnthropicHead => 5,
@@ -177,7 +178,7 @@ impl Harm {
         let what = match self {
             Harm::RefusedNamed => format!(
                 "`429 rate_limit_error` with `retry-after: 1` to a random {REFUSED_PCT} % of \
-                 attempts (`Route::mix_per`, drawn per request id and attempt, the same in every row), whatever the rate: a shared organisation quota drained \
+                 attempts (`Route::mix_per`, drawn per client, request and attempt, the same in every row), whatever the rate: a shared organisation quota drained \
                  by others, a tenant limit in front; nothing else limits"
             ),
             Harm::RefusedUnnamed => format!(
@@ -227,7 +228,7 @@ impl Harm {
         // refusals, whatever order its sends arrive in.
         let mix = |pct: u32, refused: Reply| {
             Route::mix_per(
-                http::HeaderName::from_static(ID_HEADER),
+                http::HeaderName::from_static(DRAW_HEADER),
                 [(100 - pct, ok.clone()), (pct, refused.delay(latency))],
             )
         };

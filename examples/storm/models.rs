@@ -39,8 +39,13 @@ enum Attempt {
 }
 
 /// Sends one attempt through `client` and reads the whole body.
-async fn send_once(client: &UpstreamClient, url: &str, id: u64, model: Option<&str>) -> Attempt {
-    let Ok(request) = request(url, id, model) else {
+async fn send_once(
+    client: &UpstreamClient,
+    url: &str,
+    (id, draw): (u64, u64),
+    model: Option<&str>,
+) -> Attempt {
+    let Ok(request) = request(url, id, draw, model) else {
         return Attempt::Transport;
     };
     match client.clone().oneshot(request).await {
@@ -125,7 +130,7 @@ impl Model {
         self,
         client: &UpstreamClient,
         url: &str,
-        id: u64,
+        id: (u64, u64),
         model: Option<&str>,
         rng: &mut SmallRng,
     ) -> Outcome {

@@ -27,7 +27,14 @@ enum Runner {
 }
 
 impl Runner {
-    async fn send(&self, url: &str, id: u64, model: Option<&str>, rng: &mut SmallRng) -> Outcome {
+    /// Sends request `id`, its client's draw-th (see [`DRAW_HEADER`](crate::upstream::DRAW_HEADER)).
+    async fn send(
+        &self,
+        url: &str,
+        id: (u64, u64),
+        model: Option<&str>,
+        rng: &mut SmallRng,
+    ) -> Outcome {
         match self {
             Runner::Stack(stack) => stacks::send(stack, url, id, model).await,
             Runner::Model(policy, client) => policy.run(client, url, id, model, rng).await,
@@ -93,7 +100,8 @@ pub(crate) async fn run(
                 let id = next_id.fetch_add(1, Ordering::Relaxed);
                 let started = Instant::now();
                 let began = cutoff.is_none_or(|after| started < t0 + after);
-                let send = runner.send(&url, id, model, &mut rng);
+                let draw = ((c as u64) << 32) | n as u64;
+                let send = runner.send(&url, (id, draw), model, &mut rng);
                 let outcome = match cutoff {
                     None => Some(send.await),
                     Some(after) => cut_off(t0 + after, send).await,

@@ -137,8 +137,13 @@ fn stopped(stop: &StopReason) -> Option<&'static str> {
 
 /// Runs one logical request through a clone of the shared stack; its
 /// body names `model` if given.
-pub(crate) async fn send(service: &Shared, url: &str, id: u64, model: Option<&str>) -> Outcome {
-    let request = match request(url, id, model) {
+pub(crate) async fn send(
+    service: &Shared,
+    url: &str,
+    (id, draw): (u64, u64),
+    model: Option<&str>,
+) -> Outcome {
+    let request = match request(url, id, draw, model) {
         Ok(request) => request,
         Err(e) => {
             return Outcome {

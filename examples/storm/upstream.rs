@@ -15,7 +15,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 
 pub(crate) const PATH: &str = "/v1/messages";
-pub(crate) const ID_HEADER: &str = "x-storm-request";
+const ID_HEADER: &str = "x-storm-request";
+/// A request's place in its client's sequence: the upstream draws random
+/// refusals by it, so every row meets the same ones.
+pub(crate) const DRAW_HEADER: &str = "x-storm-draw";
 const PROMPT: &str = r#"{"model":"claude-sonnet-4-5","max_tokens":256,"messages":[{"role":"user","content":"Hello"}]}"#;
 /// One request in ten asks for a long answer: what a tokens-per-minute
 /// quota notices.
@@ -49,11 +52,12 @@ fn body(id: u64, model: Option<&str>) -> Bytes {
     }
 }
 
-/// One logical request's HTTP request, tagged with its id; its body names
-/// `model` if given.
+/// One logical request's HTTP request, tagged with its id and its `draw`
+/// (see [`DRAW_HEADER`]); its body names `model` if given.
 pub(crate) fn request(
     url: &str,
     id: u64,
+    draw: u64,
     model: Option<&str>,
 ) -> Result<Request<Full<Bytes>>, BoxError> {
     Ok(Request::post(url)
@@ -61,6 +65,7 @@ pub(crate) fn request(
         .header("anthropic-version", "2023-06-01")
         .header("x-api-key", "sk-ant-storm-not-a-real-key")
         .header(ID_HEADER, id.to_string())
+        .header(DRAW_HEADER, draw.to_string())
         .body(Full::new(body(id, model)))?)
 }
 
