@@ -70,6 +70,9 @@ const MIN_SUCCESSES: u32 = 5;
 /// Growth a second in slow start after a measured first estimate (one
 /// resting on little doubles): enough to correct a rate rounded down.
 const SLOW_START_MEASURED: f64 = 1.25;
+/// Growth a second in slow start after a first estimate resting on one
+/// or two successes, or none: a floor more than a rate.
+const LOW_CONFIDENCE: f64 = 2.0;
 /// Shortest span a first estimate divides by, so one instant's burst does
 /// not read as an infinite rate.
 const MIN_SPAN: Duration = Duration::from_millis(10);
@@ -116,17 +119,8 @@ fn spread(share: f64, answers: u32) -> f64 {
     (share * (1.0 - share) / f64::from(answers.max(1))).sqrt()
 }
 
-/// How much a first estimate rests on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Confidence {
-    /// Enough successes, or a wait named to the millisecond.
-    Measured,
-    /// One or two successes, or none: a floor more than a rate.
-    Low,
-}
-
 /// The learned rate of one key.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Learned {
     per_sec: f64,
     /// 429s answered to sends slotted before this belong to the last decrease.
@@ -195,19 +189,7 @@ impl AdaptiveRate {
     pub(super) fn start(&self) -> Learned {
         Learned {
             per_sec: self.max_per_sec,
-            quiet_until: None,
-            changed: None,
-            last_throttled: None,
-            first: None,
-            slow_start: None,
-            refining: false,
-            stated: None,
-            share: 0.0,
-            refused_at: None,
-            share_at_cut: None,
-            trial: (0, 0),
-            doubt: Doubt::default(),
-            rate_at_cut: None,
+            ..Learned::default()
         }
     }
 }
@@ -278,20 +260,20 @@ impl Learned {
     /// successes per second since its first send once five have come back,
     /// else the one or few successes over at least 10 ms — a guess, which
     /// slow start lifts quickly if it is low.
-    fn first_estimate(&self, now: Instant, named_wait: Option<Duration>) -> (f64, Confidence) {
+    fn first_estimate(&self, now: Instant, named_wait: Option<Duration>) -> (f64, f64) {
         let Some((since, successes)) = self.first else {
-            return (0.0, Confidence::Low);
+            return (0.0, LOW_CONFIDENCE);
         };
         let span = now.saturating_duration_since(since).max(MIN_SPAN);
         match precise(named_wait) {
-            Some(wait) => (1.0 / wait.as_secs_f64(), Confidence::Measured),
+            Some(wait) => (1.0 / wait.as_secs_f64(), SLOW_START_MEASURED),
             None if successes >= MIN_SUCCESSES => (
                 f64::from(successes) / span.as_secs_f64(),
-                Confidence::Measured,
+                SLOW_START_MEASURED,
             ),
             None => (
                 f64::from(successes.max(1)) / span.as_secs_f64(),
-                Confidence::Low,
+                LOW_CONFIDENCE,
             ),
         }
     }
@@ -444,17 +426,14 @@ impl Learned {
         }
         self.refining = self.unmeasured();
         if self.unmeasured() {
-            let (estimate, confidence) = self.first_estimate(now, named_wait);
+            let (estimate, slow_start) = self.first_estimate(now, named_wait);
             let estimate = estimate.max(bounds.min_per_sec);
             self.first = None;
             self.last_throttled = Some(estimate);
             self.per_sec = estimate;
             self.rate_at_cut = Some(estimate);
             // A guess from one or two answers may be far too low: climb fast.
-            self.slow_start = Some(match confidence {
-                Confidence::Low => 2.0,
-                Confidence::Measured => SLOW_START_MEASURED,
-            });
+            self.slow_start = Some(slow_start);
         } else {
             self.slow_start = None;
             self.last_throttled = Some(self.per_sec);

@@ -35,8 +35,9 @@
 //! hold there, and resends back off as well.
 
 use super::doubt::Doubt;
+use super::lock;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
@@ -136,12 +137,6 @@ impl Ceiling {
     }
 }
 
-fn lock(ceiling: &Mutex<Limit>) -> MutexGuard<'_, Limit> {
-    // Every update is a few integer stores; a panic elsewhere cannot leave
-    // the state torn.
-    ceiling.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 impl Flight {
     /// The slots a send must take one of before it goes, once the key has
     /// a ceiling: each ceiling has its own, so a permit of one that stood
@@ -160,19 +155,14 @@ impl Flight {
     }
 
     /// A send that went at `sent` was answered with an overload at `now`
-    /// (it still counts in flight). Each such send says the provider holds
-    /// fewer than the others in flight with it: the ceiling is never above
-    /// that. One decrease of a tenth per congestion event besides.
+    /// (it still counts in flight here, unless not `counted`: a quiet
+    /// gate's, read into a key that did not take the quiet sends over).
+    /// Each such send says the provider holds fewer than the others in
+    /// flight with it: the ceiling is never above that. One decrease of a
+    /// tenth per congestion event besides.
     ///
     /// Whether the ceiling now meters the key's sends (it is not at its
     /// floor): a resend then waits for a slot, not a backoff.
-    pub(super) fn overloaded(&self, sent: Instant, now: Instant) -> bool {
-        self.overloaded_counted(sent, now, true)
-    }
-
-    /// [`Flight::overloaded`] for a send that may not be `counted` in
-    /// flight here (a quiet gate's, read into a key that did not take the
-    /// quiet sends over).
     pub(super) fn overloaded_counted(&self, sent: Instant, now: Instant, counted: bool) -> bool {
         let share = self.count(true);
         let others = self.in_flight().saturating_sub(usize::from(counted)) as f64;
@@ -305,13 +295,6 @@ impl Flight {
         crate::observe::gate_stood_down("ceiling");
     }
 
-    /// As if the key's recent answers were all overloads: its next one
-    /// sets a ceiling.
-    #[cfg(test)]
-    pub(super) fn overloaded_often(&self) {
-        self.overloads.store(ALL, Ordering::Relaxed);
-    }
-
     /// One more answer in the overload share; the share after it.
     fn count(&self, overloaded: bool) -> u32 {
         let mut share = self.overloads.load(Ordering::Relaxed);
@@ -341,6 +324,9 @@ pub(super) struct InFlight {
     flight: Arc<Flight>,
     /// The ceiling it went with a slot under, if it did.
     under: Option<Arc<Semaphore>>,
+    /// Where its answer is read, when not into `flight`: a quiet gate's
+    /// send keyed by its news (see [`InFlight::read_into`]).
+    read_into: Option<Arc<Flight>>,
 }
 
 impl InFlight {
@@ -367,12 +353,23 @@ impl InFlight {
                 }
             }
         }
-        InFlight { flight, under }
+        InFlight {
+            flight,
+            under,
+            read_into: None,
+        }
     }
 
-    /// Whether it is counted in `flight`.
-    pub(super) fn counts_in(&self, flight: &Arc<Flight>) -> bool {
-        Arc::ptr_eq(&self.flight, flight)
+    /// A quiet gate's send, counted among the quiet sends until dropped
+    /// (the first key made took them over), whose answer is read into its
+    /// key's `flight`.
+    pub(super) fn read_into(&mut self, flight: Arc<Flight>) {
+        self.read_into = Some(flight);
+    }
+
+    /// The flight its answer is read into.
+    fn answered(&self) -> &Flight {
+        self.read_into.as_deref().unwrap_or(&self.flight)
     }
 
     /// Whether it went with a slot under the key's ceiling.
@@ -385,7 +382,7 @@ impl InFlight {
         if let Some(slots) = &self.under {
             self.flight.tried(slots, false, Instant::now());
         }
-        self.flight.served();
+        self.answered().served();
     }
 
     /// The send, which went at `sent`, was answered with an overload at
@@ -400,7 +397,11 @@ impl InFlight {
             self.flight.count(true);
             return false;
         }
-        self.flight.overloaded(sent, now)
+        let counted = self
+            .read_into
+            .as_ref()
+            .is_none_or(|into| Arc::ptr_eq(into, &self.flight));
+        self.answered().overloaded_counted(sent, now, counted)
     }
 }
 
@@ -427,6 +428,19 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::rate_limit::doubt::DOUBT_FOR;
+
+    impl Flight {
+        /// As if the key's recent answers were all overloads: its next one
+        /// sets a ceiling.
+        pub(in crate::rate_limit) fn overloaded_often(&self) {
+            self.overloads.store(ALL, Ordering::Relaxed);
+        }
+
+        /// An overload of a send counted here.
+        fn overloaded(&self, sent: Instant, now: Instant) -> bool {
+            self.overloaded_counted(sent, now, true)
+        }
+    }
 
     /// A key whose recent answers were all overloads: its next one sets a
     /// ceiling.

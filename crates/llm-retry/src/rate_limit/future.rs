@@ -114,7 +114,7 @@ impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
             woken,
             mut fleet,
         } = reserved;
-        let state = if booking.is_released() {
+        let state = if booking.released {
             State::after_turn(key, fleet.take(), booking.bounds)
         } else {
             State::Waiting {
@@ -122,18 +122,23 @@ impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
                 woken,
             }
         };
+        let ticket = Ticket {
+            gate,
+            key,
+            booking,
+            link,
+            flight: Some(flight),
+            sent: false,
+            fleet,
+        };
+        Self::with(state, Some((service, request)), Some(ticket))
+    }
+
+    fn with(state: State<S::Future>, pending: Option<(S, Req)>, gate: Option<Ticket>) -> Self {
         ResponseFuture {
             state,
-            pending: Some((service, request)),
-            gate: Some(Ticket {
-                gate,
-                key,
-                booking,
-                link,
-                flight: Some(flight),
-                sent: false,
-                fleet,
-            }),
+            pending,
+            gate,
             slot: None,
             waited_for_slot: false,
         }
@@ -148,44 +153,24 @@ impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
         S::Error: Into<BoxError>,
     {
         let waker = crate::noop_waker::noop_waker();
-        let (state, pending) = match service.poll_ready(&mut Context::from_waker(&waker)) {
+        match service.poll_ready(&mut Context::from_waker(&waker)) {
             Poll::Ready(Ok(())) => {
                 let future = service.call(request);
-                (
-                    State::Calling {
-                        future,
-                        in_flight: None,
-                    },
-                    None,
-                )
+                let in_flight = None;
+                Self::with(State::Calling { future, in_flight }, None, None)
             }
-            Poll::Ready(Err(error)) => (
-                State::Refused {
-                    error: Some(error.into()),
-                },
-                None,
-            ),
-            Poll::Pending => (State::Readying, Some((service, request))),
-        };
-        ResponseFuture {
-            state,
-            pending,
-            gate: None,
-            slot: None,
-            waited_for_slot: false,
+            Poll::Ready(Err(error)) => Self::refused_with(error.into()),
+            Poll::Pending => Self::with(State::Readying, Some((service, request)), None),
         }
     }
 
-    pub(super) fn refused(error: GateError) -> Self {
-        ResponseFuture {
-            state: State::Refused {
-                error: Some(error.into()),
-            },
-            pending: None,
-            gate: None,
-            slot: None,
-            waited_for_slot: false,
-        }
+    /// A send the gate refused at once: logged and counted.
+    pub(super) fn refused(refused: GateError) -> Self {
+        Self::refused_with(refusal(refused))
+    }
+
+    fn refused_with(error: BoxError) -> Self {
+        Self::with(State::Refused { error: Some(error) }, None, None)
     }
 }
 
@@ -393,7 +378,12 @@ where
 
 /// A send the gate refused: logged, counted, and the error.
 fn refuse<T>(refused: GateError) -> Poll<Result<T, BoxError>> {
+    Poll::Ready(Err(refusal(refused)))
+}
+
+/// A refusal logged and counted: the error.
+fn refusal(refused: GateError) -> BoxError {
     tracing::warn!(error = %refused, "llm-retry: rate limit refused a send");
     crate::observe::gate_refusal(refused.label());
-    Poll::Ready(Err(refused.into()))
+    refused.into()
 }

@@ -14,14 +14,14 @@ use super::error::GateError;
 use super::gcra::Pace;
 use super::hold::{Hold, Placed};
 use super::keys::{Keys, Sweepable};
-use super::pacer::Pace as RequestPace;
+use super::lock;
 use super::quiet::Quiet;
 use super::quota_book::{Paces, QuotaBook};
 use super::shared::{shared_floor, KeyHasher, SharedGate, SharedPace};
 use super::window::{Ledger, Place};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::futures::OwnedNotified;
 use tokio::sync::Notify;
@@ -63,24 +63,23 @@ pub(crate) struct Shared {
 impl Shared {
     /// A key's request pace under the configured quota and its `learned`
     /// rate: whichever is slower (a configured quota keeps its burst).
-    fn request_pace(&self, learned: Option<&Learned>) -> Option<RequestPace> {
-        self.slower_than_configured(learned.map(|rate| RequestPace {
-            interval: rate.interval(),
-            burst: 1,
-        }))
+    fn request_pace(&self, learned: Option<&Learned>) -> Option<Pace> {
+        slower(
+            self.paces.requests,
+            learned.map(|rate| Pace {
+                interval: rate.interval(),
+                burst: 1,
+            }),
+        )
     }
+}
 
-    /// The configured request quota's pace, or `other` where it is slower
-    /// (the configured one keeps its burst).
-    fn slower_than_configured(&self, other: Option<RequestPace>) -> Option<RequestPace> {
-        let configured = self.paces.requests.map(|pace| RequestPace {
-            interval: pace.per_unit,
-            burst: pace.capacity,
-        });
-        match (configured, other) {
-            (Some(c), Some(o)) if o.interval > c.interval => Some(o),
-            (configured, other) => configured.or(other),
-        }
+/// The `configured` pace, or `other` where it is slower (the configured
+/// one keeps its burst).
+fn slower(configured: Option<Pace>, other: Option<Pace>) -> Option<Pace> {
+    match (configured, other) {
+        (Some(c), Some(o)) if o.interval > c.interval => Some(o),
+        (configured, other) => configured.or(other),
     }
 }
 
@@ -102,7 +101,9 @@ struct KeyState {
     /// A wait the provider named for the key, and the evidence about it.
     hold: Hold,
     /// The learned rate, in adaptive mode.
-    learned: Option<LearnedKey>,
+    learned: Option<Learned>,
+    /// The learned rate when the waiting sends were last woken for a rise.
+    woken_at_rate: f64,
     /// When a send last used the key (the sweep drops the oldest first).
     last_used: Instant,
     /// The key's sends as its provider counts them, and its window.
@@ -114,30 +115,20 @@ struct KeyState {
     flight: Arc<Flight>,
 }
 
-#[derive(Debug)]
-struct LearnedKey {
-    rate: Learned,
-    /// The rate when the waiting sends were last woken for a rise.
-    woken_at_rate: f64,
-}
-
 impl KeyState {
     fn new(gate: &Shared, now: Instant) -> KeyState {
         // From 1: a send of no key state (a quiet gate's) marks 0.
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         // The first key made takes over what the quiet gate counted.
-        let heard = gate.quiet.hear();
+        let (first, flight) = gate.quiet.hear().unwrap_or_default();
         let learned = gate.adaptive.as_ref().map(|bounds| {
             let mut rate = bounds.start();
-            if let Some((since, served)) = heard.as_ref().and_then(|heard| heard.first) {
+            if let Some((since, served)) = first {
                 rate.began(since, served);
             }
-            LearnedKey {
-                woken_at_rate: rate.per_sec(),
-                rate,
-            }
+            rate
         });
-        let pace = gate.request_pace(learned.as_ref().map(|l| &l.rate));
+        let pace = gate.request_pace(learned.as_ref());
         KeyState {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             quotas: QuotaBook::new(now, pace),
@@ -145,7 +136,8 @@ impl KeyState {
             last_used: now,
             ledger: Ledger::after(gate.quiet.gone()),
             woken: Arc::new(Notify::new()),
-            flight: heard.map_or_else(Arc::default, |heard| heard.flight),
+            flight,
+            woken_at_rate: learned.map_or(0.0, |rate| rate.per_sec()),
             learned,
         }
     }
@@ -206,7 +198,7 @@ pub(super) struct Booking {
     gone_mark: u64,
     /// Whether the send may go already: its ticket was released (or it
     /// has none) when it was queued.
-    released: bool,
+    pub(super) released: bool,
     /// The key state it was made under.
     key_id: u64,
     cost: u64,
@@ -250,11 +242,6 @@ pub(super) struct Bounds {
 }
 
 impl Booking {
-    /// Whether the send may go at once, its ticket already released.
-    pub(super) fn is_released(&self) -> bool {
-        self.released
-    }
-
     /// What its answer's stated token count is read against.
     pub(super) fn token_mark(&self) -> TokenMark {
         TokenMark {
@@ -290,6 +277,14 @@ impl TokenMark {
         }
     }
 }
+
+/// What an answer stated: the provider's request window and token quota,
+/// if it did, and the longest wait the request honours (a reset's cap).
+pub(super) type Stated = (
+    Option<crate::hint::RequestWindow>,
+    Option<crate::hint::TokenWindow>,
+    Duration,
+);
 
 /// What a waiting send does next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -350,7 +345,8 @@ impl Gate {
     fn fleet_pace(&self, stated: Option<f64>, room: u64) -> Option<SharedPace> {
         // A little under the stated rate: sent at exactly a bucket's rate,
         // every token that comes late refuses a send.
-        self.slower_than_configured(
+        slower(
+            self.paces.requests,
             stated
                 .filter(|per_sec| per_sec.is_finite() && *per_sec > 0.0)
                 .map(|per_sec| SharedPace {
@@ -372,16 +368,7 @@ impl Gate {
             interval: per_token.div_f64(STATED_SHARE),
             burst: u32::try_from(left).unwrap_or(u32::MAX).max(1),
         });
-        let configured = self.paces.tokens.map(|pace| SharedPace {
-            interval: pace.per_unit,
-            burst: pace.capacity,
-        });
-        let pace = match (configured, stated) {
-            (Some(configured), Some(stated)) if stated.interval > configured.interval => stated,
-            (Some(configured), _) => configured,
-            (None, stated) => stated?,
-        };
-        Some((pace, cost))
+        Some((slower(self.paces.tokens, stated)?, cost))
     }
 
     /// While no key has news: the gate's sends go unkeyed, counted here.
@@ -394,17 +381,12 @@ impl Gate {
         self.quiet.holds()
     }
 
-    /// The sends a quiet gate let go in flight.
-    pub(super) fn quiet_flight(&self) -> &Arc<Flight> {
-        self.quiet.flight()
-    }
-
     /// News came at `now` of `key` for a send a quiet gate let go at
     /// `sent`: the key gets a state if it has none (the first takes over
     /// the quiet gate's counts), whose pace counts from that send. Its
     /// sends in flight.
     pub(super) fn adopt(&self, key: u64, sent: Instant, now: Instant) -> Arc<Flight> {
-        let mut keys = self.lock();
+        let mut keys = lock(&self.keys);
         keys.make_room(now);
         let state = keys.entry(key).or_insert_with(|| {
             let mut state = KeyState::new(self, now);
@@ -420,26 +402,6 @@ impl Gate {
     /// What [`default_key`](super::key::default_key) hashes with.
     pub(super) fn key_hasher(&self) -> &KeyHasher {
         &self.key_hasher
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Keys<KeyState>> {
-        self.keys
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// Queues a send of `cost` tokens on `key`, unless it would start
-    /// past its bounds. Sends are queued in call order.
-    #[cfg(test)]
-    pub(super) fn reserve(
-        &self,
-        key: u64,
-        cost: u64,
-        now: Instant,
-        bounds: Bounds,
-    ) -> Result<Booking, GateError> {
-        self.reserve_send(key, cost, now, bounds)
-            .map(|reserved| reserved.booking)
     }
 
     /// [`Gate::reserve`], the key's sends in flight, which the send joins
@@ -468,7 +430,7 @@ impl Gate {
                 return Err(GateError::NeverFits { cost, capacity });
             }
         }
-        let mut keys = self.lock();
+        let mut keys = lock(&self.keys);
         // Amortized O(1): a sweep only when the map has doubled (one that
         // drops this key, idle, only means it is made anew below).
         keys.make_room(now);
@@ -489,10 +451,9 @@ impl Gate {
         // Without a token quota the booked slot is the arrival: a hold or
         // window that ends early (a lost contest, news) holds it back no
         // longer.
-        let token_slot = if self.paces.tokens.is_some() {
-            base.max(state.quotas.token_slot(&self.paces, cost, base))
-        } else {
-            now
+        let token_slot = match &self.paces.tokens {
+            Some(pace) => base.max(state.quotas.tokens.slot(pace, base, cost)),
+            None => now,
         };
         let mut slot = token_slot.max(base);
         // Room the provider stated, or a send past a hold, skips a learned
@@ -538,10 +499,12 @@ impl Gate {
         if let Some((cost, _)) = stated {
             state.quotas.book_stated(cost, now);
         }
-        state.quotas.book_tokens(&self.paces, cost, token_slot);
+        if let Some(pace) = &self.paces.tokens {
+            state.quotas.tokens.book(pace, token_slot, cost);
+        }
         state.ledger.enter(place, deadline);
-        if let Some(l) = &mut state.learned {
-            l.rate.on_send(now);
+        if let Some(rate) = &mut state.learned {
+            rate.on_send(now);
         }
         if let (Some(ticket), true) = (ticket, released) {
             state.quotas.pacer.release(ticket, now);
@@ -567,8 +530,8 @@ impl Gate {
             Some(Arc::clone(&state.woken).notified_owned())
         };
         let fleet = self.shared.as_ref().map(|shared| {
-            let stated = state.learned.as_ref().and_then(|l| l.rate.stated());
-            let room = state.quotas.room();
+            let stated = state.learned.as_ref().and_then(Learned::stated);
+            let room = state.quotas.stated_room;
             Fleet {
                 store: Arc::clone(shared),
                 pace: self.fleet_pace(stated, room),
@@ -591,7 +554,7 @@ impl Gate {
         booking: &mut Booking,
         now: Instant,
     ) -> Result<Check, GateError> {
-        let mut keys = self.lock();
+        let mut keys = lock(&self.keys);
         // A key evicted (idle) and made anew since: its pacing starts over.
         let Some(state) = keys
             .get_mut(&key)
@@ -665,7 +628,7 @@ impl Gate {
         if booking.released && booking.stated.is_none() && !took_share {
             return;
         }
-        let mut keys = self.lock();
+        let mut keys = lock(&self.keys);
         let Some(state) = keys
             .get_mut(&key)
             .filter(|state| state.id == booking.key_id)
@@ -680,7 +643,9 @@ impl Gate {
             state.ledger.give_back(booking.place);
             return;
         }
-        state.quotas.refund_tokens(&self.paces, booking.cost, now);
+        if let Some(pace) = &self.paces.tokens {
+            state.quotas.tokens.refund(pace, booking.cost, now);
+        }
         // The window's share it took goes back, if the window still stands.
         state.ledger.leave(booking.place, true);
         if let Some(ticket) = booking.ticket {
@@ -695,43 +660,10 @@ impl Gate {
         self.paces.tokens.is_some() || self.tokens_stated.load(Ordering::Relaxed)
     }
 
-    /// An answer stated `key`'s token quota: its costed sends book tokens
-    /// from now on.
-    /// `mark` is the answered send's [`Booking::token_mark`].
-    pub(super) fn observed_tokens(
-        &self,
-        key: u64,
-        window: crate::hint::TokenWindow,
-        now: Instant,
-        mark: TokenMark,
-    ) {
-        if let Some(state) = self.lock().get_mut(&key) {
-            self.tokens_in(state, window, now, mark);
-        }
-    }
-
-    fn tokens_in(
-        &self,
-        state: &mut KeyState,
-        window: crate::hint::TokenWindow,
-        now: Instant,
-        mark: TokenMark,
-    ) {
-        // A send of an earlier state of the key (swept while idle) is
-        // older news.
-        let at = (mark.key_id == state.id).then_some((mark.order, mark.gone));
-        if state
-            .quotas
-            .observe_tokens(window.per_minute, window.remaining, now, at)
-        {
-            self.tokens_stated.store(true, Ordering::Relaxed);
-        }
-    }
-
     /// What wakes a send waiting on `key` to look again: its learned rate
     /// rose, or news of its window came.
     pub(super) fn woken(&self, key: u64) -> Option<Arc<Notify>> {
-        let keys = self.lock();
+        let keys = lock(&self.keys);
         Some(Arc::clone(&keys.get(&key)?.woken))
     }
 
@@ -761,11 +693,11 @@ impl Gate {
         limit: Duration,
         whole_seconds: bool,
     ) -> bool {
-        let mut keys = self.lock();
+        let mut keys = lock(&self.keys);
         let has_rate = keys
             .get(&key)
             .and_then(|state| state.learned.as_ref())
-            .is_some_and(|l| !l.rate.unmeasured());
+            .is_some_and(|rate| !rate.unmeasured());
         let (hold, full) = if whole_seconds && has_rate {
             (wait.saturating_sub(Duration::from_secs(1)), false)
         } else {
@@ -800,7 +732,12 @@ impl Gate {
         if state.ledger.reset_unknown() {
             state.restate_window(None, now);
         }
-        state.quotas.push_back(&self.paces, now, pushed, until);
+        // The tokens booked move with the queue, and the quota admits
+        // nothing more before `until` than one period's worth (the 429
+        // said the upstream's bucket is empty).
+        if let Some(pace) = &self.paces.tokens {
+            state.quotas.tokens.push_back(pace, now, pushed, until);
+        }
         if let Some(pace) = state.quotas.pace {
             state.quotas.pacer.rebase(pace.interval, until, true);
         }
@@ -820,12 +757,12 @@ impl Gate {
         named_wait: Option<Duration>,
         final_answer: bool,
     ) {
-        let mut keys = self.lock();
+        let mut keys = lock(&self.keys);
         let Some(state) = keys.get_mut(&key) else {
             return;
         };
         // The room a stated quota had is spent.
-        state.quotas.set_room(0);
+        state.quotas.stated_room = 0;
         self.learn_in(state, now, |rate, bounds| {
             let did = rate.on_refusal(bounds, sent, now, named_wait, final_answer);
             if did == Throttle::StoodDown {
@@ -838,9 +775,11 @@ impl Gate {
         });
     }
 
-    /// An answer to the key's `order`-th send stated the provider's request
-    /// window: at most `remaining` more sends before it resets, less those
-    /// the provider had not counted yet.
+    /// An answer to the key's send (`mark`: its place among the key's
+    /// sends, and what its count of tokens is read against) stated the
+    /// provider's token quota (`tokens`: the key's costed sends book
+    /// tokens from now on) or request `window` (at most `remaining` more
+    /// sends before it resets, less those the provider had not counted yet).
     ///
     /// Like a hold, the wait for the reset is capped at `limit`, the
     /// longest wait the request that read it honours: a bogus reset must
@@ -850,16 +789,34 @@ impl Gate {
     /// continuously (Anthropic's and OpenAI's): a learned rate paces the key
     /// at that quota instead, and the reset (when the bucket is full again)
     /// is no floor.
-    pub(super) fn observed_window(
+    pub(super) fn stated(&self, key: u64, mark: TokenMark, now: Instant, news: Stated) {
+        if let Some(state) = lock(&self.keys).get_mut(&key) {
+            self.stated_in(key, state, mark, now, news);
+        }
+    }
+
+    fn stated_in(
         &self,
         key: u64,
-        order: u64,
+        state: &mut KeyState,
+        mark: TokenMark,
         now: Instant,
-        window: crate::hint::RequestWindow,
-        limit: Duration,
+        news: Stated,
     ) {
-        if let Some(state) = self.lock().get_mut(&key) {
-            self.window_in(key, state, (order, now), window, limit);
+        let (window, tokens, limit) = news;
+        if let Some(tokens) = tokens {
+            // A send of an earlier state of the key (swept while idle) is
+            // older news.
+            let at = (mark.key_id == state.id).then_some((mark.order, mark.gone));
+            if state
+                .quotas
+                .observe_tokens(tokens.per_minute, tokens.remaining, now, at)
+            {
+                self.tokens_stated.store(true, Ordering::Relaxed);
+            }
+        }
+        if let Some(window) = window {
+            self.window_in(key, state, (mark.order, now), window, limit);
         }
     }
 
@@ -877,7 +834,7 @@ impl Gate {
         if let (Some(per_minute), Some(_)) = (window.per_minute, &self.adaptive) {
             // A quota with room left: that many go at once, and only the
             // sends beyond them are paced at the quota.
-            state.quotas.set_room(remaining);
+            state.quotas.stated_room = remaining;
             let per_sec = per_minute as f64 / 60.0;
             self.learn_in(state, now, |rate, _| {
                 rate.on_stated(per_sec, now);
@@ -919,7 +876,7 @@ impl Gate {
         if self.adaptive.is_none() && window.is_none() && tokens.is_none() && !self.contested(now) {
             return;
         }
-        let mut keys = self.lock();
+        let mut keys = lock(&self.keys);
         let Some(state) = keys.get_mut(&key) else {
             return;
         };
@@ -935,31 +892,13 @@ impl Gate {
         self.learn_in(state, now, |rate, bounds| {
             rate.on_success(bounds, sent, now)
         });
-        if let Some(tokens) = tokens {
-            self.tokens_in(state, tokens, now, mark);
-        }
-        if let Some(window) = window {
-            self.window_in(key, state, (mark.order, now), window, limit);
-        }
+        self.stated_in(key, state, mark, now, (window, tokens, limit));
     }
 
     /// Whether a hold some key met may still be contested at `now`.
     fn contested(&self, now: Instant) -> bool {
         let nanos = now.saturating_duration_since(self.epoch).as_nanos();
         u64::try_from(nanos).is_ok_and(|now| now < self.contested_until.load(Ordering::Relaxed))
-    }
-
-    /// A send succeeded, its answer stating nothing.
-    #[cfg(test)]
-    pub(super) fn succeeded(&self, key: u64, now: Instant) {
-        self.served(
-            key,
-            (now, TokenMark::default()),
-            now,
-            None,
-            None,
-            Duration::ZERO,
-        );
     }
 
     /// Lets `update` change the key's learned rate; a change re-bases the
@@ -972,41 +911,27 @@ impl Gate {
     ) {
         let Some(bounds) = &self.adaptive else { return };
         let floor = state.hold.floor(now);
-        let Some(l) = &mut state.learned else { return };
-        let before = l.rate.per_sec();
-        update(&mut l.rate, bounds);
-        let after = l.rate.per_sec();
+        let Some(rate) = &mut state.learned else {
+            return;
+        };
+        let before = rate.per_sec();
+        update(rate, bounds);
+        let after = rate.per_sec();
         if after == before {
             return;
         }
         tracing::debug!(rate_per_sec = after, "llm-retry: learned rate changed");
-        let pace = self.request_pace(Some(&l.rate));
+        let pace = self.request_pace(Some(rate));
         state.quotas.pace = pace;
         if let Some(pace) = pace {
             state.quotas.pacer.rebase(pace.interval, floor, false);
         }
         if after < before {
-            l.woken_at_rate = after;
-        } else if after >= l.woken_at_rate * WAKE_ON_RISE {
-            l.woken_at_rate = after;
+            state.woken_at_rate = after;
+        } else if after >= state.woken_at_rate * WAKE_ON_RISE {
+            state.woken_at_rate = after;
             state.woken.notify_waiters();
         }
-    }
-
-    /// Keys held and sweeps made so far.
-    #[cfg(test)]
-    pub(super) fn key_stats(&self) -> (usize, u64) {
-        let keys = self.lock();
-        (keys.len(), keys.sweeps())
-    }
-
-    /// The keys' learned rates, in sends a second.
-    #[cfg(test)]
-    pub(super) fn learned_rates(&self) -> Vec<f64> {
-        let keys = self.lock();
-        keys.values()
-            .filter_map(|state| Some(state.learned.as_ref()?.rate.per_sec()))
-            .collect()
     }
 
     /// Whether a send takes its ticket in the pacer when it `skips` a

@@ -59,8 +59,8 @@ async fn a_key_is_idle_only_once_nothing_of_it_reaches_past_now() {
 
     let mut queued = KeyState::new(&learning, now);
     let learned = queued.learned.as_mut().unwrap();
-    learned.rate.on_stated(1.0, now);
-    let pace = learning.request_pace(Some(&learned.rate)).unwrap();
+    learned.on_stated(1.0, now);
+    let pace = learning.request_pace(Some(learned)).unwrap();
     queued.quotas.pace = Some(pace);
     queued.quotas.pacer.take(now, now, pace);
     queued.quotas.pacer.take(now, now, pace);
@@ -114,7 +114,7 @@ fn emptied(gate: &Gate, key: u64, reset_in: Option<Duration>, limit: Duration, n
         reset_in,
         per_minute: None,
     };
-    gate.observed_window(key, sent.order, now, window, limit);
+    gate.stated(key, sent.token_mark(), now, (Some(window), None, limit));
 }
 
 #[test]
@@ -251,4 +251,46 @@ async fn a_probe_whose_turn_is_past_its_deadline_waits_for_news_until_then() {
         Ok(Check::WaitUntil(deadline))
     );
     assert!(gate.check(7, &mut next, deadline).is_err());
+}
+
+/// Test-only entry points of the gate (kept out of the non-test code).
+impl Gate {
+    /// Queues a send of `cost` tokens on `key`, unless it would start
+    /// past its bounds. Sends are queued in call order.
+    pub(in crate::rate_limit) fn reserve(
+        &self,
+        key: u64,
+        cost: u64,
+        now: Instant,
+        bounds: Bounds,
+    ) -> Result<Booking, GateError> {
+        self.reserve_send(key, cost, now, bounds)
+            .map(|reserved| reserved.booking)
+    }
+
+    /// A send succeeded, its answer stating nothing.
+    pub(in crate::rate_limit) fn succeeded(&self, key: u64, now: Instant) {
+        self.served(
+            key,
+            (now, TokenMark::default()),
+            now,
+            None,
+            None,
+            Duration::ZERO,
+        );
+    }
+
+    /// Keys held and sweeps made so far.
+    pub(in crate::rate_limit) fn key_stats(&self) -> (usize, u64) {
+        let keys = lock(&self.keys);
+        (keys.len(), keys.sweeps())
+    }
+
+    /// The keys' learned rates, in sends a second.
+    pub(in crate::rate_limit) fn learned_rates(&self) -> Vec<f64> {
+        let keys = lock(&self.keys);
+        keys.values()
+            .filter_map(|state| Some(state.learned.as_ref()?.per_sec()))
+            .collect()
+    }
 }

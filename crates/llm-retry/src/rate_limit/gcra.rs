@@ -10,14 +10,10 @@
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// One quota's pace: time per unit of cost, and how much may go at once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Pace {
-    /// Time one unit of cost occupies (60 s / per-minute quota).
-    pub(super) per_unit: Duration,
-    /// Units the bucket holds: how much may go at once.
-    pub(super) capacity: u32,
-}
+/// One quota's pace: time per unit of cost (`interval`), and how many
+/// units the bucket holds (`burst`: how much may go at once). The same
+/// shape a fleet shares.
+pub(super) use super::shared::SharedPace as Pace;
 
 impl Pace {
     /// `per_minute` units a minute, with `burst` units allowed at once.
@@ -25,20 +21,19 @@ impl Pace {
         if per_minute == 0 {
             return None;
         }
-        let per_unit = Duration::from_secs(60) / per_minute;
         Some(Pace {
-            per_unit,
-            capacity: burst.max(1),
+            interval: Duration::from_secs(60) / per_minute,
+            burst: burst.max(1),
         })
     }
 
     /// Largest cost that can ever be admitted.
     pub(super) fn capacity(&self) -> u64 {
-        u64::from(self.capacity)
+        u64::from(self.burst)
     }
 
     fn cost(&self, units: u64) -> Duration {
-        self.per_unit
+        self.interval
             .saturating_mul(u32::try_from(units).unwrap_or(u32::MAX))
     }
 }
@@ -120,10 +115,10 @@ impl Tat {
         let Some(tat) = self.0.filter(|tat| *tat > now) else {
             return;
         };
-        let units = tat.duration_since(now).as_secs_f64() / from.per_unit.as_secs_f64();
+        let units = tat.duration_since(now).as_secs_f64() / from.interval.as_secs_f64();
         self.0 = Some(later(
             now,
-            to.per_unit.mul_f64(units.min(f64::from(u32::MAX))),
+            to.interval.mul_f64(units.min(f64::from(u32::MAX))),
         ));
     }
 
@@ -265,7 +260,7 @@ mod tests {
                 for j in i..booked.len() {
                     sent += u128::from(booked[j].1);
                     let span = (booked[j].0 - booked[i].0).as_nanos();
-                    let refill = span / pace.per_unit.as_nanos().max(1);
+                    let refill = span / pace.interval.as_nanos().max(1);
                     proptest::prop_assert!(sent <= u128::from(pace.capacity()) + refill + 1);
                 }
             }

@@ -6,8 +6,6 @@
 //! waiting sends), so a second store can hold the same state.
 
 use super::doubt::Doubt;
-#[cfg(test)]
-use super::doubt::DOUBT_FOR;
 use super::error::GateError;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -264,6 +262,7 @@ impl Hold {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rate_limit::doubt::DOUBT_FOR;
 
     const S: fn(u64) -> Duration = Duration::from_secs;
 

@@ -52,22 +52,6 @@ const KEY_HEADER_COUNT: usize = 4;
 /// Query parameters that carry a credential (Gemini's `?key=`).
 const KEY_PARAMS: [&str; 1] = ["key"];
 
-/// The default key: authority, a hash of the credential headers and the
-/// `model` (the raw JSON value the body names, if known), keyed by
-/// `hasher`'s secret. The credential itself is only hashed, never stored
-/// or logged.
-///
-/// Every part is written as its length and its bytes, in a fixed order,
-/// so that replicas sharing a secret (and a store of holds) make the same
-/// fingerprint of the same key whatever their build.
-pub(super) fn default_key(
-    parts: &http::request::Parts,
-    model: Option<&[u8]>,
-    hasher: &impl BuildHasher,
-) -> u64 {
-    key_of(Head::of(parts), model, hasher)
-}
-
 /// What a request's key is read from: its URI, headers and extensions.
 #[derive(Clone, Copy)]
 pub(crate) struct Head<'a> {
@@ -87,7 +71,14 @@ impl<'a> Head<'a> {
     }
 }
 
-/// [`default_key`] of a request's [`Head`].
+/// The default key of a request's [`Head`]: authority, a hash of the
+/// credential headers and the `model` (the raw JSON value the body names,
+/// if known), keyed by `hasher`'s secret. The credential itself is only
+/// hashed, never stored or logged.
+///
+/// Every part is written as its length and its bytes, in a fixed order,
+/// so that replicas sharing a secret (and a store of holds) make the same
+/// fingerprint of the same key whatever their build.
 pub(super) fn key_of(parts: Head<'_>, model: Option<&[u8]>, hasher: &impl BuildHasher) -> u64 {
     let mut hasher = hasher.build_hasher();
     // The caller's key, hashed with the secret too: the gate's map spreads
@@ -182,10 +173,19 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
+    /// The default key of a request's `parts`.
+    fn default_key_of(
+        parts: &http::request::Parts,
+        model: Option<&[u8]>,
+        hasher: &impl BuildHasher,
+    ) -> u64 {
+        key_of(Head::of(parts), model, hasher)
+    }
+
     /// One gate's keys: the same secret for every call of a test.
     fn default_key(parts: &http::request::Parts) -> u64 {
         static HASHER: std::sync::OnceLock<std::hash::RandomState> = std::sync::OnceLock::new();
-        super::default_key(parts, None, HASHER.get_or_init(std::hash::RandomState::new))
+        default_key_of(parts, None, HASHER.get_or_init(std::hash::RandomState::new))
     }
 
     #[test]
@@ -201,7 +201,7 @@ mod tests {
             .unwrap();
         let (parts, ()) = request.into_parts();
         assert_eq!(
-            super::default_key(&parts, Some(br#""model-a""#), &hasher),
+            default_key_of(&parts, Some(br#""model-a""#), &hasher),
             0xa954_9583_e1b1_6030
         );
     }
@@ -233,7 +233,7 @@ mod tests {
                 direct.write(bytes);
             }
             assert_eq!(
-                super::default_key(&parts, Some(model), &hasher),
+                default_key_of(&parts, Some(model), &hasher),
                 direct.finish(),
                 "credential of {len} bytes"
             );
@@ -245,13 +245,13 @@ mod tests {
         let request = parts("http://a.test/v1/messages", "k1");
         let one = std::hash::RandomState::new();
         assert_eq!(
-            super::default_key(&request, None, &one),
-            super::default_key(&request, None, &one)
+            default_key_of(&request, None, &one),
+            default_key_of(&request, None, &one)
         );
         let other = std::hash::RandomState::new();
         assert_ne!(
-            super::default_key(&request, None, &one),
-            super::default_key(&request, None, &other)
+            default_key_of(&request, None, &one),
+            default_key_of(&request, None, &other)
         );
     }
 

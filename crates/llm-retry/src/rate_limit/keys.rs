@@ -94,12 +94,6 @@ impl<S: Sweepable> Keys<S> {
         }
         self.sweep_at = (self.map.len() * 2).clamp(SWEEP_FROM, HARD_CAP);
     }
-
-    /// Sweeps so far.
-    #[cfg(test)]
-    pub(super) fn sweeps(&self) -> u64 {
-        self.sweeps
-    }
 }
 
 impl<S> Deref for Keys<S> {
@@ -119,6 +113,13 @@ impl<S> DerefMut for Keys<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl<S> Keys<S> {
+        /// Sweeps so far.
+        pub(in crate::rate_limit) fn sweeps(&self) -> u64 {
+            self.sweeps
+        }
+    }
 
     /// A key state that is idle or not, as told.
     struct Told(bool, Instant);

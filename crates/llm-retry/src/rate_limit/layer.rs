@@ -179,9 +179,7 @@ impl RateLimitLayer {
             gate: Gate::new(None, None, quotas.adaptive),
         }
     }
-}
 
-impl RateLimitLayer {
     /// This gate, sharing what it knows of a key with other replicas
     /// through `shared`, which every send asks once before it goes
     /// ([`SharedGate::turn`](super::SharedGate::turn): for `RedisGate`, one
@@ -208,17 +206,7 @@ impl RateLimitLayer {
             gate: self.gate.sharing(shared),
         }
     }
-}
 
-impl<S> Layer<S> for RateLimitLayer {
-    type Service = RateLimit<S>;
-
-    fn layer(&self, inner: S) -> RateLimit<S> {
-        RateLimit::new(inner, self.gate.clone(), false)
-    }
-}
-
-impl RateLimitLayer {
     /// The gate over `inner` of a retry loop right above it that keeps
     /// the notes of the sends it lets go while the gate is quiet (a
     /// [`ClientLayer`](crate::ClientLayer)'s): such a send passes through
@@ -226,5 +214,13 @@ impl RateLimitLayer {
     pub(crate) fn layer_under_retry<S>(&self, inner: S) -> (RateLimit<S>, Gate) {
         let service = RateLimit::new(inner, self.gate.clone(), true);
         (service, self.gate.clone())
+    }
+}
+
+impl<S> Layer<S> for RateLimitLayer {
+    type Service = RateLimit<S>;
+
+    fn layer(&self, inner: S) -> RateLimit<S> {
+        RateLimit::new(inner, self.gate.clone(), false)
     }
 }

@@ -5,9 +5,10 @@
 //! through. Once the retry policy has judged the attempt, the loop hands the
 //! gate the policy's [`KeyNews`]: the gate never reads a response itself.
 
-use super::concurrency::{Flight, InFlight};
+use super::concurrency::InFlight;
 use super::gate::{Gate, TokenMark};
 use super::key::{key_of, Head};
+use super::lock;
 use crate::hint::{RequestWindow, TokenWindow};
 use bytes::Bytes;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -120,12 +121,6 @@ struct Estimate {
     body: Option<Bytes>,
     cost: Option<u64>,
     model: Option<Option<Bytes>>,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// A send the gate let through, waiting for the policy's verdict.
@@ -278,16 +273,12 @@ impl GateLink {
             tokens,
             in_flight,
         };
-        *self.lock() = Some(sent);
+        *lock(&self.0.sent) = Some(sent);
     }
 
     /// The last attempt's send through a gate, if it went through one.
     pub(crate) fn take_sent(&self) -> Option<Sent> {
-        self.lock().take()
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Sent>> {
-        lock(&self.0.sent)
+        lock(&self.0.sent).take()
     }
 }
 
@@ -298,12 +289,13 @@ impl Sent {
     pub(crate) fn unkeyed(gate: &Gate, now: Instant) -> Option<Sent> {
         let quiet = gate.quiet()?;
         let order = quiet.send(now);
+        let flight = Arc::clone(quiet.flight());
         Some(Sent {
             gate: gate.clone(),
             key: None,
             at: now,
             tokens: TokenMark::unkeyed(order),
-            in_flight: InFlight::start(Arc::clone(gate.quiet_flight()), None),
+            in_flight: InFlight::start(flight, None),
         })
     }
 
@@ -359,10 +351,10 @@ impl Sent {
             key,
             at,
             tokens: mark,
-            in_flight,
+            mut in_flight,
         } = self;
-        let (key, in_flight) = match key {
-            Some(key) => (key, Keyed::Counted(in_flight)),
+        let key = match key {
+            Some(key) => key,
             None => {
                 let quiet = gate.quiet();
                 match (news, quiet) {
@@ -380,12 +372,8 @@ impl Sent {
                     _ => {}
                 }
                 let key = key_of(head, link.model().as_deref(), gate.key_hasher());
-                let flight = gate.adopt(key, at, now);
-                let in_flight = Keyed::Late {
-                    counted: in_flight,
-                    flight,
-                };
-                (key, in_flight)
+                in_flight.read_into(gate.adopt(key, at, now));
+                key
             }
         };
         let order = mark.order;
@@ -421,13 +409,11 @@ impl Sent {
                 tokens: stated,
                 final_answer,
             } => {
-                if let Some(stated) = stated {
-                    gate.observed_tokens(key, stated, now, mark);
-                }
                 // A stated quota first: it is the key's rate, and the rest
                 // of the first wave's 429s are no decrease.
-                if let Some(window) = window.filter(|w| w.per_minute.is_some()) {
-                    gate.observed_window(key, order, now, window, max_server_wait);
+                let window = window.filter(|w| w.per_minute.is_some());
+                if window.is_some() || stated.is_some() {
+                    gate.stated(key, mark, now, (window, stated, max_server_wait));
                 }
                 // The hold before the rate: a whole-second wait is rounded
                 // only on a key with a rate before this refusal's news
@@ -450,41 +436,6 @@ impl Sent {
                     GateWait::Own
                 }
             }
-        }
-    }
-}
-
-/// The count in flight a send's answer is read into.
-enum Keyed {
-    /// A keyed send's, counted in its key's flight.
-    Counted(InFlight),
-    /// A quiet gate's send's: counted among the quiet sends (the first key
-    /// made took them over) until dropped, its answer read into its key's
-    /// `flight`.
-    Late {
-        counted: InFlight,
-        flight: Arc<Flight>,
-    },
-}
-
-impl Keyed {
-    fn overloaded(&self, sent: Instant, now: Instant) -> bool {
-        match self {
-            Keyed::Counted(in_flight) => in_flight.overloaded(sent, now),
-            Keyed::Late { counted, flight } => {
-                flight.overloaded_counted(sent, now, counted.counts_in(flight))
-            }
-        }
-    }
-
-    fn slotted(&self) -> bool {
-        matches!(self, Keyed::Counted(in_flight) if in_flight.slotted())
-    }
-
-    fn served(&self) {
-        match self {
-            Keyed::Counted(in_flight) => in_flight.served(),
-            Keyed::Late { flight, .. } => flight.served(),
         }
     }
 }

@@ -102,6 +102,14 @@ pub(crate) use link::KeyNews;
 pub use service::RateLimit;
 pub use shared::{SharedGate, SharedPace};
 
+/// Every lock of the gate guards a few plain stores: a panic elsewhere
+/// cannot leave its state torn, so a poisoned lock is taken as it is.
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 #[cfg(test)]
 mod harm_tests;
 #[cfg(test)]

@@ -32,6 +32,7 @@ use super::link::GateLink;
 use crate::budget::Limits;
 use bytes::Bytes;
 use std::cell::Cell;
+use std::thread::LocalKey;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -95,7 +96,7 @@ pub(crate) fn noted<T>(call: impl FnOnce() -> T) -> T {
     let Ok(outer) = NOTED.try_with(|cell| cell.replace(true)) else {
         return call();
     };
-    let _restore = RestoreNoted(outer);
+    let _restore = PutBack(&NOTED, outer);
     call()
 }
 
@@ -105,12 +106,13 @@ pub(crate) fn take_noted() -> bool {
     NOTED.try_with(|cell| cell.replace(false)).unwrap_or(false)
 }
 
-/// Puts back the mark a marked call found.
-struct RestoreNoted(bool);
+/// Puts a thread-local back as a call or run found it, on every exit.
+struct PutBack<T: Copy + 'static>(&'static LocalKey<Cell<T>>, T);
 
-impl Drop for RestoreNoted {
+impl<T: Copy + 'static> Drop for PutBack<T> {
     fn drop(&mut self) {
-        let _ = NOTED.try_with(|cell| cell.set(self.0));
+        // `try_with`: never a panic here, unwinding or at thread exit.
+        let _ = self.0.try_with(|cell| cell.set(self.1));
     }
 }
 
@@ -181,22 +183,12 @@ pub(crate) fn unoffered<T>(f: impl FnOnce() -> T) -> (T, bool) {
         // The thread's locals are gone (it is exiting): no gate can ask.
         return (f(), false);
     };
-    let _restore = RestoreUnoffered(outer);
+    let _restore = PutBack(&UNOFFERED, outer);
     // Called outside the local's closure: what it returns (a future, a
     // poll) is not moved once more on the way out.
     let out = f();
     let asked = UNOFFERED.try_with(Cell::get).is_ok_and(|run| run.asked);
     (out, asked)
-}
-
-/// Puts back the outer run's state when a run without an offer ends.
-struct RestoreUnoffered(Unoffered);
-
-impl Drop for RestoreUnoffered {
-    fn drop(&mut self) {
-        // `try_with`: never a panic here, unwinding or at thread exit.
-        let _ = UNOFFERED.try_with(|cell| cell.set(self.0));
-    }
 }
 
 /// For a gate's `call`: the link of the request being called, if a retry

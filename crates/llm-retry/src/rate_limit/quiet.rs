@@ -18,6 +18,10 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio::time::Instant;
 
+/// What the first key made takes over from a quiet gate: when its sends
+/// began and how many were served (if any went), and those in flight.
+pub(super) type Heard = (Option<(Instant, u32)>, Arc<Flight>);
+
 /// What a quiet gate knows of its sends.
 #[derive(Debug)]
 pub(super) struct Quiet {
@@ -35,14 +39,6 @@ pub(super) struct Quiet {
     gone: AtomicU64,
     /// Quiet sends in flight: the first key made takes them over.
     flight: Arc<Flight>,
-}
-
-/// What the first key made takes over from a quiet gate.
-pub(super) struct Heard {
-    /// When the quiet sends began, and how many were served, if any went.
-    pub(super) first: Option<(Instant, u32)>,
-    /// The quiet sends in flight.
-    pub(super) flight: Arc<Flight>,
 }
 
 impl Quiet {
@@ -94,7 +90,9 @@ impl Quiet {
     }
 
     /// News came: the gate keys every send from now on. The first caller
-    /// (under the gate's lock of its keys) takes over the counts.
+    /// (under the gate's lock of its keys) takes over the counts: when the
+    /// quiet sends began and how many were served (if any went), and the
+    /// quiet sends in flight.
     pub(super) fn hear(&self) -> Option<Heard> {
         if !self.holds() || self.loud.swap(true, Ordering::AcqRel) {
             return None;
@@ -104,10 +102,7 @@ impl Quiet {
             let at = self.epoch + std::time::Duration::from_nanos(nanos);
             (at, self.served.load(Ordering::Relaxed))
         });
-        Some(Heard {
-            first,
-            flight: Arc::clone(&self.flight),
-        })
+        Some((first, Arc::clone(&self.flight)))
     }
 }
 
@@ -128,9 +123,9 @@ mod tests {
         assert_eq!(quiet.gone(), 2);
         quiet.served();
         quiet.served();
-        let heard = quiet.hear().unwrap();
-        assert_eq!(heard.first, Some((began, 2)));
-        assert!(Arc::ptr_eq(&heard.flight, quiet.flight()));
+        let (first, flight) = quiet.hear().unwrap();
+        assert_eq!(first, Some((began, 2)));
+        assert!(Arc::ptr_eq(&flight, quiet.flight()));
         assert!(!quiet.holds());
         assert!(quiet.hear().is_none(), "taken over once");
     }
@@ -138,7 +133,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn news_before_any_quiet_send_takes_over_no_start() {
         let quiet = Quiet::new(false);
-        assert_eq!(quiet.hear().unwrap().first, None);
+        assert_eq!(quiet.hear().unwrap().0, None);
         assert!(
             Quiet::new(true).hear().is_none(),
             "a loud gate has nothing to hand over"

@@ -3,7 +3,7 @@
 //! its request quota has left).
 
 use super::gcra::{Pace, Tat};
-use super::pacer::{Pace as RequestPace, Pacer};
+use super::pacer::Pacer;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -31,8 +31,9 @@ pub(super) struct QuotaBook {
     pub(super) pacer: Pacer,
     /// That pace: the configured quota's or the learned rate's, whichever
     /// is slower (`None`: the key's requests are not paced).
-    pub(super) pace: Option<RequestPace>,
-    tokens: Tat,
+    pub(super) pace: Option<Pace>,
+    /// Its bookings under the configured token quota, if there is one.
+    pub(super) tokens: Tat,
     /// The token quota the provider's answers state, once one did: the
     /// same bucket as a configured quota's, resynced to each statement.
     stated_tokens: Option<(Pace, Tat)>,
@@ -46,12 +47,13 @@ pub(super) struct QuotaBook {
     /// answer to an earlier send is older news, and only lowers it.
     stated_synced: Option<u64>,
     /// Sends its stated request quota has room for, beyond those let
-    /// through since: they go at once, unpaced.
-    stated_room: u64,
+    /// through since: they go at once, unpaced (`0`: none stated, or a
+    /// refusal spent it).
+    pub(super) stated_room: u64,
 }
 
 impl QuotaBook {
-    pub(super) fn new(now: Instant, pace: Option<RequestPace>) -> QuotaBook {
+    pub(super) fn new(now: Instant, pace: Option<Pace>) -> QuotaBook {
         QuotaBook {
             pacer: Pacer::new(now, pace.map_or(1, |pace| pace.burst)),
             pace,
@@ -64,63 +66,12 @@ impl QuotaBook {
         }
     }
 
-    /// The earliest slot the configured token quota gives a send of `cost`
-    /// tokens at `now`.
-    pub(super) fn token_slot(&self, paces: &Paces, cost: u64, now: Instant) -> Instant {
-        paces
-            .tokens
-            .as_ref()
-            .map_or(now, |pace| self.tokens.slot(pace, now, cost))
-    }
-
-    /// Books a send of `cost` tokens at `slot` under the configured quota.
-    pub(super) fn book_tokens(&mut self, paces: &Paces, cost: u64, slot: Instant) {
-        if let Some(pace) = &paces.tokens {
-            self.tokens.book(pace, slot, cost);
-        }
-    }
-
-    /// A send that booked `cost` configured tokens never went: they come
-    /// back, up to a full bucket.
-    pub(super) fn refund_tokens(&mut self, paces: &Paces, cost: u64, now: Instant) {
-        if let Some(pace) = &paces.tokens {
-            self.tokens.refund(pace, cost, now);
-        }
-    }
-
-    /// A hold until `until` pushed the queue back by `pushed`: the tokens
-    /// booked move with it, and the quota admits nothing more before
-    /// `until` than one period's worth (the 429 said the upstream's bucket
-    /// is empty).
-    pub(super) fn push_back(
-        &mut self,
-        paces: &Paces,
-        now: Instant,
-        pushed: Duration,
-        until: Instant,
-    ) {
-        if let Some(pace) = &paces.tokens {
-            self.tokens.push_back(pace, now, pushed, until);
-        }
-    }
-
     /// Takes one send's room under the stated request quota, if any is
     /// left: that send goes unpaced.
     pub(super) fn take_room(&mut self) -> bool {
         let room = self.stated_room > 0;
         self.stated_room = self.stated_room.saturating_sub(1);
         room
-    }
-
-    /// The room left under the stated request quota.
-    pub(super) fn room(&self) -> u64 {
-        self.stated_room
-    }
-
-    /// The provider's answer stated `room` more sends (`0`: a refusal
-    /// spent it).
-    pub(super) fn set_room(&mut self, room: u64) {
-        self.stated_room = room;
     }
 
     /// When the stated token quota has `cost` tokens, no sooner than
@@ -142,9 +93,9 @@ impl QuotaBook {
         let debt = tat
             .0
             .map_or(Duration::ZERO, |tat| tat.saturating_duration_since(now));
-        let spent = debt.as_nanos() / pace.per_unit.as_nanos().max(1);
+        let spent = debt.as_nanos() / pace.interval.as_nanos().max(1);
         let spent = u64::try_from(spent).unwrap_or(u64::MAX);
-        Some((pace.per_unit, pace.capacity().saturating_sub(spent)))
+        Some((pace.interval, pace.capacity().saturating_sub(spent)))
     }
 
     /// A send booked `cost` stated tokens at `now`.
@@ -274,29 +225,29 @@ mod tests {
             tokens: None,
         };
         assert!(requests_only.any(), "a request quota alone is a quota");
-        let mut book = QuotaBook::new(t0, None);
-        assert_eq!(book.token_slot(&paces, 300, t0), t0, "a full bucket");
-        book.book_tokens(&paces, 300, t0);
-        assert_eq!(book.token_slot(&paces, 10, t0), t0 + MS(1_000), "spent");
-        book.refund_tokens(&paces, 300, t0);
-        assert_eq!(book.token_slot(&paces, 10, t0), t0, "given back");
+        let mut book = QuotaBook::new(t0, None).tokens;
+        assert_eq!(book.slot(&tokens, t0, 300), t0, "a full bucket");
+        book.book(&tokens, t0, 300);
+        assert_eq!(book.slot(&tokens, t0, 10), t0 + MS(1_000), "spent");
+        book.refund(&tokens, 300, t0);
+        assert_eq!(book.slot(&tokens, t0, 10), t0, "given back");
         // A hold to 2 s said the upstream's bucket is empty then: the next
         // token comes one period after it.
-        book.push_back(&paces, t0, MS(2_000), t0 + MS(2_000));
-        assert_eq!(book.token_slot(&paces, 1, t0), t0 + MS(2_100));
+        book.push_back(&tokens, t0, MS(2_000), t0 + MS(2_000));
+        assert_eq!(book.slot(&tokens, t0, 1), t0 + MS(2_100));
     }
 
     #[test]
     fn stated_room_lets_that_many_sends_through_and_no_more() {
         let mut book = QuotaBook::new(Instant::now(), None);
         assert!(!book.take_room(), "nothing stated: no room");
-        book.set_room(2);
-        assert_eq!(book.room(), 2);
+        book.stated_room = 2;
+        assert_eq!(book.stated_room, 2);
         assert!(book.take_room());
-        assert_eq!(book.room(), 1);
+        assert_eq!(book.stated_room, 1);
         assert!(book.take_room());
         assert!(!book.take_room(), "spent");
-        assert_eq!(book.room(), 0);
+        assert_eq!(book.stated_room, 0);
     }
 
     #[tokio::test(start_paused = true)]

@@ -2,7 +2,7 @@
 
 use super::future::ResponseFuture;
 use super::gate::{Bounds, Gate};
-use super::key::{default_key, TokenCost};
+use super::key::{key_of, Head, TokenCost};
 use super::link::GateLink;
 use crate::error::BoxError;
 use http::{Request, Response};
@@ -78,7 +78,7 @@ where
             (carried, None) => carried.cloned(),
         };
         let model = link.as_ref().and_then(GateLink::model);
-        let key = default_key(&parts, model.as_deref(), self.gate.key_hasher());
+        let key = key_of(Head::of(&parts), model.as_deref(), self.gate.key_hasher());
         // The caller's estimate, else (when the gate counts tokens) one
         // from the body, made before the gate's lock is taken.
         let cost = match (parts.extensions.get::<TokenCost>(), &link) {
@@ -110,11 +110,7 @@ where
                 crate::observe::gate_wait(wait);
                 ResponseFuture::queued(ready, request, self.gate.clone(), key, reserved, link)
             }
-            Err(refused) => {
-                tracing::warn!(error = %refused, "llm-retry: rate limit refused a send");
-                crate::observe::gate_refusal(refused.label());
-                ResponseFuture::refused(refused)
-            }
+            Err(refused) => ResponseFuture::refused(refused),
         }
     }
 }

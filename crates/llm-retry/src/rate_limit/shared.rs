@@ -93,15 +93,11 @@ impl KeyHasher {
 
     /// The secret `secret`.
     pub(super) fn keyed(secret: [u8; 16]) -> KeyHasher {
-        let (k0, k1) = secret.split_at(8);
-        let word = |bytes: &[u8]| {
-            let mut word = [0; 8];
-            word.copy_from_slice(bytes);
-            u64::from_le_bytes(word)
-        };
+        // Its first eight bytes, little-endian, and its last eight.
+        let words = u128::from_le_bytes(secret);
         KeyHasher {
-            k0: word(k0),
-            k1: word(k1),
+            k0: words as u64,
+            k1: (words >> 64) as u64,
         }
     }
 }

@@ -63,16 +63,6 @@ impl Window {
         self.resets_at.is_none_or(|at| at > now)
     }
 
-    /// Whether its reset is unknown.
-    pub(super) fn reset_unknown(&self) -> bool {
-        self.resets_at.is_none()
-    }
-
-    /// Whether it admits no more and its reset is unknown.
-    pub(super) fn spent_unknown(&self) -> bool {
-        self.allowance == 0 && self.resets_at.is_none()
-    }
-
     /// Where a send arriving at `now` goes; nothing is taken yet.
     pub(super) fn place(&self, now: Instant) -> Place {
         if !self.stands(now) {
@@ -105,10 +95,6 @@ impl Window {
         if epoch == self.epoch {
             self.allowance = self.allowance.saturating_add(1);
         }
-    }
-
-    pub(super) fn epoch(&self) -> u64 {
-        self.epoch
     }
 }
 
@@ -199,7 +185,7 @@ impl Ledger {
     /// Whether a probe placed in the window of `epoch` must be placed
     /// anew: news of the window came since.
     pub(super) fn moved_on(&self, epoch: u64) -> bool {
-        self.window.is_none_or(|w| w.epoch() != epoch)
+        self.window.is_none_or(|w| w.epoch != epoch)
     }
 
     /// What the provider had not counted when it answered the key's
@@ -214,7 +200,7 @@ impl Ledger {
 
     /// Whether a window stands whose reset the answers did not state.
     pub(super) fn reset_unknown(&self) -> bool {
-        self.window.is_some_and(|w| w.reset_unknown())
+        self.window.is_some_and(|w| w.resets_at.is_none())
     }
 
     /// States a new window (`None`: none in force). True when sends wait
@@ -222,7 +208,11 @@ impl Ledger {
     pub(super) fn restate(&mut self, window: Option<(Option<Instant>, u64)>, now: Instant) -> bool {
         // Spent, and still no reset: no news (the answer is to a send that
         // went before the probe); the probes keep their turns.
-        if window == Some((None, 0)) && self.window.is_some_and(|w| w.spent_unknown()) {
+        if window == Some((None, 0))
+            && self
+                .window
+                .is_some_and(|w| w.allowance == 0 && w.resets_at.is_none())
+        {
             return false;
         }
         self.windows = self.windows.wrapping_add(1);
@@ -237,7 +227,7 @@ impl Ledger {
         self.probing == 0
             && self
                 .window
-                .is_none_or(|w| !w.stands(now) || w.reset_unknown())
+                .is_none_or(|w| !w.stands(now) || w.resets_at.is_none())
     }
 }
 
