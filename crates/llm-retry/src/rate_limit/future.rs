@@ -2,7 +2,7 @@
 
 use super::concurrency::{Flight, InFlight};
 use super::error::GateError;
-use super::gate::{Booking, Bounds, Check, Fleet, Gate, Reserved};
+use super::gate::{Booking, Bounds, Fleet, Gate, Reserved};
 use super::link::GateLink;
 use super::shared::TurnFuture;
 use crate::error::BoxError;
@@ -255,12 +255,12 @@ where
                     // was computed: look again.
                     let now = Instant::now();
                     match ticket.gate.check(ticket.key, &mut ticket.booking, now) {
-                        Ok(Check::Go) => this.state.set(State::after_turn(
+                        Ok(None) => this.state.set(State::after_turn(
                             ticket.key,
                             ticket.fleet.take(),
                             ticket.booking.bounds,
                         )),
-                        Ok(Check::WaitUntil(slot)) => sleep.reset(slot),
+                        Ok(Some(slot)) => sleep.reset(slot),
                         Err(refused) => {
                             this.pending.take();
                             return refuse(refused);

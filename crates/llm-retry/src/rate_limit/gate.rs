@@ -286,15 +286,6 @@ pub(super) type Stated = (
     Duration,
 );
 
-/// What a waiting send does next.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Check {
-    /// Send now.
-    Go,
-    /// Wait until then, and check again.
-    WaitUntil(Instant),
-}
-
 impl Gate {
     pub(super) fn new(
         requests: Option<Pace>,
@@ -546,21 +537,22 @@ impl Gate {
         })
     }
 
-    /// A waiting send looks again at `now`: go, or wait until when? Its
-    /// quota slot is booked again if a hold voided it.
+    /// A waiting send looks again at `now`: the instant it waits until
+    /// before it looks again, or `None` to go now. Its quota slot is
+    /// booked again if a hold voided it.
     pub(super) fn check(
         &self,
         key: u64,
         booking: &mut Booking,
         now: Instant,
-    ) -> Result<Check, GateError> {
+    ) -> Result<Option<Instant>, GateError> {
         let mut keys = lock(&self.keys);
         // A key evicted (idle) and made anew since: its pacing starts over.
         let Some(state) = keys
             .get_mut(&key)
             .filter(|state| state.id == booking.key_id)
         else {
-            return Ok(Check::Go);
+            return Ok(None);
         };
         // News of the window it waited to probe: placed anew.
         if let Place::Probe { epoch, .. } = booking.place {
@@ -607,7 +599,7 @@ impl Gate {
             {
                 return Err(GateError::PastDeadline { wait: slot - now });
             }
-            return Ok(Check::WaitUntil(deadline.map_or(slot, |d| slot.min(d))));
+            return Ok(Some(deadline.map_or(slot, |d| slot.min(d))));
         }
 
         if let Some(ticket) = booking.ticket {
@@ -615,7 +607,7 @@ impl Gate {
         }
         // It goes (as the window's next probe, if it waited for one).
         state.let_go(booking);
-        Ok(Check::Go)
+        Ok(None)
     }
 
     /// A booked send will never be sent: dropped or refused while it

@@ -212,8 +212,8 @@ async fn a_send_whose_turn_is_its_deadline_waits_for_it() {
     };
     let mut second = gate.reserve(7, 0, now, bounds).unwrap();
     assert_eq!(second.slot, turn);
-    assert_eq!(gate.check(7, &mut second, now), Ok(Check::WaitUntil(turn)));
-    assert_eq!(gate.check(7, &mut second, turn), Ok(Check::Go));
+    assert_eq!(gate.check(7, &mut second, now), Ok(Some(turn)));
+    assert_eq!(gate.check(7, &mut second, turn), Ok(None));
 }
 
 #[tokio::test(start_paused = true)]
@@ -248,7 +248,7 @@ async fn a_probe_whose_turn_is_past_its_deadline_waits_for_news_until_then() {
     // first: it waits until the deadline, and is refused only then.
     assert_eq!(
         gate.check(7, &mut next, now),
-        Ok(Check::WaitUntil(deadline))
+        Ok(Some(deadline))
     );
     assert!(gate.check(7, &mut next, deadline).is_err());
 }
