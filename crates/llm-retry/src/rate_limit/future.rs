@@ -2,7 +2,7 @@
 
 use super::concurrency::{Flight, InFlight};
 use super::error::GateError;
-use super::gate::{Booking, Bounds, Fleet, Gate, Reserved};
+use super::gate::{Booking, Fleet, Gate, Reserved};
 use super::link::GateLink;
 use super::shared::TurnFuture;
 use crate::error::BoxError;
@@ -105,24 +105,10 @@ impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
         request: Req,
         gate: Gate,
         key: u64,
-        reserved: Reserved,
+        (booking, flight, woken, fleet): Reserved,
         link: Option<GateLink>,
     ) -> Self {
-        let Reserved {
-            booking,
-            flight,
-            woken,
-            mut fleet,
-        } = reserved;
-        let state = if booking.released {
-            State::after_turn(key, fleet.take(), booking.bounds)
-        } else {
-            State::Waiting {
-                sleep: tokio::time::sleep_until(booking.slot),
-                woken,
-            }
-        };
-        let ticket = Ticket {
+        let mut ticket = Ticket {
             gate,
             key,
             booking,
@@ -130,6 +116,14 @@ impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
             flight: Some(flight),
             sent: false,
             fleet,
+        };
+        let state = if booking.released {
+            ticket.after_turn()
+        } else {
+            State::Waiting {
+                sleep: tokio::time::sleep_until(booking.slot),
+                woken,
+            }
         };
         Self::with(state, Some((service, request)), Some(ticket))
     }
@@ -182,26 +176,21 @@ impl<F> State<F> {
             deadline: None,
         }
     }
+}
 
+impl Ticket {
     /// The send's turn came here: where the gate shares, it asks the
-    /// fleet next, within its `bounds`.
-    fn after_turn(key: u64, fleet: Option<Fleet>, bounds: Bounds) -> Self {
-        match fleet {
-            Some(fleet) => {
-                let max_wait = bounds
-                    .deadline
-                    .map(|at| at.saturating_duration_since(Instant::now()));
-                let wait = fleet.store.turn(
-                    key,
-                    fleet.pace,
-                    fleet.tokens,
-                    max_wait,
-                    bounds.max_server_wait,
-                );
-                State::Pacing { wait, sleep: None }
-            }
-            None => State::admitting(),
-        }
+    /// fleet next, within its bounds.
+    fn after_turn<F>(&mut self) -> State<F> {
+        let (Some((pace, tokens)), Some(store)) = (self.fleet.take(), &self.gate.shared) else {
+            return State::admitting();
+        };
+        let bounds = self.booking.bounds;
+        let max_wait = bounds
+            .deadline
+            .map(|at| at.saturating_duration_since(Instant::now()));
+        let wait = store.turn(self.key, pace, tokens, max_wait, bounds.max_server_wait);
+        State::Pacing { wait, sleep: None }
     }
 }
 
@@ -255,11 +244,7 @@ where
                     // was computed: look again.
                     let now = Instant::now();
                     match ticket.gate.check(ticket.key, &mut ticket.booking, now) {
-                        Ok(None) => this.state.set(State::after_turn(
-                            ticket.key,
-                            ticket.fleet.take(),
-                            ticket.booking.bounds,
-                        )),
+                        Ok(None) => this.state.set(ticket.after_turn()),
                         Ok(Some(slot)) => sleep.reset(slot),
                         Err(refused) => {
                             this.pending.take();

@@ -51,7 +51,7 @@ pub(crate) struct Shared {
     /// quota.
     key_hasher: KeyHasher,
     /// Where holds and paces are shared with other replicas, if they are.
-    shared: Option<Arc<dyn SharedGate>>,
+    pub(super) shared: Option<Arc<dyn SharedGate>>,
     /// Until the first news of any key: sends go unkeyed.
     quiet: Quiet,
     /// Until when a hold some key met may be contested, in nanoseconds
@@ -205,31 +205,16 @@ pub(super) struct Booking {
     pub(super) bounds: Bounds,
 }
 
-/// The store a sharing gate's sends ask before they go, and the key's
-/// paces shared there.
-pub(super) struct Fleet {
-    pub(super) store: Arc<dyn SharedGate>,
-    /// The key's request pace, if it has a quota it was told or the
-    /// provider stated.
-    pub(super) pace: Option<SharedPace>,
-    /// The key's token pace and the send's cost in it, if the key has a
-    /// token quota it was told or the provider stated and the send costs
-    /// tokens.
-    pub(super) tokens: Option<(SharedPace, u32)>,
-}
+/// The key's paces a sharing gate's send takes its turns in before it
+/// goes: its request pace, if it has a quota it was told or the provider
+/// stated, and its token pace and the send's cost in it, if it has such a
+/// token quota and the send costs tokens.
+pub(super) type Fleet = (Option<SharedPace>, Option<(SharedPace, u32)>);
 
-/// A send queued on its key.
-pub(super) struct Reserved {
-    pub(super) booking: Booking,
-    /// The key's sends in flight, which it joins when it goes.
-    pub(super) flight: Arc<Flight>,
-    /// For a send that waits: what wakes it to look again.
-    pub(super) woken: Option<OwnedNotified>,
-    /// Where the gate shares: the fleet the send asks before it goes, and
-    /// the pace the key's sends share there, when the key has a quota it
-    /// was told or the provider stated.
-    pub(super) fleet: Option<Fleet>,
-}
+/// A send queued on its key: its booking, the key's sends in flight (which
+/// it joins when it goes), for a send that waits what wakes it to look
+/// again, and where the gate shares the paces it takes its turns in there.
+pub(super) type Reserved = (Booking, Arc<Flight>, Option<OwnedNotified>, Option<Fleet>);
 
 /// What a send may wait for: no later than its deadline, and no hold for
 /// a longer server-named wait than it honours.
@@ -520,21 +505,12 @@ impl Gate {
         } else {
             Some(Arc::clone(&state.woken).notified_owned())
         };
-        let fleet = self.shared.as_ref().map(|shared| {
+        let fleet = self.shared.as_ref().map(|_| {
             let stated = state.learned.as_ref().and_then(Learned::stated);
-            let room = state.quotas.stated_room;
-            Fleet {
-                store: Arc::clone(shared),
-                pace: self.fleet_pace(stated, room),
-                tokens: self.fleet_tokens(token_room, cost),
-            }
+            let pace = self.fleet_pace(stated, state.quotas.stated_room);
+            (pace, self.fleet_tokens(token_room, cost))
         });
-        Ok(Reserved {
-            booking,
-            flight: Arc::clone(&state.flight),
-            woken,
-            fleet,
-        })
+        Ok((booking, Arc::clone(&state.flight), woken, fleet))
     }
 
     /// A waiting send looks again at `now`: the instant it waits until

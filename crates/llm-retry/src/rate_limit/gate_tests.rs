@@ -246,10 +246,7 @@ async fn a_probe_whose_turn_is_past_its_deadline_waits_for_news_until_then() {
     let mut next = gate.reserve(7, 0, now, bounds).unwrap();
     // Its turn is past its deadline, but news of the window may come
     // first: it waits until the deadline, and is refused only then.
-    assert_eq!(
-        gate.check(7, &mut next, now),
-        Ok(Some(deadline))
-    );
+    assert_eq!(gate.check(7, &mut next, now), Ok(Some(deadline)));
     assert!(gate.check(7, &mut next, deadline).is_err());
 }
 
@@ -265,7 +262,7 @@ impl Gate {
         bounds: Bounds,
     ) -> Result<Booking, GateError> {
         self.reserve_send(key, cost, now, bounds)
-            .map(|reserved| reserved.booking)
+            .map(|reserved| reserved.0)
     }
 
     /// A send succeeded, its answer stating nothing.

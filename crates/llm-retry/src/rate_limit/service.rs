@@ -100,7 +100,7 @@ where
         let now = Instant::now();
         match self.gate.reserve_send(key, cost, now, bounds) {
             Ok(reserved) => {
-                let wait = reserved.booking.slot.saturating_duration_since(now);
+                let wait = reserved.0.slot.saturating_duration_since(now);
                 if !wait.is_zero() {
                     tracing::debug!(
                         wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
