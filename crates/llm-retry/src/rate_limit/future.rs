@@ -346,8 +346,8 @@ where
                         };
                         // The retry loop times the attempt from here.
                         link.mark_called();
-                        let booking = &ticket.booking;
-                        link.sent(&ticket.gate, ticket.key, at, booking.token_mark(), counted);
+                        let mark = ticket.booking.mark;
+                        link.sent(&ticket.gate, ticket.key, at, mark, counted);
                     }
                     this.state.set(State::Calling { future, in_flight });
                 }

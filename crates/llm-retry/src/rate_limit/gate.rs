@@ -144,11 +144,9 @@ impl KeyState {
 
     /// A send is let through: its place among the key's sends.
     fn let_go(&mut self, booking: &mut Booking) {
-        booking.order = self.ledger.let_go(booking.place);
+        booking.mark.order = self.ledger.let_go(booking.place);
         booking.released = true;
-        booking.gone_mark = self
-            .quotas
-            .go_stated(booking.stated.map_or(0, |(cost, _)| cost));
+        booking.mark.gone = self.quotas.go_stated(booking.mark.cost);
     }
 
     /// States a new window (`None`: none in force); the sends waiting to
@@ -183,24 +181,19 @@ pub(super) struct Booking {
     shift: Duration,
     /// Its ticket in the key's pacer.
     ticket: Option<u64>,
-    /// Its place among the key's sends, once let through.
-    pub(super) order: u64,
+    /// What its answer is read against: its stated tokens (`mark.cost`),
+    /// its place among the key's sends, and the key state it was made under.
+    pub(super) mark: TokenMark,
     /// Its place in the provider's window: a share it took (given back if
     /// it never goes), a reset it waits for, or a probe's turn (it looks
     /// again when news of the window comes first).
     place: Place,
-    /// Its tokens under the provider's stated token quota, and when they
-    /// are there.
-    stated: Option<(u64, Instant)>,
-    /// The key's stated tokens gone once it went (see
-    /// [`QuotaBook::go_stated`]): what its answer's count has not seen is
-    /// what went after it.
-    gone_mark: u64,
+    /// When its tokens under the provider's stated token quota are there,
+    /// if it booked any.
+    stated: Option<Instant>,
     /// Whether the send may go already: its ticket was released (or it
     /// has none) when it was queued.
     pub(super) released: bool,
-    /// The key state it was made under.
-    key_id: u64,
     cost: u64,
     pub(super) bounds: Bounds,
 }
@@ -226,41 +219,20 @@ pub(super) struct Bounds {
     pub(super) not_before: Option<Instant>,
 }
 
-impl Booking {
-    /// What its answer's stated token count is read against.
-    pub(super) fn token_mark(&self) -> TokenMark {
-        TokenMark {
-            cost: self.stated.map_or(0, |(cost, _)| cost),
-            order: self.order,
-            gone: self.gone_mark,
-            key_id: self.key_id,
-        }
-    }
-}
-
 /// A send as its answer is read against: its stated tokens, its place
 /// among its key's sends, the key's stated tokens gone once it went, and
-/// the key state it went under.
+/// the key state it went under (0 for none: a quiet gate's send).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(super) struct TokenMark {
     /// The tokens it booked under a stated token quota (0 for none).
     pub(super) cost: u64,
     /// Its place among the key's sends, once let through.
     pub(super) order: u64,
-    gone: u64,
-    key_id: u64,
-}
-
-impl TokenMark {
-    /// A quiet gate's `order`-th send: no tokens booked, no key state.
-    pub(super) fn unkeyed(order: u64) -> TokenMark {
-        TokenMark {
-            cost: 0,
-            order,
-            gone: 0,
-            key_id: 0,
-        }
-    }
+    /// The key's stated tokens gone once it went (see
+    /// [`QuotaBook::go_stated`]): what its answer's count has not seen is
+    /// what went after it.
+    pub(super) gone: u64,
+    pub(super) key_id: u64,
 }
 
 /// What an answer stated: the provider's request window and token quota,
@@ -441,17 +413,14 @@ impl Gate {
             slot = slot.max(state.quotas.pacer.time_of(ticket, pace.interval));
             ticket
         });
-        let stated = state
-            .quotas
-            .stated_slot(cost, now, base)
-            .map(|at| (cost, at));
+        let stated = state.quotas.stated_slot(cost, now, base);
         // Before this send's booking: the room the fleet may burst into
         // (read only where the gate shares).
         let token_room = self
             .shared
             .as_ref()
             .and_then(|_| state.quotas.stated_token_room(now));
-        if let Some((_, at)) = stated {
+        if let Some(at) = stated {
             slot = slot.max(at);
         }
         if let Some(at) = bounds.not_before {
@@ -472,7 +441,7 @@ impl Gate {
         if let Some(deadline) = deadline {
             slot = slot.min(deadline);
         }
-        if let Some((cost, _)) = stated {
+        if stated.is_some() {
             state.quotas.book_stated(cost, now);
         }
         if let Some(pace) = &self.paces.tokens {
@@ -490,12 +459,15 @@ impl Gate {
             token_slot,
             shift: state.hold.shift(),
             ticket,
-            order: 0,
+            mark: TokenMark {
+                cost: stated.map_or(0, |_| cost),
+                order: 0,
+                gone: 0,
+                key_id: state.id,
+            },
             place,
             stated,
-            gone_mark: 0,
             released: false,
-            key_id: state.id,
             cost,
             bounds,
         };
@@ -526,7 +498,7 @@ impl Gate {
         // A key evicted (idle) and made anew since: its pacing starts over.
         let Some(state) = keys
             .get_mut(&key)
-            .filter(|state| state.id == booking.key_id)
+            .filter(|state| state.id == booking.mark.key_id)
         else {
             return Ok(None);
         };
@@ -551,7 +523,7 @@ impl Gate {
         if let Place::AfterReset(at) = booking.place {
             slot = slot.max(at);
         }
-        if let Some((_, at)) = booking.stated {
+        if let Some(at) = booking.stated {
             slot = slot.max(at);
         }
         if let Some(at) = booking.bounds.not_before {
@@ -599,12 +571,14 @@ impl Gate {
         let mut keys = lock(&self.keys);
         let Some(state) = keys
             .get_mut(&key)
-            .filter(|state| state.id == booking.key_id)
+            .filter(|state| state.id == booking.mark.key_id)
         else {
             return;
         };
-        if let Some((cost, _)) = booking.stated {
-            state.quotas.refund_stated(cost, booking.released, now);
+        if booking.stated.is_some() {
+            state
+                .quotas
+                .refund_stated(booking.mark.cost, booking.released, now);
         }
         if booking.released {
             // Let through and counted, never sent: its share goes back.

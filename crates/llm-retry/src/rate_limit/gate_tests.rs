@@ -114,7 +114,7 @@ fn emptied(gate: &Gate, key: u64, reset_in: Option<Duration>, limit: Duration, n
         reset_in,
         per_minute: None,
     };
-    gate.stated(key, sent.token_mark(), now, (Some(window), None, limit));
+    gate.stated(key, sent.mark, now, (Some(window), None, limit));
 }
 
 #[test]

@@ -294,7 +294,10 @@ impl Sent {
             gate: gate.clone(),
             key: None,
             at: now,
-            tokens: TokenMark::unkeyed(order),
+            tokens: TokenMark {
+                order,
+                ..TokenMark::default()
+            },
             in_flight: InFlight::start(flight, None),
         })
     }
