@@ -40,8 +40,8 @@ pub(crate) struct Gate(Arc<Shared>);
 
 /// What the clones of a [`Gate`] share.
 pub(crate) struct Shared {
-    paces: Paces,
-    adaptive: Option<AdaptiveRate>,
+    pub(super) paces: Paces,
+    pub(super) adaptive: Option<AdaptiveRate>,
     keys: Mutex<Keys<KeyState>>,
     /// Set once any key's provider stated a token quota.
     tokens_stated: AtomicBool,
@@ -244,27 +244,15 @@ pub(super) type Stated = (
 );
 
 impl Gate {
+    /// A gate with no keys yet, keyed by a secret of its own or, when it
+    /// shares holds and paces through `shared`, by the store's.
     pub(super) fn new(
         requests: Option<Pace>,
         tokens: Option<Pace>,
         adaptive: Option<AdaptiveRate>,
-    ) -> Gate {
-        Gate::fresh(Paces { requests, tokens }, adaptive, None)
-    }
-
-    /// A new gate with this one's quotas that shares holds and paces
-    /// through `shared`, and whose keys are fingerprints under its secret.
-    pub(super) fn sharing(&self, shared: Arc<dyn SharedGate>) -> Gate {
-        Gate::fresh(self.paces, self.adaptive, Some(shared))
-    }
-
-    /// A gate with no keys yet, keyed by a secret of its own or, when it
-    /// shares, by the store's.
-    fn fresh(
-        paces: Paces,
-        adaptive: Option<AdaptiveRate>,
         shared: Option<Arc<dyn SharedGate>>,
     ) -> Gate {
+        let paces = Paces { requests, tokens };
         let key_hasher = shared.as_ref().map_or_else(KeyHasher::random, |shared| {
             KeyHasher::keyed(shared.key_secret())
         });

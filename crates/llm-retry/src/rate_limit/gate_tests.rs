@@ -12,8 +12,8 @@ const BOUNDS: AdaptiveRate = AdaptiveRate {
 async fn a_key_is_idle_only_once_nothing_of_it_reaches_past_now() {
     let now = Instant::now();
     let later = now + Duration::from_secs(1);
-    let plain = Gate::new(None, None, None);
-    let learning = Gate::new(None, None, Some(BOUNDS));
+    let plain = Gate::new(None, None, None, None);
+    let learning = Gate::new(None, None, Some(BOUNDS), None);
     let fresh = || KeyState::new(&plain, now);
     assert!(fresh().idle(now), "a key nothing has used");
     assert!(
@@ -26,7 +26,7 @@ async fn a_key_is_idle_only_once_nothing_of_it_reaches_past_now() {
     assert!(!held.idle(now));
     assert!(held.idle(later), "the hold is over");
 
-    let quota = Gate::new(Pace::per_minute(60, 1), None, None);
+    let quota = Gate::new(Pace::per_minute(60, 1), None, None, None);
     let mut paced = KeyState::new(&quota, now);
     let pace = paced.quotas.pace.unwrap();
     let ticket = paced.quotas.pacer.take(now, now, pace);
@@ -81,7 +81,7 @@ async fn a_configured_quota_paces_a_key_whose_learned_rate_is_faster() {
             min_per_sec: 1.0,
             max_per_sec: learned,
         };
-        Gate::new(Pace::per_minute(60, burst), None, Some(rate))
+        Gate::new(Pace::per_minute(60, burst), None, Some(rate), None)
     };
     // The learned rate faster: the quota, the slower, paces.
     assert_eq!(
@@ -123,7 +123,7 @@ fn the_fleet_paces_a_key_at_a_little_under_its_stated_rate_with_its_room_as_burs
         interval: Duration::from_secs_f64(1.0 / (per_sec * STATED_SHARE)),
         burst,
     };
-    let plain = Gate::new(None, None, None);
+    let plain = Gate::new(None, None, None, None);
     assert_eq!(plain.fleet_pace(None, 5), None, "nothing stated or told");
     assert_eq!(plain.fleet_pace(Some(100.0), 5), Some(stated(100.0, 5)));
     assert_eq!(
@@ -135,7 +135,7 @@ fn the_fleet_paces_a_key_at_a_little_under_its_stated_rate_with_its_room_as_burs
         assert_eq!(plain.fleet_pace(Some(nonsense), 5), None, "{nonsense}");
     }
     // A quota the gate was told: it paces, unless the stated one is slower.
-    let told = Gate::new(Pace::per_minute(60, 2), None, None);
+    let told = Gate::new(Pace::per_minute(60, 2), None, None, None);
     let quota = SharedPace {
         interval: Duration::from_secs(1),
         burst: 2,
@@ -148,7 +148,7 @@ fn the_fleet_paces_a_key_at_a_little_under_its_stated_rate_with_its_room_as_burs
 #[test]
 fn the_fleet_spends_a_token_quota_at_a_little_under_its_stated_rate_with_what_is_left_as_burst() {
     let ms = Duration::from_millis;
-    let plain = Gate::new(None, None, None);
+    let plain = Gate::new(None, None, None, None);
     assert_eq!(
         plain.fleet_tokens(None, 500),
         None,
@@ -174,7 +174,7 @@ fn the_fleet_spends_a_token_quota_at_a_little_under_its_stated_rate_with_what_is
     );
     // A quota the gate was told (60 000 a minute, 100 at once): it paces,
     // unless the stated one is slower.
-    let told = Gate::new(None, Pace::per_minute(60_000, 100), None);
+    let told = Gate::new(None, Pace::per_minute(60_000, 100), None, None);
     let quota = SharedPace {
         interval: ms(1),
         burst: 100,
@@ -202,7 +202,7 @@ fn the_fleet_spends_a_token_quota_at_a_little_under_its_stated_rate_with_what_is
 
 #[tokio::test(start_paused = true)]
 async fn a_send_whose_turn_is_its_deadline_waits_for_it() {
-    let gate = Gate::new(Pace::per_minute(60, 1), None, None);
+    let gate = Gate::new(Pace::per_minute(60, 1), None, None, None);
     let now = Instant::now();
     let turn = now + Duration::from_secs(1);
     gate.reserve(7, 0, now, Bounds::default()).unwrap();
@@ -218,7 +218,7 @@ async fn a_send_whose_turn_is_its_deadline_waits_for_it() {
 
 #[tokio::test(start_paused = true)]
 async fn a_window_stated_empty_holds_the_key_until_its_reset() {
-    let gate = Gate::new(None, None, None);
+    let gate = Gate::new(None, None, None, None);
     let now = Instant::now();
     let s = Duration::from_secs;
     emptied(&gate, 7, Some(s(2)), s(60), now);
@@ -232,7 +232,7 @@ async fn a_window_stated_empty_holds_the_key_until_its_reset() {
 
 #[tokio::test(start_paused = true)]
 async fn a_probe_whose_turn_is_past_its_deadline_waits_for_news_until_then() {
-    let gate = Gate::new(None, None, None);
+    let gate = Gate::new(None, None, None, None);
     let now = Instant::now();
     // Nothing left, and no reset stated: sends probe one at a time.
     emptied(&gate, 7, None, Duration::from_secs(60), now);

@@ -3,6 +3,7 @@
 use super::adaptive::AdaptiveRate;
 use super::gate::Gate;
 use super::gcra::Pace;
+use super::quota_book::Paces;
 use super::RateLimit;
 use crate::ConfigError;
 use tower::Layer;
@@ -166,7 +167,7 @@ impl RateLimitLayer {
             None => None,
         };
         Ok(RateLimitLayer {
-            gate: Gate::new(requests, tokens, adaptive),
+            gate: Gate::new(requests, tokens, adaptive, None),
         })
     }
 
@@ -176,7 +177,7 @@ impl RateLimitLayer {
     pub fn learned() -> RateLimitLayer {
         let quotas = Quotas::none().learned();
         RateLimitLayer {
-            gate: Gate::new(None, None, quotas.adaptive),
+            gate: Gate::new(None, None, quotas.adaptive, None),
         }
     }
 
@@ -202,8 +203,9 @@ impl RateLimitLayer {
     /// had.
     #[must_use]
     pub fn share_with(self, shared: std::sync::Arc<dyn super::SharedGate>) -> RateLimitLayer {
+        let Paces { requests, tokens } = self.gate.paces;
         RateLimitLayer {
-            gate: self.gate.sharing(shared),
+            gate: Gate::new(requests, tokens, self.gate.adaptive, Some(shared)),
         }
     }
 
