@@ -71,7 +71,8 @@ const MIN_SUCCESSES: u32 = 5;
 /// resting on little doubles): enough to correct a rate rounded down.
 const SLOW_START_MEASURED: f64 = 1.25;
 /// Growth a second in slow start after a first estimate resting on one
-/// or two successes, or none: a floor more than a rate.
+/// or two successes, or none, or on a window's reset: a floor more than
+/// a rate.
 const LOW_CONFIDENCE: f64 = 2.0;
 /// Shortest span a first estimate divides by, so one instant's burst does
 /// not read as an infinite rate.
@@ -419,13 +420,9 @@ impl Learned {
             self.last_throttled = None;
             self.per_sec = RELEASE_AFTER_RESET.max(bounds.min_per_sec);
             self.rate_at_cut = Some(self.per_sec);
-            self.slow_start = Some(2.0);
-            self.quiet_until = Some(now);
-            self.changed = Some(now);
-            return Throttle::Changed;
-        }
-        self.refining = self.unmeasured();
-        if self.unmeasured() {
+            self.slow_start = Some(LOW_CONFIDENCE);
+        } else if self.unmeasured() {
+            self.refining = true;
             let (estimate, slow_start) = self.first_estimate(now, named_wait);
             let estimate = estimate.max(bounds.min_per_sec);
             self.first = None;
@@ -435,6 +432,7 @@ impl Learned {
             // A guess from one or two answers may be far too low: climb fast.
             self.slow_start = Some(slow_start);
         } else {
+            self.refining = false;
             self.slow_start = None;
             self.last_throttled = Some(self.per_sec);
             // Until a judgement finds the refusals fewer, the cuts take at
