@@ -37,6 +37,9 @@ pin_project! {
     }
 }
 
+/// The error of a future polled again once it completed.
+const DONE: &str = "rate limit future polled after completion";
+
 /// Waiting for a slot under an overloaded key's in-flight ceiling.
 type Acquire = Pin<Box<dyn Future<Output = Result<OwnedSemaphorePermit, AcquireError>> + Send>>;
 
@@ -212,10 +215,7 @@ where
         loop {
             match this.state.as_mut().project() {
                 StateProj::Refused { error } => {
-                    let error = error
-                        .take()
-                        .unwrap_or_else(|| "rate limit future polled after completion".into());
-                    return Poll::Ready(Err(error));
+                    return Poll::Ready(Err(error.take().unwrap_or_else(|| DONE.into())));
                 }
                 StateProj::Waiting {
                     mut sleep,
@@ -313,17 +313,9 @@ where
                     return Poll::Pending;
                 }
                 StateProj::Readying => {
-                    let Some((service, _)) = this.pending.as_mut() else {
-                        return Poll::Ready(
-                            Err("rate limit future polled after completion".into()),
-                        );
-                    };
+                    let (service, _) = this.pending.as_mut().ok_or(DONE)?;
                     ready!(service.poll_ready(cx)).map_err(Into::into)?;
-                    let Some((mut service, request)) = this.pending.take() else {
-                        return Poll::Ready(
-                            Err("rate limit future polled after completion".into()),
-                        );
-                    };
+                    let (mut service, request) = this.pending.take().ok_or(DONE)?;
                     // Counted in flight from before its call.
                     let mut in_flight = this.gate.as_mut().and_then(|t| {
                         t.sent = true;
