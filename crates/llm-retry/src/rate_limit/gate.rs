@@ -49,7 +49,7 @@ pub(crate) struct Shared {
     /// secret of this gate's (or of the store it shares with): callers who choose
     /// their own API keys (a gateway's) cannot aim one at another caller's
     /// quota.
-    key_hasher: KeyHasher,
+    pub(super) key_hasher: KeyHasher,
     /// Where holds and paces are shared with other replicas, if they are.
     pub(super) shared: Option<Arc<dyn SharedGate>>,
     /// Until the first news of any key: sends go unkeyed.
@@ -333,11 +333,6 @@ impl Gate {
             state
         });
         Arc::clone(&state.flight)
-    }
-
-    /// What [`default_key`](super::key::default_key) hashes with.
-    pub(super) fn key_hasher(&self) -> &KeyHasher {
-        &self.key_hasher
     }
 
     /// [`Gate::reserve`], the key's sends in flight, which the send joins

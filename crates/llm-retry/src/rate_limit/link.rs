@@ -374,7 +374,7 @@ impl Sent {
                     }
                     _ => {}
                 }
-                let key = key_of(head, link.model().as_deref(), gate.key_hasher());
+                let key = key_of(head, link.model().as_deref(), &gate.key_hasher);
                 in_flight.read_into(gate.adopt(key, at, now));
                 key
             }

@@ -78,7 +78,7 @@ where
             (carried, None) => carried.cloned(),
         };
         let model = link.as_ref().and_then(GateLink::model);
-        let key = key_of(Head::of(&parts), model.as_deref(), self.gate.key_hasher());
+        let key = key_of(Head::of(&parts), model.as_deref(), &self.gate.key_hasher);
         // The caller's estimate, else (when the gate counts tokens) one
         // from the body, made before the gate's lock is taken.
         let cost = match (parts.extensions.get::<TokenCost>(), &link) {
