@@ -740,22 +740,10 @@ impl Gate {
                 self.tokens_stated.store(true, Ordering::Relaxed);
             }
         }
-        if let Some(window) = window {
-            self.window_in(key, state, (mark.order, now), window, limit);
-        }
-    }
-
-    fn window_in(
-        &self,
-        key: u64,
-        state: &mut KeyState,
-        (order, now): (u64, Instant),
-        window: crate::hint::RequestWindow,
-        limit: Duration,
-    ) {
+        let Some(window) = window else { return };
         let remaining = window
             .remaining
-            .saturating_sub(state.ledger.uncounted_after(order));
+            .saturating_sub(state.ledger.uncounted_after(mark.order));
         if let (Some(per_minute), Some(_)) = (window.per_minute, &self.adaptive) {
             // A quota with room left: that many go at once, and only the
             // sends beyond them are paced at the quota.
