@@ -244,9 +244,7 @@ impl Flight {
             }
         }
     }
-}
 
-impl Flight {
     /// One more answer to a send that went under the ceiling (with a
     /// slot), `overloaded` or not. After [`TRIAL`] of them the ceiling
     /// stands down (true) unless their overload share is under half the
@@ -297,19 +295,11 @@ impl Flight {
 
     /// One more answer in the overload share; the share after it.
     fn count(&self, overloaded: bool) -> u32 {
-        let mut share = self.overloads.load(Ordering::Relaxed);
-        loop {
-            let next = updated(share, overloaded);
-            match self.overloads.compare_exchange_weak(
-                share,
-                next,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return next,
-                Err(now) => share = now,
-            }
-        }
+        let next = |share| Some(updated(share, overloaded));
+        let share = self
+            .overloads
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, next);
+        updated(share.unwrap_or_else(|share| share), overloaded)
     }
 }
 
