@@ -80,9 +80,6 @@ thread_local! {
             asked: false,
         })
     };
-}
-
-thread_local! {
     /// Set while a retry loop calls the gate right below it with a send it
     /// noted itself (the gate was quiet when it looked): that gate lets the
     /// call pass untouched.
