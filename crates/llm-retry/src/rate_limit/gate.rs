@@ -853,11 +853,6 @@ impl Gate {
     fn paced_even_if(&self, skips: bool) -> bool {
         !skips || self.paces.requests.is_some()
     }
-
-    /// Whether sends are paced: a quota or a learned rate.
-    pub(super) fn paces(&self) -> bool {
-        self.paces.any() || self.adaptive.is_some()
-    }
 }
 
 impl fmt::Debug for Gate {

@@ -323,7 +323,7 @@ impl Sent {
     /// What the gate made of the send, before its outcome is judged.
     pub(crate) fn as_judged(&self) -> GateSend {
         GateSend {
-            paced: self.gate.paces(),
+            paced: self.gate.paces.any() || self.gate.adaptive.is_some(),
             booked_tokens: self.tokens.cost,
             wait: GateWait::Own,
         }
