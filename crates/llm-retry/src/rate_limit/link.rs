@@ -359,8 +359,7 @@ impl Sent {
         let key = match key {
             Some(key) => key,
             None => {
-                let quiet = gate.quiet();
-                match (news, quiet) {
+                match (news, gate.quiet()) {
                     (KeyNews::None, _) => return GateWait::Own,
                     (
                         KeyNews::Served {
