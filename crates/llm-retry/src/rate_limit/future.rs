@@ -51,11 +51,9 @@ struct Ticket {
     booking: Booking,
     link: Option<GateLink>,
     /// The key's sends in flight, which this one joins when it goes
-    /// (moved into its count then).
+    /// (moved into its count then): `None` once the send was made (past
+    /// its turn it may still wait for a slot in flight).
     flight: Option<Arc<Flight>>,
-    /// Whether the send was made (past its turn it may still wait for a
-    /// slot in flight).
-    sent: bool,
     /// Until asked, once its turn came here: the fleet, where the gate
     /// shares (for a hold another replica set, and its turns in the key's
     /// shared paces).
@@ -66,7 +64,7 @@ impl Drop for Ticket {
     /// A send dropped (or refused) before it was sent gives up what it
     /// booked, so the sends queued behind it do not wait for it.
     fn drop(&mut self) {
-        if !self.sent {
+        if self.flight.is_some() {
             self.gate.abandon(self.key, &self.booking, Instant::now());
         }
     }
@@ -117,7 +115,6 @@ impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
             booking,
             link,
             flight: Some(flight),
-            sent: false,
             fleet,
         };
         let state = if booking.released {
@@ -317,10 +314,10 @@ where
                     ready!(service.poll_ready(cx)).map_err(Into::into)?;
                     let (mut service, request) = this.pending.take().ok_or(DONE)?;
                     // Counted in flight from before its call.
-                    let mut in_flight = this.gate.as_mut().and_then(|t| {
-                        t.sent = true;
-                        Some(InFlight::start(t.flight.take()?, this.slot.take()))
-                    });
+                    let mut in_flight = this
+                        .gate
+                        .as_mut()
+                        .and_then(|t| Some(InFlight::start(t.flight.take()?, this.slot.take())));
                     let future = service.call(request);
                     // The retry loop above judges the answer and tells the
                     // key what it meant (a 429's named wait holds the key);
