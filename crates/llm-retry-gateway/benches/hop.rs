@@ -14,7 +14,8 @@
 //! The mock runs on a one-worker runtime whose threads are named
 //! `hop-mock`, the gateway on one named `hop-gateway` (so the CPU time of
 //! the gateway's threads can be read from `/proc`), the client on the main
-//! thread.
+//! thread. `HOP_GATEWAY_WORKERS` gives the gateway's runtime more workers
+//! (the binary's `#[tokio::main]` runs one per core).
 #![allow(missing_docs, clippy::unwrap_used)]
 
 use bytes::Bytes;
@@ -38,9 +39,9 @@ fn env(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-fn runtime(name: &str) -> tokio::runtime::Runtime {
+fn runtime(name: &str, workers: usize) -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
+        .worker_threads(workers.max(1))
         .thread_name(name)
         .enable_all()
         .build()
@@ -158,8 +159,8 @@ fn main() {
     // Prometheus recorder, `/metrics` served from it.
     tracing_subscriber::fmt().with_writer(std::io::sink).init();
     let handle = llm_retry_gateway::prometheus().install_recorder().unwrap();
-    let mock_rt = runtime("hop-mock");
-    let gateway_rt = runtime("hop-gateway");
+    let mock_rt = runtime("hop-mock", 1);
+    let gateway_rt = runtime("hop-gateway", env("HOP_GATEWAY_WORKERS", 1));
     let mock = mock_rt.block_on(async {
         let script = Script::new()
             .route("/v1/messages", Route::always(Reply::anthropic_ok("Hello")))

@@ -16,7 +16,8 @@
 # Usage: crates/llm-retry-gateway/benches/hop.sh
 # Env:   HOP_REQUESTS (serial pairs, default 5000), WRK_SECS (default 10),
 #        WRK_ROUNDS (default 3), N1/N2 (callgrind counts, default 300/900),
-#        SKIP (any of: serial wrk callgrind).
+#        SKIP (any of: serial wrk callgrind), HOP_GATEWAY_WORKERS (the
+#        gateway runtime's workers, default 1).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 
