@@ -101,9 +101,7 @@ struct KeyState {
     /// A wait the provider named for the key, and the evidence about it.
     hold: Hold,
     /// The learned rate, in adaptive mode.
-    learned: Option<Learned>,
-    /// The learned rate when the waiting sends were last woken for a rise.
-    woken_at_rate: f64,
+    learned: Option<LearnedKey>,
     /// When a send last used the key (the sweep drops the oldest first).
     last_used: Instant,
     /// The key's sends as its provider counts them, and its window.
@@ -113,6 +111,13 @@ struct KeyState {
     woken: Arc<Notify>,
     /// Sends in flight, and their ceiling once the key was overloaded.
     flight: Arc<Flight>,
+}
+
+#[derive(Debug)]
+struct LearnedKey {
+    rate: Learned,
+    /// The rate when the waiting sends were last woken for a rise.
+    woken_at_rate: f64,
 }
 
 impl KeyState {
@@ -126,9 +131,12 @@ impl KeyState {
             if let Some((since, served)) = first {
                 rate.began(since, served);
             }
-            rate
+            LearnedKey {
+                woken_at_rate: rate.per_sec(),
+                rate,
+            }
         });
-        let pace = gate.request_pace(learned.as_ref());
+        let pace = gate.request_pace(learned.as_ref().map(|l| &l.rate));
         KeyState {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             quotas: QuotaBook::new(now, pace),
@@ -137,7 +145,6 @@ impl KeyState {
             ledger: Ledger::after(gate.quiet.gone()),
             woken: Arc::new(Notify::new()),
             flight,
-            woken_at_rate: learned.map_or(0.0, |rate| rate.per_sec()),
             learned,
         }
     }
@@ -431,8 +438,8 @@ impl Gate {
             state.quotas.tokens.book(pace, token_slot, cost);
         }
         state.ledger.enter(place, deadline);
-        if let Some(rate) = &mut state.learned {
-            rate.on_send(now);
+        if let Some(l) = &mut state.learned {
+            l.rate.on_send(now);
         }
         if let (Some(ticket), true) = (ticket, released) {
             state.quotas.pacer.release(ticket, now);
@@ -461,7 +468,7 @@ impl Gate {
             Some(Arc::clone(&state.woken).notified_owned())
         };
         let fleet = self.shared.as_ref().map(|_| {
-            let stated = state.learned.as_ref().and_then(Learned::stated);
+            let stated = state.learned.as_ref().and_then(|l| l.rate.stated());
             let pace = self.fleet_pace(stated, state.quotas.stated_room);
             (pace, self.fleet_tokens(token_room, cost))
         });
@@ -622,7 +629,7 @@ impl Gate {
         let has_rate = keys
             .get(&key)
             .and_then(|state| state.learned.as_ref())
-            .is_some_and(|rate| !rate.unmeasured());
+            .is_some_and(|l| !l.rate.unmeasured());
         let (hold, full) = if whole_seconds && has_rate {
             (wait.saturating_sub(Duration::from_secs(1)), false)
         } else {
@@ -824,25 +831,25 @@ impl Gate {
     ) {
         let Some(bounds) = &self.adaptive else { return };
         let floor = state.hold.floor(now);
-        let Some(rate) = &mut state.learned else {
+        let Some(l) = &mut state.learned else {
             return;
         };
-        let before = rate.per_sec();
-        update(rate, bounds);
-        let after = rate.per_sec();
+        let before = l.rate.per_sec();
+        update(&mut l.rate, bounds);
+        let after = l.rate.per_sec();
         if after == before {
             return;
         }
         tracing::debug!(rate_per_sec = after, "llm-retry: learned rate changed");
-        let pace = self.request_pace(Some(rate));
+        let pace = self.request_pace(Some(&l.rate));
         state.quotas.pace = pace;
         if let Some(pace) = pace {
             state.quotas.pacer.rebase(pace.interval, floor, false);
         }
         if after < before {
-            state.woken_at_rate = after;
-        } else if after >= state.woken_at_rate * WAKE_ON_RISE {
-            state.woken_at_rate = after;
+            l.woken_at_rate = after;
+        } else if after >= l.woken_at_rate * WAKE_ON_RISE {
+            l.woken_at_rate = after;
             state.woken.notify_waiters();
         }
     }

@@ -58,7 +58,7 @@ async fn a_key_is_idle_only_once_nothing_of_it_reaches_past_now() {
     assert!(flying.idle(now));
 
     let mut queued = KeyState::new(&learning, now);
-    let learned = queued.learned.as_mut().unwrap();
+    let learned = &mut queued.learned.as_mut().unwrap().rate;
     learned.on_stated(1.0, now);
     let pace = learning.request_pace(Some(learned)).unwrap();
     queued.quotas.pace = Some(pace);
@@ -287,7 +287,7 @@ impl Gate {
     pub(in crate::rate_limit) fn learned_rates(&self) -> Vec<f64> {
         let keys = lock(&self.keys);
         keys.values()
-            .filter_map(|state| Some(state.learned.as_ref()?.per_sec()))
+            .filter_map(|state| Some(state.learned.as_ref()?.rate.per_sec()))
             .collect()
     }
 }
