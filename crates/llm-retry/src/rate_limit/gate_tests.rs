@@ -250,6 +250,33 @@ async fn a_probe_whose_turn_is_past_its_deadline_waits_for_news_until_then() {
     assert!(gate.check(7, &mut next, deadline).is_err());
 }
 
+/// Sends queued behind a hold before their key had a rate take their
+/// tickets once it has one: they leave paced from the hold's end, not all
+/// at once into the bucket whose 429 named the hold.
+#[tokio::test(start_paused = true)]
+async fn sends_queued_behind_a_hold_before_the_key_was_paced_leave_paced() {
+    let gate = Gate::new(None, None, Some(BOUNDS), None);
+    let now = Instant::now();
+    let ms = Duration::from_millis;
+    let free = Bounds::default();
+    gate.reserve(7, 0, now, free).unwrap();
+    assert!(gate.hold(7, 0, now, ms(10), Duration::from_secs(60), false));
+    let mut queued: Vec<Booking> = (0..3)
+        .map(|_| gate.reserve(7, 0, now, free).unwrap())
+        .collect();
+    // Then the key's 429s start a rate: a send every 10 ms.
+    for _ in 0..40 {
+        gate.throttled(7, now, now, Some(ms(10)), false);
+    }
+    assert_eq!(gate.learned_rates(), [100.0]);
+    let end = now + ms(10);
+    let looks: Vec<_> = queued
+        .iter_mut()
+        .map(|booking| gate.check(7, booking, end).unwrap())
+        .collect();
+    assert_eq!(looks, [None, Some(end + ms(10)), Some(end + ms(20))]);
+}
+
 /// Test-only entry points of the gate (kept out of the non-test code).
 impl Gate {
     /// Queues a send of `cost` tokens on `key`, unless it would start
