@@ -55,7 +55,9 @@ pub(crate) struct Shared {
     /// Until the first news of any key: sends go unkeyed.
     quiet: Quiet,
     /// Until when a hold some key met may be contested, in nanoseconds
-    /// after `epoch`: until then every success is counted against it.
+    /// after `epoch`: until then every success is counted against it (the
+    /// end of the longest such hold named, on any key, whether its contest
+    /// ended sooner or not: only a lock on a success more).
     contested_until: AtomicU64,
     epoch: Instant,
 }
@@ -342,8 +344,9 @@ impl Gate {
         Arc::clone(&state.flight)
     }
 
-    /// [`Gate::reserve`], the key's sends in flight, which the send joins
-    /// when it goes, and for a send that waits what wakes it to look again
+    /// Queues a send of `cost` tokens on `key`, unless it would start past
+    /// its bounds: its booking, the key's sends in flight, which the send
+    /// joins when it goes, and for a send that waits what wakes it to look again
     /// (made under the lock, so no news between booking and waiting is lost).
     ///
     /// Under a token quota its provider states, a send of known `cost` is
@@ -800,13 +803,16 @@ impl Gate {
         let Some(state) = keys.get_mut(&key) else {
             return;
         };
+        let left = state.hold.floor(now).saturating_duration_since(now);
         if state.hold.served(mark.order, now) {
             tracing::debug!("llm-retry: the key serves sends after a 429: its hold ends");
             crate::observe::gate_stood_down("hold");
-            // The waiting sends look again: their slots moved forward.
+            // The waiting sends look again: their slots moved forward, and
+            // the token quota the hold emptied to its end is empty now.
             if let Some(pace) = state.quotas.pace {
                 state.quotas.pacer.rebase(pace.interval, now, false);
             }
+            state.quotas.tokens.pull_forward(left);
             state.woken.notify_waiters();
         }
         self.learn_in(state, now, |rate, bounds| {

@@ -277,6 +277,38 @@ async fn sends_queued_behind_a_hold_before_the_key_was_paced_leave_paced() {
     assert_eq!(looks, [None, Some(end + ms(10)), Some(end + ms(20))]);
 }
 
+/// A hold that later answers contradict frees the key's told quotas at
+/// once, its token quota as well as its request quota: a send after it
+/// waits no longer than its own cost.
+#[tokio::test(start_paused = true)]
+async fn a_hold_later_answers_contradict_frees_a_told_token_quota_too() {
+    let s = Duration::from_secs;
+    let free = Bounds::default();
+    for (what, gate) in [
+        (
+            "requests",
+            Gate::new(Pace::per_minute(60_000, 1_000), None, None, None),
+        ),
+        (
+            "tokens",
+            Gate::new(None, Pace::per_minute(60_000, 1_000), None, None),
+        ),
+    ] {
+        let now = Instant::now();
+        let refused = gate.reserve(7, 10, now, free).unwrap();
+        let later: Vec<Booking> = (0..4)
+            .map(|_| gate.reserve(7, 10, now, free).unwrap())
+            .collect();
+        assert!(gate.hold(7, refused.mark.order, now, s(1), s(60), false));
+        for booking in &later {
+            gate.served(7, (now, booking.mark), now, None, None, s(60));
+        }
+        let next = gate.reserve(7, 10, now, free).unwrap();
+        let wait = next.slot - now;
+        assert!(wait <= Duration::from_millis(10), "{what}: waits {wait:?}");
+    }
+}
+
 /// Test-only entry points of the gate (kept out of the non-test code).
 impl Gate {
     /// Queues a send of `cost` tokens on `key`, unless it would start

@@ -92,6 +92,12 @@ impl Tat {
         self.0 = Some(booked.map_or(empty, |tat| tat.max(empty)));
     }
 
+    /// A hold that pushed the bookings back ended `by` early: they move
+    /// forward again.
+    pub(super) fn pull_forward(&mut self, by: Duration) {
+        self.0 = self.0.map(|tat| tat.checked_sub(by).unwrap_or(tat));
+    }
+
     /// The bucket's owner stated that it holds `remaining` units now: it
     /// holds no more than that (what the statement counted is spent, and
     /// what this side booked since stays booked).
