@@ -207,6 +207,27 @@ pub(super) struct Booking {
     pub(super) bounds: Bounds,
 }
 
+impl Booking {
+    /// Its slots under the key's `floor` (a hold's end, or now) with its
+    /// configured token quota's slot at `tokens` and its ticket's time
+    /// `paced`: the firm one, and the one it waits for, later by a probe's
+    /// turn, which is no firm slot (news of the window may come sooner).
+    fn slots(&self, floor: Instant, tokens: Instant, paced: Option<Instant>) -> (Instant, Instant) {
+        let reset = match self.place {
+            Place::AfterReset(at) => Some(at),
+            _ => None,
+        };
+        let firm = [reset, self.stated, self.bounds.not_before, paced]
+            .into_iter()
+            .flatten()
+            .fold(floor.max(tokens), Instant::max);
+        match self.place {
+            Place::Probe { at, .. } => (firm, firm.max(at)),
+            _ => (firm, firm),
+        }
+    }
+}
+
 /// The key's paces a sharing gate's send takes its turns in before it
 /// goes: its request pace, if it has a quota it was told or the provider
 /// stated, and its token pace and the send's cost in it, if it has such a
@@ -396,16 +417,12 @@ impl Gate {
             Some(pace) => base.max(state.quotas.tokens.slot(pace, base, cost)),
             None => now,
         };
-        let mut slot = token_slot.max(base);
         // Room the provider stated, or a send past a hold, skips a learned
         // pace.
         let in_room = base <= now && state.quotas.take_room();
         let ticketed = self.paced_even_if(in_room || past_hold);
-        let ticket = state.quotas.pace.filter(|_| ticketed).map(|pace| {
-            let ticket = state.quotas.pacer.take(now, base, pace);
-            slot = slot.max(state.quotas.pacer.time_of(ticket, pace.interval));
-            ticket
-        });
+        let pace = state.quotas.pace.filter(|_| ticketed);
+        let ticket = pace.map(|pace| state.quotas.pacer.take(now, base, pace));
         let stated = state.quotas.stated_slot(cost, now, base);
         // Before this send's booking: the room the fleet may burst into
         // (read only where the gate shares).
@@ -413,27 +430,32 @@ impl Gate {
             .shared
             .as_ref()
             .and_then(|_| state.quotas.stated_token_room(now));
-        if let Some(at) = stated {
-            slot = slot.max(at);
-        }
-        if let Some(at) = bounds.not_before {
-            slot = slot.max(at);
-        }
-        if deadline.is_some_and(|deadline| slot > deadline) {
+        let mut booking = Booking {
+            slot: now,
+            token_slot,
+            shift: state.hold.shift(),
+            ticket,
+            mark: TokenMark {
+                cost: stated.map_or(0, |_| cost),
+                key_id: state.id,
+                ..TokenMark::default()
+            },
+            place,
+            stated,
+            released: false,
+            cost,
+            bounds,
+        };
+        let (firm, slot) = booking.slots(floor, token_slot, state.quotas.ticket_time(ticket));
+        if deadline.is_some_and(|deadline| firm > deadline) {
             if ticket.is_some() {
                 state.quotas.pacer.untake();
             }
-            return Err(GateError::PastDeadline { wait: slot - now });
+            return Err(GateError::PastDeadline { wait: firm - now });
         }
-        // A probe's turn is no firm slot: news of the window may come
-        // sooner, so it waits no later than its deadline.
-        if let Place::Probe { at, .. } = place {
-            slot = slot.max(at);
-        }
+        // A probe's turn waits no later than its deadline.
         let released = slot <= now;
-        if let Some(deadline) = deadline {
-            slot = slot.min(deadline);
-        }
+        booking.slot = deadline.map_or(slot, |deadline| slot.min(deadline));
         if stated.is_some() {
             state.quotas.book_stated(cost, now);
         }
@@ -447,23 +469,6 @@ impl Gate {
         if let (Some(ticket), true) = (ticket, released) {
             state.quotas.pacer.release(ticket, now);
         }
-        let mut booking = Booking {
-            slot,
-            token_slot,
-            shift: state.hold.shift(),
-            ticket,
-            mark: TokenMark {
-                cost: stated.map_or(0, |_| cost),
-                order: 0,
-                gone: 0,
-                key_id: state.id,
-            },
-            place,
-            stated,
-            released: false,
-            cost,
-            bounds,
-        };
         let woken = if released {
             state.let_go(&mut booking);
             None
@@ -512,29 +517,12 @@ impl Gate {
             .token_slot
             .checked_add(pushed)
             .unwrap_or(booking.token_slot);
-        let mut slot = floor.max(token_slot);
-        if let Place::AfterReset(at) = booking.place {
-            slot = slot.max(at);
-        }
-        if let Some(at) = booking.stated {
-            slot = slot.max(at);
-        }
-        if let Some(at) = booking.bounds.not_before {
-            slot = slot.max(at);
-        }
         // A ticket's time counts from the hold's end: not past it.
-        let ticketed = self.paced_even_if(past_hold);
-        if let (Some(pace), Some(ticket), true) = (state.quotas.pace, booking.ticket, ticketed) {
-            slot = slot.max(state.quotas.pacer.time_of(ticket, pace.interval));
-        }
-        // A probe's turn is no firm slot (see `reserve_send`).
-        let firm = slot;
-        if let Place::Probe { at, .. } = booking.place {
-            slot = slot.max(at);
-        }
+        let ticket = booking.ticket.filter(|_| self.paced_even_if(past_hold));
+        let (firm, slot) = booking.slots(floor, token_slot, state.quotas.ticket_time(ticket));
         booking.slot = slot;
         if slot > now {
-            let deadline = booking.bounds.deadline;
+            let deadline = bounds.deadline;
             if deadline
                 .is_some_and(|deadline| firm > deadline || (slot > deadline && now >= deadline))
             {

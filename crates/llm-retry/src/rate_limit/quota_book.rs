@@ -66,6 +66,11 @@ impl QuotaBook {
         }
     }
 
+    /// When the send of `ticket`, if any, is due at the key's pace.
+    pub(super) fn ticket_time(&self, ticket: Option<u64>) -> Option<Instant> {
+        Some(self.pacer.time_of(ticket?, self.pace?.interval))
+    }
+
     /// Takes one send's room under the stated request quota, if any is
     /// left: that send goes unpaced.
     pub(super) fn take_room(&mut self) -> bool {
