@@ -11,7 +11,7 @@ use super::key::{key_of, Head};
 use super::lock;
 use crate::hint::{RequestWindow, TokenWindow};
 use bytes::Bytes;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -109,7 +109,7 @@ struct Shared {
     estimate: Mutex<Estimate>,
     /// Its last sends were overloaded after each took a slot under the
     /// key's in-flight ceiling, this many in a row.
-    slotted_overloads: std::sync::atomic::AtomicU32,
+    slotted_overloads: AtomicU32,
     /// The wait its provider named it, when its resend waits in the gate's
     /// queue: the resend goes no sooner, even if the key's hold ends.
     not_before: Mutex<Option<Instant>>,
@@ -148,10 +148,9 @@ impl GateLink {
             sent: Mutex::new(None),
             estimate: Mutex::new(Estimate {
                 body,
-                cost: None,
-                model: None,
+                ..Estimate::default()
             }),
-            slotted_overloads: std::sync::atomic::AtomicU32::new(0),
+            slotted_overloads: AtomicU32::new(0),
             not_before: Mutex::new(None),
         }))
     }
@@ -166,8 +165,7 @@ impl GateLink {
     pub(crate) fn set_body(&self, bytes: Bytes) {
         *lock(&self.0.estimate) = Estimate {
             body: Some(bytes),
-            cost: None,
-            model: None,
+            ..Estimate::default()
         };
     }
 
@@ -266,14 +264,13 @@ impl GateLink {
         tokens: TokenMark,
         in_flight: InFlight,
     ) {
-        let sent = Sent {
+        *lock(&self.0.sent) = Some(Sent {
             gate: gate.clone(),
             key: Some(key),
             at,
             tokens,
             in_flight,
-        };
-        *lock(&self.0.sent) = Some(sent);
+        });
     }
 
     /// The last attempt's send through a gate, if it went through one.
@@ -358,27 +355,21 @@ impl Sent {
         } = self;
         let key = match key {
             Some(key) => key,
+            None if news == KeyNews::None => return GateWait::Own,
             None => {
-                match (news, gate.quiet()) {
-                    (KeyNews::None, _) => return GateWait::Own,
-                    (
-                        KeyNews::Served {
-                            window: None,
-                            tokens: None,
-                        },
-                        Some(quiet),
-                    ) => {
-                        quiet.served();
-                        return GateWait::Own;
-                    }
-                    _ => {}
+                let stated_nothing = KeyNews::Served {
+                    window: None,
+                    tokens: None,
+                };
+                if let Some(quiet) = gate.quiet().filter(|_| news == stated_nothing) {
+                    quiet.served();
+                    return GateWait::Own;
                 }
                 let key = key_of(head, link.model().as_deref(), &gate.key_hasher);
                 in_flight.read_into(gate.adopt(key, at, now));
                 key
             }
         };
-        let order = mark.order;
         let in_a_row = &link.0.slotted_overloads;
         if news != KeyNews::Overloaded {
             in_a_row.store(0, Ordering::Relaxed);
@@ -421,7 +412,8 @@ impl Sent {
                 // only on a key with a rate before this refusal's news
                 // about the rate (one its headers just stated counts).
                 let held = wait.filter(|_| holds_key).is_some_and(|wait| {
-                    let held = gate.hold(key, order, now, wait, max_server_wait, whole_seconds);
+                    let held =
+                        gate.hold(key, mark.order, now, wait, max_server_wait, whole_seconds);
                     // Its resend waits in the queue: no sooner than its own
                     // wait, whatever later answers say of the key's.
                     if held {
