@@ -227,13 +227,13 @@ impl Learned {
         }
         self.stated = Some(per_sec);
         if self.unmeasured() {
-            self.per_sec = per_sec;
             self.first = None;
             self.slow_start = None;
             self.refining = false;
             self.quiet_until = Some(now);
-            self.changed = Some(now);
-        } else if self.per_sec > per_sec {
+        }
+        // An unpaced key's rate is infinite: above any stated.
+        if self.per_sec > per_sec {
             self.per_sec = per_sec;
             self.changed = Some(now);
         }
@@ -406,27 +406,24 @@ impl Learned {
                 self.trial = (0, 0);
             }
         }
-        if self.unmeasured()
-            && named_wait.is_some_and(|wait| wait >= LONGEST_TOKEN_WAIT)
-            && self
-                .first
-                .is_none_or(|(_, successes)| successes < MIN_SUCCESSES)
-        {
+        if self.unmeasured() {
             // A window's reset with little measured: the hold covers the
             // wait, and the sends queued behind it leave in order, fast,
-            // and faster while they are served.
-            self.first = None;
-            self.refining = false;
-            self.last_throttled = None;
-            self.per_sec = RELEASE_AFTER_RESET.max(bounds.min_per_sec);
-            self.rate_at_cut = Some(self.per_sec);
-            self.slow_start = Some(LOW_CONFIDENCE);
-        } else if self.unmeasured() {
-            self.refining = true;
-            let (estimate, slow_start) = self.first_estimate(now, named_wait);
+            // and faster while they are served. It names no rate: none was
+            // throttled, and no closer look refines it.
+            let reset = named_wait.is_some_and(|wait| wait >= LONGEST_TOKEN_WAIT)
+                && self
+                    .first
+                    .is_none_or(|(_, successes)| successes < MIN_SUCCESSES);
+            let (estimate, slow_start) = if reset {
+                (RELEASE_AFTER_RESET, LOW_CONFIDENCE)
+            } else {
+                self.first_estimate(now, named_wait)
+            };
             let estimate = estimate.max(bounds.min_per_sec);
+            self.refining = !reset;
             self.first = None;
-            self.last_throttled = Some(estimate);
+            self.last_throttled = Some(estimate).filter(|_| !reset);
             self.per_sec = estimate;
             self.rate_at_cut = Some(estimate);
             // A guess from one or two answers may be far too low: climb fast.
