@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 use tokio::sync::futures::OwnedNotified;
-use tokio::sync::{AcquireError, OwnedSemaphorePermit};
+use tokio::sync::{AcquireError, Notify, OwnedSemaphorePermit};
 use tokio::time::{Instant, Sleep};
 use tower::Service;
 
@@ -218,10 +218,10 @@ where
                     mut sleep,
                     woken: mut notified,
                 } => {
-                    let woken = match notified.as_mut().as_pin_mut() {
-                        Some(notified) => notified.poll(cx).is_ready(),
-                        None => false,
-                    };
+                    let woken = notified
+                        .as_mut()
+                        .as_pin_mut()
+                        .is_some_and(|notified| notified.poll(cx).is_ready());
                     if !woken && sleep.as_mut().poll(cx).is_pending() {
                         return Poll::Pending;
                     }
@@ -230,12 +230,7 @@ where
                         continue;
                     };
                     if woken {
-                        notified.set(
-                            ticket
-                                .gate
-                                .woken(ticket.key)
-                                .map(|notify| notify.notified_owned()),
-                        );
+                        notified.set(ticket.gate.woken(ticket.key).map(Notify::notified_owned));
                     }
                     // The rate or a hold may have moved the slot since it
                     // was computed: look again.
