@@ -124,16 +124,20 @@ impl Ceiling {
         let (from, to) = (self.limit as usize, limit as usize);
         self.limit = limit;
         if to > from {
-            let mut grow = to - from;
-            let paid = grow.min(self.debt);
-            self.debt -= paid;
-            grow -= paid;
-            self.slots.add_permits(grow);
+            self.give_back(to - from);
         } else if to < from {
             let shrink = from - to;
             let forgotten = self.slots.forget_permits(shrink);
             self.debt += shrink - forgotten;
         }
+    }
+
+    /// `n` slots come back (a send ended, or the ceiling rose): they pay
+    /// what a lowered ceiling is still owed first.
+    fn give_back(&mut self, n: usize) {
+        let paid = n.min(self.debt);
+        self.debt -= paid;
+        self.slots.add_permits(n - paid);
     }
 }
 
@@ -227,8 +231,7 @@ impl Flight {
         if self.overloads.load(Ordering::Relaxed) > 0 {
             self.count(false);
         }
-        let state = self.state.load(Ordering::Acquire);
-        if state & LIMITED == 0 {
+        if self.state.load(Ordering::Acquire) & LIMITED == 0 {
             return;
         }
         if let Some(c) = lock(&self.ceiling).ceiling.as_mut() {
@@ -398,17 +401,11 @@ impl InFlight {
 impl Drop for InFlight {
     /// The send's slot goes back, or pays a debt of a lowered ceiling.
     fn drop(&mut self) {
-        let flight = &self.flight;
-        let before = flight.state.fetch_sub(1, Ordering::AcqRel);
-        if before & LIMITED == 0 {
+        if self.flight.state.fetch_sub(1, Ordering::AcqRel) & LIMITED == 0 {
             return;
         }
-        if let Some(c) = lock(&flight.ceiling).ceiling.as_mut() {
-            if c.debt > 0 {
-                c.debt -= 1;
-            } else {
-                c.slots.add_permits(1);
-            }
+        if let Some(c) = lock(&self.flight.ceiling).ceiling.as_mut() {
+            c.give_back(1);
         }
     }
 }
