@@ -231,12 +231,9 @@ impl Hold {
     /// served the hold ends (true): the queue moves forward by what it had
     /// left.
     pub(super) fn served(&mut self, order: u64, now: Instant) -> bool {
-        let Some(contest) = self.contest.as_mut() else {
+        let Some(contest) = self.contest.as_mut().filter(|c| order > c.order) else {
             return false;
         };
-        if order <= contest.order {
-            return false;
-        }
         if contest.until <= now {
             self.contest = None;
             return false;
