@@ -150,15 +150,10 @@ pub(crate) fn offering<T>(
             hides: UNOFFERED.try_with(Cell::get).unwrap_or_default().hides,
         }))
     });
-    match offered {
-        Ok(outer) => {
-            let _restore = Restore { outer, link, body };
-            call()
-        }
-        // The thread's locals are gone (it is exiting): no gate can take
-        // an offer, and the link stays where it was.
-        Err(_) => call(),
-    }
+    // Nothing to restore once the thread's locals are gone (it is exiting):
+    // no gate can take an offer, and the link stays where it was.
+    let _restore = offered.ok().map(|outer| Restore { outer, link, body });
+    call()
 }
 
 /// Runs `f` (a call or poll of a retry loop whose requests met no gate so
@@ -195,28 +190,21 @@ pub(super) fn take() -> Option<GateLink> {
     OFFERED
         .try_with(|cell| {
             let mut offer = cell.take();
-            let link = match offer.as_mut() {
-                Some(Offer {
-                    bounds,
-                    link,
-                    body,
-                    hides,
-                }) if *hides == runs.hides => Some(
-                    link.get_or_insert_with(|| GateLink::new(*bounds, body.take()))
-                        .clone(),
-                ),
-                // No offer out, or one a nearer run without an offer
-                // hides: the innermost such run, if one is under way,
-                // hears that a gate is below it.
-                _ => {
-                    let asked = Unoffered {
-                        asked: true,
-                        ..runs
-                    };
-                    let _ = UNOFFERED.try_with(|cell| cell.set(asked));
-                    None
-                }
-            };
+            let offered = offer.as_mut().filter(|offer| offer.hides == runs.hides);
+            let link = offered.map(|offer| {
+                let made = || GateLink::new(offer.bounds, offer.body.take());
+                offer.link.get_or_insert_with(made).clone()
+            });
+            // No offer out, or one a nearer run without an offer hides: the
+            // innermost such run, if one is under way, hears that a gate is
+            // below it.
+            if link.is_none() {
+                let asked = Unoffered {
+                    asked: true,
+                    ..runs
+                };
+                let _ = UNOFFERED.try_with(|cell| cell.set(asked));
+            }
             cell.set(offer);
             link
         })
