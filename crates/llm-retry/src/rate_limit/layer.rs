@@ -47,6 +47,12 @@ struct Quota {
     burst: Option<u32>,
 }
 
+/// A quota of `per_minute`, `burst` of which may go at once (`None`: the
+/// quota's default).
+const fn quota(per_minute: u32, burst: Option<u32>) -> Option<Quota> {
+    Some(Quota { per_minute, burst })
+}
+
 impl Quotas {
     /// No quota: only learned holds.
     pub const fn none() -> Quotas {
@@ -60,38 +66,26 @@ impl Quotas {
     /// Adds a requests-per-minute quota; one second's worth (at least 1)
     /// may go at once.
     pub const fn requests_per_minute(mut self, per_minute: u32) -> Quotas {
-        self.requests = Some(Quota {
-            per_minute,
-            burst: None,
-        });
+        self.requests = quota(per_minute, None);
         self
     }
 
     /// Adds a requests-per-minute quota of which `burst` may go at once.
     pub const fn requests_per_minute_with_burst(mut self, per_minute: u32, burst: u32) -> Quotas {
-        self.requests = Some(Quota {
-            per_minute,
-            burst: Some(burst),
-        });
+        self.requests = quota(per_minute, Some(burst));
         self
     }
 
     /// Adds a tokens-per-minute quota (cost from [`TokenCost`](super::TokenCost));
     /// a whole minute's worth may go at once, as providers' token buckets allow.
     pub const fn tokens_per_minute(mut self, per_minute: u32) -> Quotas {
-        self.tokens = Some(Quota {
-            per_minute,
-            burst: None,
-        });
+        self.tokens = quota(per_minute, None);
         self
     }
 
     /// Adds a tokens-per-minute quota of which `burst` tokens may go at once.
     pub const fn tokens_per_minute_with_burst(mut self, per_minute: u32, burst: u32) -> Quotas {
-        self.tokens = Some(Quota {
-            per_minute,
-            burst: Some(burst),
-        });
+        self.tokens = quota(per_minute, Some(burst));
         self
     }
 
@@ -154,20 +148,17 @@ impl RateLimitLayer {
             (rate / 60).max(1)
         })?;
         let tokens = pace(quotas.tokens, "tokens_per_minute", |rate| rate)?;
-        let adaptive = match quotas.adaptive {
-            Some(bounds) => Some(bounds.checked().ok_or_else(|| {
-                refused(
-                    "adaptive",
-                    format!(
-                        "bounds {} to {} sends/s must be positive and ordered, with a finite floor",
-                        bounds.min_per_sec, bounds.max_per_sec
-                    ),
-                )
-            })?),
-            None => None,
-        };
+        if let Some(bounds) = quotas.adaptive.filter(|bounds| bounds.checked().is_none()) {
+            return Err(refused(
+                "adaptive",
+                format!(
+                    "bounds {} to {} sends/s must be positive and ordered, with a finite floor",
+                    bounds.min_per_sec, bounds.max_per_sec
+                ),
+            ));
+        }
         Ok(RateLimitLayer {
-            gate: Gate::new(requests, tokens, adaptive, None),
+            gate: Gate::new(requests, tokens, quotas.adaptive, None),
         })
     }
 
@@ -214,8 +205,10 @@ impl RateLimitLayer {
     /// [`ClientLayer`](crate::ClientLayer)'s): such a send passes through
     /// it untouched. With the gate, for that loop.
     pub(crate) fn layer_under_retry<S>(&self, inner: S) -> (RateLimit<S>, Gate) {
-        let service = RateLimit::new(inner, self.gate.clone(), true);
-        (service, self.gate.clone())
+        (
+            RateLimit::new(inner, self.gate.clone(), true),
+            self.gate.clone(),
+        )
     }
 }
 
