@@ -90,13 +90,8 @@ pub(super) fn key_of(parts: Head<'_>, model: Option<&[u8]>, hasher: &impl BuildH
         return hasher.finish();
     }
     let mut parts_out = Parts::new(&mut hasher);
-    parts_out.part(
-        b'a',
-        parts
-            .uri
-            .authority()
-            .map_or(&[][..], |a| a.as_str().as_bytes()),
-    );
+    let authority = parts.uri.authority().map_or("", |a| a.as_str());
+    parts_out.part(b'a', authority.as_bytes());
     // One pass over the request's few headers instead of a hashed lookup
     // per credential name; the first value of each counts, as `get` gives.
     let mut found: [Option<&http::HeaderValue>; KEY_HEADER_COUNT] = [None; KEY_HEADER_COUNT];
@@ -111,11 +106,9 @@ pub(super) fn key_of(parts: Head<'_>, model: Option<&[u8]>, hasher: &impl BuildH
         }
     }
     let params = parts.uri.query().into_iter().flat_map(|q| q.split('&'));
-    for param in params {
-        if let Some((name, value)) = param.split_once('=') {
-            if let Some(i) = KEY_PARAMS.iter().position(|key| *key == name) {
-                parts_out.part(b'p' + i as u8, value.as_bytes());
-            }
+    for (name, value) in params.filter_map(|param| param.split_once('=')) {
+        if let Some(i) = KEY_PARAMS.iter().position(|key| *key == name) {
+            parts_out.part(b'p' + i as u8, value.as_bytes());
         }
     }
     if let Some(model) = model {
