@@ -178,8 +178,7 @@ impl Pacer {
             .saturating_sub(ticket.saturating_sub(self.base_ticket));
         self.base_ticket = ticket.min(self.next_ticket);
         self.base_time = at.max(floor);
-        let base = self.base_ticket;
-        self.abandoned.retain(|&a| a >= base);
+        self.abandoned.retain(|&a| a >= self.base_ticket);
     }
 }
 
