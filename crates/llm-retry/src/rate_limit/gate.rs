@@ -386,11 +386,9 @@ impl Gate {
             .shared
             .as_deref()
             .and_then(|holds| shared_floor(holds, key, now, bounds.max_server_wait));
-        if let Some(pace) = &self.paces.tokens {
-            let capacity = pace.capacity();
-            if cost > capacity {
-                return Err(GateError::NeverFits { cost, capacity });
-            }
+        let capacity = self.paces.tokens.map_or(u64::MAX, |pace| pace.capacity());
+        if cost > capacity {
+            return Err(GateError::NeverFits { cost, capacity });
         }
         let mut keys = lock(&self.keys);
         // Amortized O(1): a sweep only when the map has doubled (one that
@@ -626,10 +624,9 @@ impl Gate {
         } else {
             (wait, true)
         };
-        if hold.is_zero() {
-            return false;
-        }
-        let Some(until) = now.checked_add(hold.min(limit)) else {
+        // Nothing to hold: no wait left, or an end past any instant.
+        let until = now.checked_add(hold.min(limit));
+        let Some(until) = until.filter(|_| !hold.is_zero()) else {
             return false;
         };
         // Amortized O(1): a sweep only when the map has doubled (one that
