@@ -18,10 +18,7 @@ pub(super) use super::shared::SharedPace as Pace;
 impl Pace {
     /// `per_minute` units a minute, with `burst` units allowed at once.
     pub(super) fn per_minute(per_minute: u32, burst: u32) -> Option<Pace> {
-        if per_minute == 0 {
-            return None;
-        }
-        Some(Pace {
+        (per_minute > 0).then(|| Pace {
             interval: Duration::from_secs(60) / per_minute,
             burst: burst.max(1),
         })
@@ -122,10 +119,8 @@ impl Tat {
             return;
         };
         let units = tat.duration_since(now).as_secs_f64() / from.interval.as_secs_f64();
-        self.0 = Some(later(
-            now,
-            to.interval.mul_f64(units.min(f64::from(u32::MAX))),
-        ));
+        let units = units.min(f64::from(u32::MAX));
+        self.0 = Some(later(now, to.interval.mul_f64(units)));
     }
 
     /// A booking of `cost` units never went: they come back, up to a full
