@@ -87,8 +87,7 @@ impl<S: Sweepable> Keys<S> {
             // The `drop_count`-th oldest (by use, then key: a total order)
             // is the newest to go; everything after it stays.
             let drop_count = self.map.len() - HARD_CAP / 4;
-            let (_, newest_dropped, _) = by_use.select_nth_unstable(drop_count - 1);
-            let newest_dropped = *newest_dropped;
+            let newest_dropped = *by_use.select_nth_unstable(drop_count - 1).1;
             self.map
                 .retain(|key, state| (state.last_used(), *key) > newest_dropped);
         }
