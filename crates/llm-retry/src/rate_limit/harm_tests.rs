@@ -229,16 +229,18 @@ fn assert_no_worse(gated: &Tally, alone: &Tally, what: &str) {
     );
 }
 
+/// 15 % of answers are 429s naming a second, whatever the rate.
+fn refused_a_second(nth: u64, _: &str, _: Duration) -> Response<Full<Bytes>> {
+    if picked(nth, 15) {
+        status(429, &[("retry-after", "1")])
+    } else {
+        ok()
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn random_429s_naming_a_second_cost_no_more_than_no_gate() {
-    fn answer(nth: u64, _: &str, _: Duration) -> Response<Full<Bytes>> {
-        if picked(nth, 15) {
-            status(429, &[("retry-after", "1")])
-        } else {
-            ok()
-        }
-    }
-    let (gated, alone) = gated_and_alone(answer, Duration::from_millis(20), 60, 10).await;
+    let (gated, alone) = gated_and_alone(refused_a_second, Duration::from_millis(20), 60, 10).await;
     assert_no_worse(&gated, &alone, "429 retry-after: 1 to 15 %");
 }
 
@@ -246,13 +248,6 @@ async fn random_429s_naming_a_second_cost_no_more_than_no_gate() {
 /// random 429s put as a learning one does: later sends served end them.
 #[tokio::test(start_paused = true)]
 async fn random_429s_naming_a_second_cost_a_configured_gate_no_more_than_no_gate() {
-    fn answer(nth: u64, _: &str, _: Duration) -> Response<Full<Bytes>> {
-        if picked(nth, 15) {
-            status(429, &[("retry-after", "1")])
-        } else {
-            ok()
-        }
-    }
     let none = super::Quotas::none;
     for (what, quotas) in [
         (
@@ -265,7 +260,8 @@ async fn random_429s_naming_a_second_cost_a_configured_gate_no_more_than_no_gate
         ),
     ] {
         let gate = RateLimitLayer::new(quotas).unwrap();
-        let (gated, alone) = gate_and_alone(gate, answer, Duration::from_millis(20), 60, 10).await;
+        let (gated, alone) =
+            gate_and_alone(gate, refused_a_second, Duration::from_millis(20), 60, 10).await;
         let what = format!("told a {what} quota, 429 retry-after: 1 to 15 %");
         assert_no_worse(&gated, &alone, &what);
         // The completion is the unluckiest request's: the mean shows the
