@@ -162,6 +162,9 @@ pub(crate) fn offering<T>(
 /// it all the same: the loop then offers again. What asks inside a run is
 /// the nearest loop's business: an outer run does not hear it. The outer
 /// run's state is put back on every exit, unwinding included.
+// Always inlined: what `f` returns (a poll of a response, a future) is then
+// built where the caller keeps it, not moved out of a call.
+#[inline(always)]
 pub(crate) fn unoffered<T>(f: impl FnOnce() -> T) -> (T, bool) {
     let begun = UNOFFERED.try_with(|cell| {
         let outer = cell.get();

@@ -172,8 +172,9 @@ impl<B> AttemptCtx<B> {
 
     /// Polls the attempt in flight, offering the link to a gate a layer
     /// between calls only now (a gate under another gate, a failover's
-    /// target).
-    #[inline]
+    /// target). Always inlined, as `unoffered` is: the poll is not moved
+    /// out of a call.
+    #[inline(always)]
     pub(super) fn offering<T>(&mut self, poll: impl FnOnce() -> T) -> T {
         if self.quiet_sent.is_some() {
             // Passed untouched by a quiet gate: nothing to offer.

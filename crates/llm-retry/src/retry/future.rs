@@ -147,6 +147,16 @@ fn advance<F, ResBody, T>(
     None
 }
 
+/// Judges an attempt that failed with `error` (its own, or its bound's).
+fn failed<B, F, ResBody, T>(
+    ctx: &mut AttemptCtx<B>,
+    state: Pin<&mut State<F, ResBody>>,
+    error: BoxError,
+) -> Option<Result<T, BoxError>> {
+    let step = ctx.judge(Outcome::Error(&*error));
+    advance(step, state, |report| Err(ctx.error(report, Some(error))))
+}
+
 impl<S, B, ResBody> Future for ResponseFuture<S, B, ResBody>
 where
     S: Service<Request<ReplayBody<B>>, Response = Response<ResBody>> + Clone,
@@ -162,10 +172,9 @@ where
         let _entered = super::entered::EnteredById::enter(ctx.span());
         loop {
             let answer = match this.state.as_mut().project() {
-                StateProj::Calling { future } => match poll_bounded(
-                    {
-                        let polled = ctx.offering(|| future.poll(cx)).map_err(Into::into);
-                        if let (true, Some(until)) = (polled.is_pending(), *this.attempt_until) {
+                StateProj::Calling { future } => match ctx.offering(|| future.poll(cx)) {
+                    Poll::Pending => {
+                        if let Some(until) = *this.attempt_until {
                             // A gate below took the attempt: its time counts
                             // from the gate's call, so the bound may move.
                             if let Some(later) = ctx.attempt_moved(until) {
@@ -173,16 +182,16 @@ where
                                 *this.attempt_timer = None;
                             }
                         }
-                        polled
-                    },
-                    [
-                        (&mut *this.deadline, ctx.deadline()),
-                        (&mut *this.attempt_timer, *this.attempt_until),
-                    ],
-                    cx,
-                    || Box::new(crate::rate_limit::link::attempt_cut()) as BoxError,
-                ) {
-                    Poll::Pending => return Poll::Pending,
+                        let bounds = [
+                            (&mut *this.deadline, ctx.deadline()),
+                            (&mut *this.attempt_timer, *this.attempt_until),
+                        ];
+                        if !bound_passed(bounds, cx) {
+                            return Poll::Pending;
+                        }
+                        let cut = Box::new(crate::rate_limit::link::attempt_cut());
+                        failed(ctx, this.state.as_mut(), cut)
+                    }
                     Poll::Ready(Ok(response)) if !ctx.wants_body(response.status()) => {
                         let (head, body) = response.into_parts();
                         let outcome = Outcome::Response {
@@ -210,12 +219,7 @@ where
                         this.state.set(peeking);
                         None
                     }
-                    Poll::Ready(Err(error)) => {
-                        let step = ctx.judge(Outcome::Error(&*error));
-                        advance(step, this.state.as_mut(), |report| {
-                            Err(ctx.error(report, Some(error)))
-                        })
-                    }
+                    Poll::Ready(Err(error)) => failed(ctx, this.state.as_mut(), error.into()),
                 },
                 StateProj::Peeking { peek } => {
                     let Peek {
@@ -354,14 +358,27 @@ fn poll_bounded<T, const N: usize>(
     if polled.is_ready() {
         return polled;
     }
+    if bound_passed(bounds, cx) {
+        return Poll::Ready(Err(cut()));
+    }
+    Poll::Pending
+}
+
+/// Whether one of `bounds` (a timer, made on first use, and the instant it
+/// fires at) has passed; each one not passed is registered with `cx`.
+#[inline]
+fn bound_passed<const N: usize>(
+    bounds: [(&mut Timer, Option<Instant>); N],
+    cx: &mut Context<'_>,
+) -> bool {
     for (timer, at) in bounds {
         let Some(at) = at else { continue };
         let sleep = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
         if sleep.as_mut().poll(cx).is_ready() {
-            return Poll::Ready(Err(cut()));
+            return true;
         }
     }
-    Poll::Pending
+    false
 }
 
 /// The final response with its report (none for a first-try success),
