@@ -11,10 +11,26 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// The running account of one logical request, from its first send.
+///
+/// What every request needs is kept inline; what only a request that was
+/// retried, recovered or judged beyond a first-try success has is kept in
+/// `history`, made the first time it is written: a first-try success
+/// moves a small account and allocates nothing for it.
 #[derive(Debug, Clone)]
 pub(crate) struct RetryState {
     started: Instant,
     attempts: u32,
+    /// What a rate-limit gate made of the last send, if one took it.
+    gate: Option<GateSend>,
+    /// A bound on the elapsed time tighter than the policy's `max_elapsed`:
+    /// the caller's deadline, counted from the account's start.
+    max_elapsed: Option<Duration>,
+    history: Option<Box<History>>,
+}
+
+/// What a request that was more than a first-try success has on record.
+#[derive(Debug, Clone)]
+struct History {
     total_wait: Duration,
     server_waits_honoured: u32,
     /// Waits the backoff computed (the server named none): the exponent.
@@ -29,12 +45,22 @@ pub(crate) struct RetryState {
     /// The last send's rejection, when it was one.
     last_rejection: Option<super::Rejection>,
     recoveries: Vec<RecoveryAction>,
-    /// What a rate-limit gate made of the last send, if one took it.
-    gate: Option<GateSend>,
-    /// A bound on the elapsed time tighter than the policy's `max_elapsed`:
-    /// the caller's deadline, counted from the account's start.
-    max_elapsed: Option<Duration>,
 }
+
+/// The history of a request with nothing recorded yet.
+static NOTHING_YET: History = History {
+    total_wait: Duration::ZERO,
+    server_waits_honoured: 0,
+    computed_waits: 0,
+    consecutive_overloads: 0,
+    last_status: None,
+    last_error_type: None,
+    last_class: None,
+    last_server_wait: None,
+    rejected_sends: 0,
+    last_rejection: None,
+    recoveries: Vec::new(),
+};
 
 impl Default for RetryState {
     fn default() -> Self {
@@ -53,20 +79,21 @@ impl RetryState {
         RetryState {
             started,
             attempts: 0,
-            total_wait: Duration::ZERO,
-            server_waits_honoured: 0,
-            computed_waits: 0,
-            consecutive_overloads: 0,
-            last_status: None,
-            last_error_type: None,
-            last_class: None,
-            last_server_wait: None,
-            rejected_sends: 0,
-            last_rejection: None,
-            recoveries: Vec::new(),
             gate: None,
             max_elapsed: None,
+            history: None,
         }
+    }
+
+    /// The record, empty if nothing was recorded yet.
+    fn history(&self) -> &History {
+        self.history.as_deref().unwrap_or(&NOTHING_YET)
+    }
+
+    /// The record, made now if nothing was recorded yet.
+    fn history_mut(&mut self) -> &mut History {
+        self.history
+            .get_or_insert_with(|| Box::new(NOTHING_YET.clone()))
     }
 
     /// When the request started: its first send's instant.
@@ -89,12 +116,12 @@ impl RetryState {
     /// honoured five `Retry-After`s and then meets a silent 503 starts the
     /// backoff at its first step, not its sixth.
     pub(crate) fn computed_waits(&self) -> u32 {
-        self.computed_waits
+        self.history().computed_waits
     }
 
     /// Overloads in a row, ending at the last attempt.
     pub(crate) fn consecutive_overloads(&self) -> u32 {
-        self.consecutive_overloads
+        self.history().consecutive_overloads
     }
 
     /// Ends the request's time at `limit` after its start when that is
@@ -122,7 +149,11 @@ impl RetryState {
     /// Whether the request is still at its first send, with nothing waited
     /// and nothing recovered: a success now has nothing to report.
     pub(crate) fn untouched(&self) -> bool {
-        self.attempts == 1 && self.total_wait.is_zero() && self.recoveries.is_empty()
+        self.attempts == 1
+            && self
+                .history
+                .as_ref()
+                .is_none_or(|h| h.total_wait.is_zero() && h.recoveries.is_empty())
     }
 
     /// Whether the last send passed a rate-limit gate that paces its key.
@@ -154,63 +185,67 @@ impl RetryState {
             self.attempts = self.attempts.saturating_sub(1);
             return;
         }
-        self.last_status = status;
-        self.last_error_type = judgement
+        let history = self.history_mut();
+        history.last_status = status;
+        history.last_error_type = judgement
             .provider
             .as_ref()
             .and_then(|p| p.kind.clone().or_else(|| p.code.clone()));
-        self.consecutive_overloads = match judgement.class {
+        history.consecutive_overloads = match judgement.class {
             Classification::Retryable(RetryableKind::Overloaded) => {
-                self.consecutive_overloads.saturating_add(1)
+                history.consecutive_overloads.saturating_add(1)
             }
             _ => 0,
         };
-        self.last_class = Some(judgement.class.clone());
-        self.last_server_wait = judgement.hint.wait.map(|w| w.duration);
-        self.last_rejection = judgement.rejection;
+        history.last_class = Some(judgement.class.clone());
+        history.last_server_wait = judgement.hint.wait.map(|w| w.duration);
+        history.last_rejection = judgement.rejection;
         if judgement.rejection.is_some() {
-            self.rejected_sends = self.rejected_sends.saturating_add(1);
+            history.rejected_sends = history.rejected_sends.saturating_add(1);
         }
     }
 
     /// Records a recovery about to be applied.
     pub(crate) fn record_recovery(&mut self, recovery: &Recovery) {
+        let history = self.history_mut();
         if matches!(recovery, Recovery::FallbackModel { .. }) {
             // A new model starts a new streak.
-            self.consecutive_overloads = 0;
+            history.consecutive_overloads = 0;
         }
-        self.recoveries.push(recovery.action());
+        history.recoveries.push(recovery.action());
     }
 
     /// Whether a recovery of this kind was already applied to this request.
     pub(crate) fn recovered(&self, action: RecoveryAction) -> bool {
-        self.recoveries.contains(&action)
+        self.history().recoveries.contains(&action)
     }
 
     /// Records a wait about to be slept.
     pub(crate) fn record_wait(&mut self, delay: Duration, server_named: bool) {
-        self.total_wait = self.total_wait.saturating_add(delay);
+        let history = self.history_mut();
+        history.total_wait = history.total_wait.saturating_add(delay);
         if server_named {
-            self.server_waits_honoured = self.server_waits_honoured.saturating_add(1);
+            history.server_waits_honoured = history.server_waits_honoured.saturating_add(1);
         } else {
-            self.computed_waits = self.computed_waits.saturating_add(1);
+            history.computed_waits = history.computed_waits.saturating_add(1);
         }
     }
 
     /// The report, `elapsed` after the start (read by the caller already).
     pub(crate) fn report_after(&self, stop: StopReason, elapsed: Duration) -> RetryReport {
+        let history = self.history();
         RetryReport {
             attempts: self.attempts,
-            total_wait: self.total_wait,
+            total_wait: history.total_wait,
             elapsed,
-            server_waits_honoured: self.server_waits_honoured,
-            last_status: self.last_status,
-            last_error_type: self.last_error_type.clone(),
-            last_class: self.last_class.clone(),
-            last_server_wait: self.last_server_wait,
-            rejected_sends: self.rejected_sends,
-            last_rejection: self.last_rejection,
-            recoveries: self.recoveries.clone(),
+            server_waits_honoured: history.server_waits_honoured,
+            last_status: history.last_status,
+            last_error_type: history.last_error_type.clone(),
+            last_class: history.last_class.clone(),
+            last_server_wait: history.last_server_wait,
+            rejected_sends: history.rejected_sends,
+            last_rejection: history.last_rejection,
+            recoveries: history.recoveries.clone(),
             stop,
         }
     }
