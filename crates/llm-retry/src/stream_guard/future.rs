@@ -26,8 +26,16 @@ pin_project! {
     #[project = StateProj]
     enum State<F, B> {
         Calling { #[pin] future: F },
-        Holding { head: Option<response::Parts>, hold: Option<Hold<B>> },
+        // Boxed: only a guarded stream holds, and the future of every
+        // other response stays the size of the inner one.
+        Holding { held: Box<Holding<B>> },
     }
+}
+
+/// A guarded stream's head and body, held until its first event decides.
+struct Holding<B> {
+    head: Option<response::Parts>,
+    hold: Option<Hold<B>>,
 }
 
 impl<F, B> ResponseFuture<F, B> {
@@ -72,11 +80,14 @@ where
                     let (head, body) = response.into_parts();
                     let hold = Hold::new(body, this.config);
                     this.state.set(State::Holding {
-                        head: Some(head),
-                        hold: Some(hold),
+                        held: Box::new(Holding {
+                            head: Some(head),
+                            hold: Some(hold),
+                        }),
                     });
                 }
-                StateProj::Holding { head, hold } => {
+                StateProj::Holding { held } => {
+                    let Holding { head, hold } = &mut **held;
                     let Some(active) = hold.as_mut() else {
                         return Poll::Ready(Err("stream guard polled after completion".into()));
                     };
