@@ -12,10 +12,11 @@
 //! Without a ceiling (`max_per_sec` infinite) a key is unpaced until its
 //! first 429, and the first rate is measured rather than configured: one
 //! send per wait the 429 named to the millisecond (a token bucket's time to
-//! its next token), or the successes per second since the key's first
-//! send. The rest of that burst's 429s, and those of sends made before a
-//! closer look, lower it to a longer wait they name to the millisecond;
-//! like a cut, each closer look starts a new quiet span. Until the next
+//! its next token; the longest its burst named so far, as the burst's later
+//! 429s come nearer the next token), or the successes per second since the
+//! key's first send. The rest of that burst's 429s, and those of sends
+//! made before a closer look, lower it to a longer wait they name to the
+//! millisecond; like a cut, each closer look starts a new quiet span. Until the next
 //! congestion event the rate then grows a quarter each second of
 //! successes — slow start, as a rate rounded to whole milliseconds is low —
 //! or doubles each second when the first rate rests on fewer than five
@@ -77,6 +78,10 @@ const LOW_CONFIDENCE: f64 = 2.0;
 /// Shortest span a first estimate divides by, so one instant's burst does
 /// not read as an infinite rate.
 const MIN_SPAN: Duration = Duration::from_millis(10);
+/// How long a wait named to the millisecond stays part of the burst whose
+/// refusals start an unmeasured key's rate: they come back within about a
+/// reply of each other.
+const BURST_SPAN: Duration = Duration::from_secs(1);
 
 /// Longest wait read as a token bucket's time to its next token. Longer
 /// waits (a window's reset, every waiting request told the same instant)
@@ -133,6 +138,11 @@ pub(super) struct Learned {
     /// Since the key's first send, while its rate is still unmeasured:
     /// when it started, and the successes seen.
     first: Option<(Instant, u32)>,
+    /// While the rate is still unmeasured: the longest wait a 429 named to
+    /// the millisecond, and when (the burst's first 429s name the longest:
+    /// its later ones come nearer the next token, and are often the ones
+    /// that start the rate).
+    longest_wait: Option<(Duration, Instant)>,
     /// Whether quiet 429s (of the first burst, or of sends made before a
     /// closer look) may still refine the first estimate.
     refining: bool,
@@ -255,9 +265,10 @@ impl Learned {
     }
 
     /// The first rate of an unmeasured key throttled at `now`: one send per
-    /// wait the 429 named to the millisecond (the time to a token bucket's
-    /// next token; the rest of the burst's 429s, and those of sends made
-    /// before a closer look, then refine it), else the
+    /// wait the 429 named to the millisecond, or the longest its burst named
+    /// before it (the time to a token bucket's next token; the rest of the
+    /// burst's 429s, and those of sends made before a closer look, then
+    /// refine it), else the
     /// successes per second since its first send once five have come back,
     /// else the one or few successes over at least 10 ms — a guess, which
     /// slow start lifts quickly if it is low.
@@ -267,7 +278,13 @@ impl Learned {
         };
         let span = now.saturating_duration_since(since).max(MIN_SPAN);
         match precise(named_wait) {
-            Some(wait) => (1.0 / wait.as_secs_f64(), SLOW_START_MEASURED),
+            Some(wait) => {
+                let burst = self
+                    .longest_wait
+                    .filter(|(_, at)| now.saturating_duration_since(*at) <= BURST_SPAN);
+                let wait = burst.map_or(wait, |(longest, _)| longest.max(wait));
+                (1.0 / wait.as_secs_f64(), SLOW_START_MEASURED)
+            }
             None if successes >= MIN_SUCCESSES => (
                 f64::from(successes) / span.as_secs_f64(),
                 SLOW_START_MEASURED,
@@ -276,6 +293,20 @@ impl Learned {
                 f64::from(successes.max(1)) / span.as_secs_f64(),
                 LOW_CONFIDENCE,
             ),
+        }
+    }
+
+    /// An unmeasured key's 429 named `named_wait` at `now`: kept if it is a
+    /// token bucket's and the longest of the burst.
+    fn note_wait(&mut self, now: Instant, named_wait: Option<Duration>) {
+        let Some(wait) = precise(named_wait) else {
+            return;
+        };
+        let longer = self.longest_wait.is_none_or(|(longest, at)| {
+            wait >= longest || now.saturating_duration_since(at) > BURST_SPAN
+        });
+        if longer {
+            self.longest_wait = Some((wait, now));
         }
     }
 
@@ -368,6 +399,7 @@ impl Learned {
             return Throttle::Kept;
         }
         if self.unmeasured() {
+            self.note_wait(now, named_wait);
             if self.share < ENGAGE_SHARE {
                 // Too few refusals to say the key is sent faster than it
                 // admits.
@@ -423,6 +455,7 @@ impl Learned {
             let estimate = estimate.max(bounds.min_per_sec);
             self.refining = !reset;
             self.first = None;
+            self.longest_wait = None;
             self.last_throttled = Some(estimate).filter(|_| !reset);
             self.per_sec = estimate;
             self.rate_at_cut = Some(estimate);

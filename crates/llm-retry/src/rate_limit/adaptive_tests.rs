@@ -525,6 +525,25 @@ async fn a_long_wait_on_an_unmeasured_key_is_a_window_reset_not_a_rate() {
 }
 
 #[test]
+fn a_first_rate_reads_the_longest_wait_its_burst_named() {
+    // A burst's first 429s name the bucket's period (10 ms); its later ones
+    // come nearer the next token (6 ms), and one of those starts the rate.
+    let ms = Duration::from_millis;
+    let first_rate = |then: Duration| {
+        let mut learned = UNBOUNDED.start();
+        let t0 = Instant::now();
+        learned.on_send(t0);
+        learned.on_throttle(&UNBOUNDED, t0, t0, Some(ms(10)));
+        refused_burst(&mut learned, &UNBOUNDED, t0, t0 + then, Some(ms(6)));
+        learned
+    };
+    assert_rate(&first_rate(ms(1)), 100.0);
+    // Named over a second before: another burst's, which says nothing of
+    // this one.
+    assert_rate(&first_rate(BURST_SPAN + ms(1)), 1000.0 / 6.0);
+}
+
+#[test]
 fn only_a_short_wait_named_to_the_millisecond_reads_as_a_token_bucket() {
     let ms = Duration::from_millis;
     assert_eq!(LONGEST_TOKEN_WAIT, ms(250));

@@ -111,6 +111,8 @@ fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 #[cfg(test)]
+mod gateway_tests;
+#[cfg(test)]
 mod harm_tests;
 #[cfg(test)]
 mod internals_tests;
