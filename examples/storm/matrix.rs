@@ -3,6 +3,7 @@
 //! count, capacity and response time, and what each forces on any client.
 
 use crate::config::Config;
+use crate::stats::Run;
 use crate::upstream::PATH;
 use llm_retry_mock::{Limit, Quota, Reply, Route, Script, Shape};
 use std::time::Duration;
@@ -247,6 +248,20 @@ impl Shaped {
             }
             _ => 1.0,
         }
+    }
+
+    /// The largest share `run` can have served: also final, where refusals
+    /// are, is every refused send that went before the first refusal came
+    /// back to the client (the first wave's, and the next request of a
+    /// client the first wave served, when it went before any refusal came
+    /// back: a client told nothing but successes sends it).
+    pub(crate) fn most_served_in(self, config: &Config, run: &Run) -> f64 {
+        let most = self.most_served(config);
+        if most >= 1.0 {
+            return most;
+        }
+        let unwarned = run.unwarned_refusals as f64 / run.logical.max(1) as f64;
+        most.min(1.0 - unwarned)
     }
 
     /// Sends per request any client must make: the first wave, sent before

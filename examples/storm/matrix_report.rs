@@ -56,6 +56,23 @@ fn classic(config: &Config) -> (f64, Duration) {
     )
 }
 
+/// The share served, and the most the run allowed where that is less
+/// than all.
+fn served_text(cell: &Cell<'_>) -> String {
+    let run = cell.run;
+    let served = format!(
+        "{} ({}/{})",
+        pct(run.success_rate()),
+        run.succeeded,
+        run.logical
+    );
+    if cell.most_served < 1.0 {
+        format!("{served}, at most {}", pct(cell.most_served))
+    } else {
+        served
+    }
+}
+
 fn mark(text: String, ok: bool) -> String {
     if ok {
         format!("{text} ✓")
@@ -64,13 +81,18 @@ fn mark(text: String, ok: bool) -> String {
     }
 }
 
-fn cells(runs: &[Run], forced: f64, bound: Duration, most_served: f64) -> Vec<Cell<'_>> {
+fn cells<'a>(
+    runs: &'a [Run],
+    forced: f64,
+    bound: Duration,
+    most_served: impl Fn(&Run) -> f64,
+) -> Vec<Cell<'a>> {
     runs.iter()
         .map(|run| Cell {
             run,
             forced,
             bound,
-            most_served,
+            most_served: most_served(run),
         })
         .collect()
 }
@@ -91,15 +113,7 @@ fn table(cells: &[Cell<'_>]) -> String {
             t,
             "| {} | {} | {} | {} | {} | {} | {} |",
             run.policy.label(),
-            show(
-                format!(
-                    "{} ({}/{})",
-                    pct(run.success_rate()),
-                    run.succeeded,
-                    run.logical
-                ),
-                served
-            ),
+            show(served_text(cell), served),
             show(
                 format!("{:.2} ({:.2}×)", run.amplification(), cell.sends_ratio()),
                 sends
@@ -129,7 +143,9 @@ pub(crate) fn brief(config: &Config, scenario: Shaped, runs: &[Run]) -> String {
         forced,
         bound.as_secs_f64()
     );
-    for cell in cells(runs, forced, bound, scenario.most_served(config)) {
+    for cell in cells(runs, forced, bound, |run| {
+        scenario.most_served_in(config, run)
+    }) {
         let run = cell.run;
         let failed: Vec<String> = run
             .outcomes
@@ -139,9 +155,9 @@ pub(crate) fn brief(config: &Config, scenario: Shaped, runs: &[Run]) -> String {
             .collect();
         let _ = writeln!(
             t,
-            "    {:<34} served {:>6}  sends {:.2} ({:.2}×)  time {:>5.1} s ({:.2}×)  p99 {}  {}",
+            "    {:<34} served {}  sends {:.2} ({:.2}×)  time {:>5.1} s ({:.2}×)  p99 {}  {}",
             run.policy.label(),
-            pct(run.success_rate()),
+            served_text(&cell),
             run.amplification(),
             cell.sends_ratio(),
             run.duration.as_secs_f64(),
@@ -181,7 +197,7 @@ pub(crate) fn matrix(
     let (forced, bound) = classic(config);
     let mut summary: Vec<(String, Vec<Cell<'_>>)> = vec![(
         "1. exact bucket".to_owned(),
-        cells(rate, forced, bound, 1.0),
+        cells(rate, forced, bound, |_| 1.0),
     )];
     for (scenario, cell_config, runs) in shaped {
         let forced = scenario.forced_sends(cell_config);
@@ -198,11 +214,17 @@ pub(crate) fn matrix(
             let _ = writeln!(
                 md,
                 "A client not told the quota can have no more than {} served here: its \
-                 first wave's refusals are final.\n",
+                 first wave's refusals are final. In a run, so is every refused send \
+                 that went before the first refusal came back to the client (a request \
+                 the first wave served is followed at once by its client's next, which \
+                 can go before any refusal came back): each run's ceiling is the smaller \
+                 share, shown as *at most*.\n",
                 pct(most_served)
             );
         }
-        let row = cells(runs, forced, bound, most_served);
+        let row = cells(runs, forced, bound, |run| {
+            scenario.most_served_in(cell_config, run)
+        });
         md.push_str(&table(&row));
         let _ = writeln!(md, "\nOutcomes:\n\n{}", outcomes_list(runs));
         summary.push((format!("{}. {}", scenario.number(), scenario.label()), row));

@@ -7,7 +7,7 @@ use crate::policies::Policy;
 use crate::scenario::Scenario;
 use crate::stacks;
 use crate::stats::{tally, Done, Measured, Run};
-use crate::upstream::{counted_client, Successes, UpstreamClient, PATH};
+use crate::upstream::{counted_client, Answers, UpstreamClient, PATH};
 use llm_retry::BoxError;
 use llm_retry_mock::MockServer;
 use rand::rngs::SmallRng;
@@ -68,11 +68,11 @@ pub(crate) async fn run(
     let mock = MockServer::start(scenario.script(config)).await?;
     let url = mock.url(PATH);
     let t0 = mock.started_at();
-    let successes = Arc::new(Successes::default());
+    let answers = Arc::new(Answers::default());
     // Built once per run: every client sends through a clone of it.
     let runner = match policy {
-        Policy::Middleware(stack) => Runner::Stack(stack.build(config, &successes)?),
-        Policy::Model(model) => Runner::Model(model, Box::new(counted_client(&successes))),
+        Policy::Middleware(stack) => Runner::Stack(stack.build(config, &answers)?),
+        Policy::Model(model) => Runner::Model(model, Box::new(counted_client(&answers))),
     };
     let next_id = Arc::new(AtomicU64::new(0));
     let finished = Arc::new(AtomicUsize::new(0));
@@ -176,7 +176,8 @@ pub(crate) async fn run(
         handed_out,
         done: all,
         records,
-        duplicated_upstream: successes.duplicated(),
+        duplicated_upstream: answers.duplicated(),
+        unwarned_refusals: answers.unwarned_refusals(),
     };
     Ok(tally(config, policy, scenario, measured))
 }

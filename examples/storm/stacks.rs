@@ -4,7 +4,7 @@
 
 use crate::config::Config;
 use crate::models::Outcome;
-use crate::upstream::{counted_client, request, Successes};
+use crate::upstream::{counted_client, request, Answers};
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::combinators::UnsyncBoxBody;
@@ -71,12 +71,8 @@ impl Stack {
 
     /// A fresh stack: new budget, new gate, new connection pool. Clone
     /// the result into every client of one run.
-    pub(crate) fn build(
-        self,
-        config: &Config,
-        successes: &Arc<Successes>,
-    ) -> Result<Shared, BoxError> {
-        let client = counted_client(successes);
+    pub(crate) fn build(self, config: &Config, answers: &Arc<Answers>) -> Result<Shared, BoxError> {
+        let client = counted_client(answers);
         let shared = match self {
             Stack::Defaults => BoxCloneSyncService::new(
                 ServiceBuilder::new()

@@ -55,6 +55,8 @@ pub(crate) struct Measured {
     pub(crate) records: Vec<RecordedRequest>,
     /// Request ids the upstream answered with a success more than once.
     pub(crate) duplicated_upstream: usize,
+    /// Refused sends that went before the first 429 came back.
+    pub(crate) unwarned_refusals: usize,
 }
 
 /// Everything one (policy, scenario) run measured.
@@ -80,6 +82,9 @@ pub(crate) struct Run {
     pub(crate) outage: Option<OutageLoad>,
     /// Per model, where the scenario's bodies name one.
     pub(crate) by_model: Vec<ModelTally>,
+    /// Refused sends that went before the first 429 came back to the
+    /// client: no layer above the connection pool can have been warned.
+    pub(crate) unwarned_refusals: usize,
 }
 
 /// One model's requests within a run.
@@ -222,6 +227,7 @@ pub(crate) fn tally(config: &Config, policy: Policy, scenario: Scenario, m: Meas
         outcomes,
         outage,
         by_model,
+        unwarned_refusals: m.unwarned_refusals,
     }
 }
 

@@ -13,6 +13,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
+use tokio::time::Instant;
 
 pub(crate) const PATH: &str = "/v1/messages";
 const ID_HEADER: &str = "x-storm-request";
@@ -74,44 +75,72 @@ pub(crate) fn request_id(headers: &HeaderMap) -> Option<u64> {
     headers.get(ID_HEADER)?.to_str().ok()?.parse().ok()
 }
 
-/// Per request id, how many sends the upstream answered with a success.
+/// What the client saw answered: per request id, how many sends the
+/// upstream answered with a success; and when each refused send went and
+/// its 429 came back.
 #[derive(Default)]
-pub(crate) struct Successes(Mutex<HashMap<u64, u32>>);
+pub(crate) struct Answers {
+    successes: Mutex<HashMap<u64, u32>>,
+    refusals: Mutex<Vec<(Instant, Instant)>>,
+}
 
-impl Successes {
+impl Answers {
     fn add(&self, id: u64) {
-        let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut map = self
+            .successes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         *map.entry(id).or_default() += 1;
+    }
+
+    fn refused(&self, sent: Instant, answered: Instant) {
+        let mut refusals = self.refusals.lock().unwrap_or_else(PoisonError::into_inner);
+        refusals.push((sent, answered));
     }
 
     /// Request ids answered with a success more than once.
     pub(crate) fn duplicated(&self) -> usize {
-        let map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let map = self
+            .successes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         map.values().filter(|n| **n > 1).count()
+    }
+
+    /// Refused sends that went before the first 429 came back: nothing
+    /// above the connection pool can have heard of a refusal when they
+    /// went.
+    pub(crate) fn unwarned_refusals(&self) -> usize {
+        let refusals = self.refusals.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(first) = refusals.iter().map(|(_, answered)| *answered).min() else {
+            return 0;
+        };
+        refusals.iter().filter(|(sent, _)| *sent < first).count()
     }
 }
 
 /// Sits between the retry logic and the connection pool: sees every send
-/// and notes which request ids the upstream answered with a success.
+/// and notes which request ids the upstream answered with a success, and
+/// when refused sends went and came back.
 #[derive(Clone)]
 pub(crate) struct Counted<S> {
     inner: S,
-    successes: Arc<Successes>,
+    answers: Arc<Answers>,
 }
 
 /// A fresh connection pool behind the counting layer.
 pub(crate) type UpstreamClient = Counted<Client<HttpConnector, Full<Bytes>>>;
 
 /// A fresh connection pool for request bodies of type `B`, counted into
-/// `successes`.
-pub(crate) fn counted_client<B>(successes: &Arc<Successes>) -> Counted<Client<HttpConnector, B>>
+/// `answers`.
+pub(crate) fn counted_client<B>(answers: &Arc<Answers>) -> Counted<Client<HttpConnector, B>>
 where
     B: hyper::body::Body + Send,
     B::Data: Send,
 {
     Counted {
         inner: Client::builder(TokioExecutor::new()).build_http(),
-        successes: Arc::clone(successes),
+        answers: Arc::clone(answers),
     }
 }
 
@@ -132,13 +161,16 @@ where
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let id = request_id(request.headers());
-        let successes = Arc::clone(&self.successes);
+        let answers = Arc::clone(&self.answers);
+        let sent = Instant::now();
         let future = self.inner.call(request);
         Box::pin(async move {
             let result = future.await;
-            if let (Ok(response), Some(id)) = (&result, id) {
-                if response.status().is_success() {
-                    successes.add(id);
+            if let Ok(response) = &result {
+                if response.status() == http::StatusCode::TOO_MANY_REQUESTS {
+                    answers.refused(sent, Instant::now());
+                } else if let (true, Some(id)) = (response.status().is_success(), id) {
+                    answers.add(id);
                 }
             }
             result
