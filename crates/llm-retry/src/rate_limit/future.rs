@@ -26,7 +26,32 @@ pin_project! {
         S: Service<Req>,
     {
         #[pin]
-        state: State<S::Future>,
+        state: State<S::Future, Queue<S, Req>>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<F, Q> {
+        // Before its call: waiting for its turn, a slot in flight or its
+        // service; or refused.
+        Queued { #[pin] queue: Q },
+        // Called: what is left of the send is its answer. The queue (the
+        // request while it waited, the booking) is gone, so the future
+        // of a send that went at once is the size of the inner one.
+        Calling {
+            #[pin] future: F,
+            // Counts the send in flight, when no retry loop above judges it.
+            in_flight: Option<InFlight>,
+        },
+    }
+}
+
+pin_project! {
+    /// A send before its call.
+    struct Queue<S, Req> {
+        #[pin]
+        step: Step,
         pending: Option<(S, Req)>,
         gate: Option<Ticket>,
         // The slot under the key's in-flight ceiling, once taken.
@@ -71,8 +96,8 @@ impl Drop for Ticket {
 }
 
 pin_project! {
-    #[project = StateProj]
-    enum State<F> {
+    #[project = StepProj]
+    enum Step {
         Waiting {
             #[pin] sleep: Sleep,
             // Fires when the key's learned rate rose or news of its window
@@ -85,11 +110,6 @@ pin_project! {
             deadline: Option<Pin<Box<Sleep>>>,
         },
         Readying,
-        Calling {
-            #[pin] future: F,
-            // Counts the send in flight, when no retry loop above judges it.
-            in_flight: Option<InFlight>,
-        },
         // Refused by the gate, or its send's service failed to be ready.
         Refused { error: Option<BoxError> },
         // Its turn came here; asking the fleet how long it waits there
@@ -117,24 +137,27 @@ impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
             flight: Some(flight),
             fleet,
         };
-        let state = if booking.released {
+        let step = if booking.released {
             ticket.after_turn()
         } else {
-            State::Waiting {
+            Step::Waiting {
                 sleep: tokio::time::sleep_until(booking.slot),
                 woken,
             }
         };
-        Self::with(state, Some((service, request)), Some(ticket))
+        Self::queue(step, Some((service, request)), Some(ticket))
     }
 
-    fn with(state: State<S::Future>, pending: Option<(S, Req)>, gate: Option<Ticket>) -> Self {
-        ResponseFuture {
-            state,
+    fn queue(step: Step, pending: Option<(S, Req)>, gate: Option<Ticket>) -> Self {
+        let queue = Queue {
+            step,
             pending,
             gate,
             slot: None,
             waited_for_slot: false,
+        };
+        ResponseFuture {
+            state: State::Queued { queue },
         }
     }
 
@@ -148,13 +171,14 @@ impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
     {
         let waker = crate::noop_waker::noop_waker();
         match service.poll_ready(&mut Context::from_waker(&waker)) {
-            Poll::Ready(Ok(())) => {
-                let future = service.call(request);
-                let in_flight = None;
-                Self::with(State::Calling { future, in_flight }, None, None)
-            }
+            Poll::Ready(Ok(())) => ResponseFuture {
+                state: State::Calling {
+                    future: service.call(request),
+                    in_flight: None,
+                },
+            },
             Poll::Ready(Err(error)) => Self::refused_with(error.into()),
-            Poll::Pending => Self::with(State::Readying, Some((service, request)), None),
+            Poll::Pending => Self::queue(Step::Readying, Some((service, request)), None),
         }
     }
 
@@ -164,14 +188,14 @@ impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
     }
 
     fn refused_with(error: BoxError) -> Self {
-        Self::with(State::Refused { error: Some(error) }, None, None)
+        Self::queue(Step::Refused { error: Some(error) }, None, None)
     }
 }
 
-impl<F> State<F> {
+impl Step {
     /// The send's turn came: take a slot in flight if the key needs one.
     fn admitting() -> Self {
-        State::Admitting {
+        Step::Admitting {
             acquire: None,
             deadline: None,
         }
@@ -181,16 +205,16 @@ impl<F> State<F> {
 impl Ticket {
     /// The send's turn came here: where the gate shares, it asks the
     /// fleet next, within its bounds.
-    fn after_turn<F>(&mut self) -> State<F> {
+    fn after_turn(&mut self) -> Step {
         let (Some((pace, tokens)), Some(store)) = (self.fleet.take(), &self.gate.shared) else {
-            return State::admitting();
+            return Step::admitting();
         };
         let bounds = self.booking.bounds;
         let max_wait = bounds
             .deadline
             .map(|at| at.saturating_duration_since(Instant::now()));
         let wait = store.turn(self.key, pace, tokens, max_wait, bounds.max_server_wait);
-        State::Pacing { wait, sleep: None }
+        Step::Pacing { wait, sleep: None }
     }
 }
 
@@ -211,10 +235,39 @@ where
         let mut this = self.project();
         loop {
             match this.state.as_mut().project() {
-                StateProj::Refused { error } => {
+                StateProj::Queued { queue } => {
+                    let (future, in_flight) = ready!(queue.poll_call(cx))?;
+                    this.state.set(State::Calling { future, in_flight });
+                }
+                StateProj::Calling { future, in_flight } => {
+                    let response = ready!(future.poll(cx));
+                    in_flight.take();
+                    return Poll::Ready(response.map_err(Into::into));
+                }
+            }
+        }
+    }
+}
+
+impl<S, Req> Queue<S, Req>
+where
+    S: Service<Req>,
+    S::Error: Into<BoxError>,
+{
+    /// Waits for the send's turn and calls it: its future, and its count
+    /// in flight when no retry loop above judges it.
+    #[allow(clippy::type_complexity)]
+    fn poll_call(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(S::Future, Option<InFlight>), BoxError>> {
+        let mut this = self.project();
+        loop {
+            match this.step.as_mut().project() {
+                StepProj::Refused { error } => {
                     return Poll::Ready(Err(error.take().unwrap_or_else(|| DONE.into())));
                 }
-                StateProj::Waiting {
+                StepProj::Waiting {
                     mut sleep,
                     woken: mut notified,
                 } => {
@@ -226,7 +279,7 @@ where
                         return Poll::Pending;
                     }
                     let Some(ticket) = this.gate.as_mut() else {
-                        this.state.set(State::admitting());
+                        this.step.set(Step::admitting());
                         continue;
                     };
                     if woken {
@@ -236,7 +289,7 @@ where
                     // was computed: look again.
                     let now = Instant::now();
                     match ticket.gate.check(ticket.key, &mut ticket.booking, now) {
-                        Ok(None) => this.state.set(ticket.after_turn()),
+                        Ok(None) => this.step.set(ticket.after_turn()),
                         Ok(Some(slot)) => sleep.reset(slot),
                         Err(refused) => {
                             this.pending.take();
@@ -244,15 +297,15 @@ where
                         }
                     }
                 }
-                StateProj::Pacing { wait, sleep } => {
+                StepProj::Pacing { wait, sleep } => {
                     if let Some(sleeping) = sleep.as_mut() {
                         ready!(sleeping.as_mut().poll(cx));
-                        this.state.set(State::admitting());
+                        this.step.set(Step::admitting());
                         continue;
                     }
                     let wait = ready!(wait.as_mut().poll(cx));
                     if wait.is_ok_and(|wait| wait.is_zero()) {
-                        this.state.set(State::admitting());
+                        this.step.set(Step::admitting());
                         continue;
                     }
                     // Past the key's own turn (already let go): the send is
@@ -261,18 +314,18 @@ where
                     let at = wait.ok().and_then(|wait| Instant::now().checked_add(wait));
                     let Some(at) = at else {
                         this.pending.take();
-                        this.state.set(State::Refused { error: None });
+                        this.step.set(Step::Refused { error: None });
                         let wait = wait.unwrap_or_else(|wait| wait);
                         return refuse(GateError::PastDeadline { wait });
                     };
                     *this.waited_for_slot = true;
                     *sleep = Some(Box::pin(tokio::time::sleep_until(at)));
                 }
-                StateProj::Admitting { acquire, deadline } => {
+                StepProj::Admitting { acquire, deadline } => {
                     if acquire.is_none() {
                         let slots = this.gate.as_ref().and_then(|t| t.flight.as_ref()?.slots());
                         let Some(slots) = slots else {
-                            this.state.set(State::Readying);
+                            this.step.set(Step::Readying);
                             continue;
                         };
                         // First in, first out among the key's waiting sends.
@@ -287,7 +340,7 @@ where
                         if let Poll::Ready(permit) = waiting.as_mut().poll(cx) {
                             // Closed: the ceiling stood down, and the send goes without a slot.
                             *this.slot = permit.ok();
-                            this.state.set(State::Readying);
+                            this.step.set(Step::Readying);
                             continue;
                         }
                         *this.waited_for_slot = true;
@@ -296,7 +349,7 @@ where
                         if deadline.as_mut().poll(cx).is_ready() {
                             this.pending.take();
                             // Out of the slot queue at once.
-                            this.state.set(State::Refused { error: None });
+                            this.step.set(Step::Refused { error: None });
                             return refuse(GateError::PastDeadline {
                                 wait: Duration::ZERO,
                             });
@@ -304,7 +357,7 @@ where
                     }
                     return Poll::Pending;
                 }
-                StateProj::Readying => {
+                StepProj::Readying => {
                     let (service, _) = this.pending.as_mut().ok_or(DONE)?;
                     ready!(service.poll_ready(cx)).map_err(Into::into)?;
                     let (mut service, request) = this.pending.take().ok_or(DONE)?;
@@ -333,12 +386,7 @@ where
                         let mark = ticket.booking.mark;
                         link.sent(&ticket.gate, ticket.key, at, mark, counted);
                     }
-                    this.state.set(State::Calling { future, in_flight });
-                }
-                StateProj::Calling { future, in_flight } => {
-                    let response = ready!(future.poll(cx));
-                    in_flight.take();
-                    return Poll::Ready(response.map_err(Into::into));
+                    return Poll::Ready(Ok((future, in_flight)));
                 }
             }
         }
