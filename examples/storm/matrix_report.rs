@@ -56,8 +56,9 @@ fn classic(config: &Config) -> (f64, Duration) {
     )
 }
 
-/// The share served, and the most the run allowed where that is less
-/// than all.
+/// The share served, and (in the row the target is for) the most a
+/// client not told the quota could have served, where that is less than
+/// all.
 fn served_text(cell: &Cell<'_>) -> String {
     let run = cell.run;
     let served = format!(
@@ -66,7 +67,7 @@ fn served_text(cell: &Cell<'_>) -> String {
         run.succeeded,
         run.logical
     );
-    if cell.most_served < 1.0 {
+    if cell.most_served < 1.0 && run.policy == Policy::Middleware(Stack::Defaults) {
         format!("{served}, at most {}", pct(cell.most_served))
     } else {
         served
