@@ -364,6 +364,23 @@ async fn a_report_rides_on_every_response_but_a_first_try_success() {
     let report = report.expect("a retried success is reported");
     assert_eq!((report.attempts, report.stop), (2, StopReason::Succeeded));
 
+    // A resend after no wait at all (a backoff of nothing) is still a resend.
+    let policy = RetryPolicy::builder()
+        .jitter(Jitter::None)
+        .initial_backoff(Duration::ZERO)
+        .max_backoff(Duration::ZERO)
+        .build()
+        .unwrap();
+    let upstream = Upstream::new(vec![reply(503, &[], ""), reply(200, &[], "{}")]);
+    let res = RetryLayer::new(policy)
+        .layer(upstream)
+        .oneshot(request())
+        .await
+        .unwrap();
+    let report = res.extensions().get::<RetryReport>();
+    let report = report.expect("a success after a wait of nothing is reported");
+    assert_eq!((report.attempts, report.total_wait), (2, Duration::ZERO));
+
     let (status, report) = served(vec![reply(404, &[], "{}")]).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     let report = report.expect("a stop short of success is reported");
