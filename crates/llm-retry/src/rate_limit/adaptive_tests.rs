@@ -541,6 +541,16 @@ fn a_first_rate_reads_the_longest_wait_its_burst_named() {
     // Named over a second before: another burst's, which says nothing of
     // this one.
     assert_rate(&first_rate(BURST_SPAN + ms(1)), 1000.0 / 6.0);
+    // A burst's own longest wait counts, however long the wait another
+    // burst named before it.
+    let mut learned = UNBOUNDED.start();
+    let t0 = Instant::now();
+    learned.on_send(t0);
+    learned.on_throttle(&UNBOUNDED, t0, t0, Some(ms(20)));
+    let later = t0 + BURST_SPAN + ms(100);
+    learned.on_throttle(&UNBOUNDED, later, later, Some(ms(8)));
+    refused_burst(&mut learned, &UNBOUNDED, later, later + ms(1), Some(ms(5)));
+    assert_rate(&learned, 125.0);
 }
 
 #[test]
