@@ -538,6 +538,8 @@ fn a_first_rate_reads_the_longest_wait_its_burst_named() {
         learned
     };
     assert_rate(&first_rate(ms(1)), 100.0);
+    // Within a second, the second itself included.
+    assert_rate(&first_rate(BURST_SPAN), 100.0);
     // Named over a second before: another burst's, which says nothing of
     // this one.
     assert_rate(&first_rate(BURST_SPAN + ms(1)), 1000.0 / 6.0);
