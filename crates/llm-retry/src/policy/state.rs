@@ -29,7 +29,7 @@ pub(crate) struct RetryState {
 }
 
 /// What a request that was more than a first-try success has on record.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 struct History {
     total_wait: Duration,
     server_waits_honoured: u32,
@@ -46,21 +46,6 @@ struct History {
     last_rejection: Option<super::Rejection>,
     recoveries: Vec<RecoveryAction>,
 }
-
-/// The history of a request with nothing recorded yet.
-static NOTHING_YET: History = History {
-    total_wait: Duration::ZERO,
-    server_waits_honoured: 0,
-    computed_waits: 0,
-    consecutive_overloads: 0,
-    last_status: None,
-    last_error_type: None,
-    last_class: None,
-    last_server_wait: None,
-    rejected_sends: 0,
-    last_rejection: None,
-    recoveries: Vec::new(),
-};
 
 impl Default for RetryState {
     fn default() -> Self {
@@ -85,15 +70,17 @@ impl RetryState {
         }
     }
 
-    /// The record, empty if nothing was recorded yet.
-    fn history(&self) -> &History {
-        self.history.as_deref().unwrap_or(&NOTHING_YET)
+    /// The record, empty (nothing allocated) if nothing was recorded yet.
+    fn history(&self) -> std::borrow::Cow<'_, History> {
+        match self.history.as_deref() {
+            Some(history) => std::borrow::Cow::Borrowed(history),
+            None => std::borrow::Cow::Owned(History::default()),
+        }
     }
 
     /// The record, made now if nothing was recorded yet.
     fn history_mut(&mut self) -> &mut History {
-        self.history
-            .get_or_insert_with(|| Box::new(NOTHING_YET.clone()))
+        self.history.get_or_insert_with(Box::default)
     }
 
     /// When the request started: its first send's instant.
