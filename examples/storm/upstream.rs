@@ -177,3 +177,103 @@ where
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use std::time::Duration;
+    use tokio::task::JoinHandle;
+    use tokio::time::sleep;
+    use tower::{Service, ServiceExt};
+
+    const STATUS: &str = "x-test-status";
+    const AFTER_MS: &str = "x-test-after-ms";
+
+    /// The counting layer over an upstream that answers each send with the
+    /// status its request names, after the delay it names.
+    fn counted(
+        answers: &Arc<Answers>,
+    ) -> Counted<
+        impl tower::Service<
+                Request<Full<Bytes>>,
+                Response = Response<()>,
+                Error = BoxError,
+                Future = impl Send + 'static,
+            > + Clone,
+    > {
+        let upstream = tower::service_fn(|request: Request<Full<Bytes>>| async move {
+            let number = |name: &str| -> u64 {
+                let value = request.headers().get(name).unwrap();
+                value.to_str().unwrap().parse().unwrap()
+            };
+            let (status, after) = (number(STATUS), number(AFTER_MS));
+            sleep(Duration::from_millis(after)).await;
+            let mut response = Response::new(());
+            *response.status_mut() = http::StatusCode::from_u16(status as u16)?;
+            Ok::<_, BoxError>(response)
+        });
+        Counted {
+            inner: upstream,
+            answers: Arc::clone(answers),
+        }
+    }
+
+    /// Sends request `id` now; the upstream answers `status` after
+    /// `after_ms`.
+    async fn send<S>(counted: &Counted<S>, id: u64, status: u16, after_ms: u64) -> JoinHandle<()>
+    where
+        S: tower::Service<Request<Full<Bytes>>, Response = Response<()>, Error = BoxError> + Clone,
+        S::Future: Send + 'static,
+    {
+        let request = Request::post("http://upstream.test/")
+            .header(ID_HEADER, id)
+            .header(STATUS, status)
+            .header(AFTER_MS, after_ms)
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let mut counted = counted.clone();
+        counted.ready().await.unwrap();
+        // The send goes (and is dated) here; its answer comes on a task.
+        let answer = counted.call(request);
+        tokio::spawn(async move {
+            answer.await.unwrap();
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn only_refusals_sent_before_the_first_429_came_back_are_unwarned() {
+        let answers = Arc::new(Answers::default());
+        let counted = counted(&answers);
+        let mut sends = vec![
+            send(&counted, 1, 429, 10).await, // goes at 0, refused at 10
+            send(&counted, 7, 200, 1).await,
+        ];
+        sleep(Duration::from_millis(5)).await;
+        sends.push(send(&counted, 2, 429, 10).await); // goes at 5, before any 429 is back
+        sends.push(send(&counted, 7, 200, 1).await); // request 7 served twice
+        sleep(Duration::from_millis(7)).await;
+        sends.push(send(&counted, 3, 429, 10).await); // goes at 12, after the first 429
+        sends.push(send(&counted, 8, 200, 1).await);
+        for send in sends {
+            send.await.unwrap();
+        }
+        assert_eq!(answers.unwarned_refusals(), 2);
+        assert_eq!(answers.duplicated(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_run_with_no_refusal_has_none_unwarned() {
+        let answers = Arc::new(Answers::default());
+        let counted = counted(&answers);
+        let sends = [
+            send(&counted, 1, 200, 3).await,
+            send(&counted, 2, 503, 1).await,
+        ];
+        for send in sends {
+            send.await.unwrap();
+        }
+        assert_eq!(answers.unwarned_refusals(), 0);
+        assert_eq!(answers.duplicated(), 0);
+    }
+}
