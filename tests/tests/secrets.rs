@@ -146,18 +146,16 @@ async fn a_stream_error_event_prints_no_header_value_of_its_head() {
     ]);
 }
 
-#[tokio::test]
-async fn a_key_in_a_client_error_url_reaches_no_hook_or_log() {
-    let captured = captured_logs();
+/// Hooks and logs of a request whose first send fails with a client error
+/// naming `url`, as reqwest names the URL it sent to.
+async fn hooks_after_a_client_error_naming(url: String) -> String {
     let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let upstream = tower::service_fn(
         move |_: http::Request<llm_retry::ReplayBody<http_body_util::Full<bytes::Bytes>>>| {
             let first = calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0;
+            let message = format!("error sending request for url ({url})");
             async move {
                 if first {
-                    let message = format!(
-                        "error sending request for url (https://api.test/v1?key={API_KEY})"
-                    );
                     return Err::<
                         http::Response<http_body_util::Full<bytes::Bytes>>,
                         llm_retry::BoxError,
@@ -176,11 +174,37 @@ async fn a_key_in_a_client_error_url_reaches_no_hook_or_log() {
         .await
         .unwrap();
     assert_eq!(res.status(), StatusCode::OK);
-    let hooks: String = drain(&mut rx).join("\n");
-    assert!(hooks.contains("api.test/v1?…"), "{hooks}");
-    assert_no_secret([
-        ("logs", captured.text()),
-        ("hooks", hooks),
-        ("nothing", String::new()),
-    ]);
+    drain(&mut rx).join("\n")
+}
+
+#[tokio::test]
+async fn a_key_in_a_client_error_url_reaches_no_hook_or_log() {
+    let captured = captured_logs();
+    // Where the URL's text holds what also closes the text around it: an
+    // IPv6 host's `]`, a `)` or a quote inside the query.
+    let cases = [
+        ("https://api.test/v1?key={KEY}", "api.test/v1?…)"),
+        (
+            "http://[::1]:8080/v1beta/models/m:generate?key={KEY}",
+            "[::1]:8080/v1beta/models/m:generate?…)",
+        ),
+        (
+            "https://gw.test/v1/chat?tag=(a)&key={KEY}",
+            "gw.test/v1/chat?…)",
+        ),
+        (
+            "https://gw.test/v1/chat?q='a'&key={KEY}",
+            "gw.test/v1/chat?…)",
+        ),
+        ("https://user:{KEY}@[::1]/v1", "https://…@[::1]/v1)"),
+    ];
+    for (url, shown) in cases {
+        let hooks = hooks_after_a_client_error_naming(url.replace("{KEY}", API_KEY)).await;
+        assert!(hooks.contains(shown), "{shown} in {hooks}");
+        assert_no_secret([
+            ("logs", captured.text()),
+            ("hooks", hooks),
+            ("nothing", String::new()),
+        ]);
+    }
 }

@@ -9,16 +9,24 @@ pub(crate) fn error_text(text: &str) -> String {
     while let Some(at) = find_scheme(rest) {
         let (before, url_on) = rest.split_at(at);
         out.push_str(before);
-        let end = url_on
-            .find(|c: char| c.is_whitespace() || matches!(c, ')' | '"' | '\'' | '>' | ']'))
-            .unwrap_or(url_on.len());
-        let (url, after) = url_on.split_at(end);
+        // A URL runs to the next whitespace. The characters that may close
+        // the text around it (`)`, `]`, quotes) may also be the URL's own: an
+        // IPv6 host's `]`, a `)` or `'` in a query. Ending the URL at the
+        // first of them would print the rest of its query as plain text;
+        // only the ones it ends with are taken back from it.
+        let end = url_on.find(char::is_whitespace).unwrap_or(url_on.len());
+        let (token, after) = url_on.split_at(end);
+        let url = token.trim_end_matches(CLOSING);
         out.push_str(&redact_url(url));
+        out.push_str(&token[url.len()..]);
         rest = after;
     }
     out.push_str(rest);
     out
 }
+
+/// What may close the text around a URL, or end a sentence after it.
+const CLOSING: [char; 10] = [')', ']', '}', '>', '"', '\'', '.', ',', ';', '!'];
 
 fn find_scheme(text: &str) -> Option<usize> {
     let http = text.find("http://");
@@ -62,7 +70,12 @@ mod tests {
             ),
             ("https://a.test/p#SECRET", "https://a.test/p?…"),
             ("no url here", "no url here"),
-            ("two: http://a.test/?k=SECRET and https://b.test?x=SECRET.", "two: http://a.test/?… and https://b.test?…"),
+            ("two: http://a.test/?k=SECRET and https://b.test?x=SECRET.", "two: http://a.test/?… and https://b.test?…."),
+            ("(http://[::1]:8080/p?key=SECRET)", "(http://[::1]:8080/p?…)"),
+            ("url (https://g.test/c?tag=(a)&key=SECRET)", "url (https://g.test/c?…)"),
+            ("'https://g.test/c?q='a'&key=SECRET'", "'https://g.test/c?…'"),
+            ("\"https://u:SECRET@g.test\",\"next\"", "\"https://…@g.test\",\"next\""),
+            ("[http://[::1]]", "[http://[::1]]"),
             ("http://", "http://"),
             ("é https://ü.test/é?k=SECRET é", "é https://ü.test/é?… é"),
         ];
