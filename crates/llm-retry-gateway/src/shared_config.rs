@@ -88,18 +88,19 @@ impl fmt::Debug for RedisUrl {
 /// fragment) by `?***`.
 fn redact(url: &str) -> String {
     let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
-    let (rest, had_query) = match rest.find(['?', '#']) {
-        Some(at) => (&rest[..at], true),
-        None => (rest, false),
+    // Everything before the last `@` is taken for the user and password: a
+    // password may hold a `/`, `?` or `#` (a base64 key holds `/`), and
+    // such a URL, refused for it, is the one a refusal prints. An `@` in a
+    // query hides the host too, which leaks nothing.
+    let (user, rest) = match rest.rfind('@') {
+        Some(at) => ("***@", &rest[at + 1..]),
+        None => ("", rest),
     };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let (authority, path) = rest.split_at(authority_end);
-    let host = match authority.rfind('@') {
-        Some(at) => format!("***@{}", &authority[at + 1..]),
-        None => authority.to_owned(),
+    let (rest, query) = match rest.find(['?', '#']) {
+        Some(at) => (&rest[..at], "?***"),
+        None => (rest, ""),
     };
-    let query = if had_query { "?***" } else { "" };
-    format!("{scheme}://{host}{path}{query}")
+    format!("{scheme}://{user}{rest}{query}")
 }
 
 /// The name under which replicas share a route's failover marks: the
@@ -135,6 +136,10 @@ mod tests {
                 "redis+unix:///run/redis.sock?***",
             ),
             ("redis://me:p@ss@redis/1", "redis://***@redis/1"),
+            ("redis://:a/hunter2==@redis:6379", "redis://***@redis:6379"),
+            ("redis://:hunter2?x@redis", "redis://***@redis"),
+            ("redis://:hunter2#x@redis/2", "redis://***@redis/2"),
+            ("redis://redis/0?user=a@b", "redis://***@b"),
         ];
         for (url, shown) in cases {
             assert_eq!(RedisUrl(url.to_owned()).to_string(), shown, "{url}");

@@ -260,3 +260,36 @@ fn the_fingerprint_secret_may_come_from_the_environment() {
         assert!(!error.to_string().contains("short"), "{error}");
     }
 }
+
+/// A password with characters a URL needs escaped (a base64 key holds `/`;
+/// others `#` or `?`): such a URL is refused, and the refusal, which names
+/// the URL, must not print the password, from the file or the environment.
+#[test]
+fn a_refused_redis_url_never_prints_its_password() {
+    let cases = [
+        (
+            "redis://:Zm9vYmFy/c2VjcmV0PQ==@redis.internal:6379",
+            "c2VjcmV0PQ",
+        ),
+        (
+            "redis://:Zm9vYmFy/c2VjcmV0PQ==@redis.internal:6379",
+            "Zm9vYmFy",
+        ),
+        (
+            "rediss://default:s3cr3tPART#tail@redis.internal:6380",
+            "s3cr3tPART",
+        ),
+        ("redis://:s3cr3tPART?tail@redis.internal", "s3cr3tPART"),
+    ];
+    for (url, secret) in cases {
+        let from_file = Config::parse(&with_shared(&format!("redis_url = \"{url}\"")), env);
+        let error = from_file.unwrap_err();
+        assert_eq!(error.field, "shared.redis_url", "{error}");
+        assert!(!error.to_string().contains(secret), "{error}");
+        let from_env = Config::parse(&with_shared("redis_url_env = \"REDIS_URL\""), |_| {
+            Some(url.to_owned())
+        });
+        let error = from_env.unwrap_err();
+        assert!(!error.to_string().contains(secret), "{error}");
+    }
+}
