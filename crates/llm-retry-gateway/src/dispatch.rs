@@ -98,10 +98,11 @@ where
 {
     mark_sensitive(request.headers_mut());
     // At `debug` only: disabled, the span costs a check of its callsite.
+    // The path, not the URI: a query string may hold a key (`?key=…`).
     let span = tracing::debug_span!(
         "request",
         method = %request.method(),
-        uri = %request.uri(),
+        path = %request.uri().path(),
         version = ?request.version(),
     );
     let started = Instant::now();

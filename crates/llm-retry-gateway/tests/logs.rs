@@ -24,8 +24,14 @@ impl std::io::Write for Logs {
 impl Logs {
     /// Captures the logs of the current thread until the guard drops.
     fn capture() -> (Logs, tracing::subscriber::DefaultGuard) {
+        Logs::capture_at(tracing::Level::INFO)
+    }
+
+    /// As [`capture`](Logs::capture), with every line at `level` and above.
+    fn capture_at(level: tracing::Level) -> (Logs, tracing::subscriber::DefaultGuard) {
         let logs = Logs::default();
         let subscriber = tracing_subscriber::fmt()
+            .with_max_level(level)
             .with_writer({
                 let logs = logs.clone();
                 move || logs.clone()
@@ -154,4 +160,26 @@ async fn an_answer_in_the_5xx_class_is_logged_once_at_error_with_no_secret() {
     let (head, _) = send(post(&gw.url("/v1/messages"), PROMPT)).await;
     assert_eq!(head.status, 200);
     assert_eq!(logs.text(), text);
+}
+
+/// A client's key in the query string (`?key=…`, as Google's API takes it)
+/// is forwarded, never logged: at `debug` too, where the request's span
+/// names its path on every line inside it (a 5xx answer's line, the retry
+/// loop's).
+#[tokio::test]
+async fn a_key_in_the_query_string_is_not_logged_at_debug() {
+    let (logs, _guard) = Logs::capture_at(tracing::Level::DEBUG);
+    let upstream = support::target(llm_retry_mock::Route::always(
+        llm_retry_mock::Reply::status(500),
+    ))
+    .await;
+    let toml = one_target(&upstream.url(""), "", "max_retries = 0");
+    let gw = gateway(&toml, no_env).await;
+    let (head, _) = send(post(&gw.url("/v1/messages?key=AIzaSECRET"), PROMPT)).await;
+    assert_eq!(head.status, 500);
+    assert_eq!(upstream.request_count(), 1);
+    let text = logs.text();
+    assert!(text.contains("path=/v1/messages"), "{text}");
+    let leaking: Vec<&str> = text.lines().filter(|l| l.contains("SECRET")).collect();
+    assert!(leaking.is_empty(), "{}", leaking.join("\n"));
 }
