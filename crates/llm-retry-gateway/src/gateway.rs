@@ -2,6 +2,7 @@
 
 use crate::config::Config;
 use crate::dispatch::Dispatch;
+use crate::first_head::note_heads;
 use crate::inflight::InFlight;
 use crate::route::Route;
 use crate::shared_state::SharedState;
@@ -165,7 +166,9 @@ impl Gateway {
     /// in flight get up to the configured grace period to finish (new ones
     /// are answered `503` meanwhile), then connections still busy get a
     /// last second before they are cut. A client that has not sent a
-    /// request's head within the header-read timeout is disconnected.
+    /// request's head within the header-read timeout is disconnected: on a
+    /// new connection whatever protocol it begins, and between the
+    /// requests of an HTTP/1 connection.
     pub async fn serve<F>(self, listener: tokio::net::TcpListener, signal: F) -> std::io::Result<()>
     where
         F: Future<Output = ()> + Send + 'static,
@@ -223,12 +226,28 @@ impl Gateway {
             if let Err(error) = tcp.set_nodelay(true) {
                 tracing::debug!(%error, "TCP_NODELAY not set on an accepted connection");
             }
-            let service = service.clone();
+            let (service, first_head) = note_heads(service.clone());
             let connections = connections.clone();
             let watcher = graceful.watcher();
+            let header_read_timeout = self.header_read_timeout;
             tasks.spawn(async move {
                 let connection = connections.serve_connection(TokioIo::new(tcp), service);
-                if let Err(error) = watcher.watch(connection).await {
+                let mut connection = std::pin::pin!(watcher.watch(connection));
+                let ended = tokio::select! {
+                    ended = &mut connection => Some(ended),
+                    came = first_head.came_within(header_read_timeout) => {
+                        if !came {
+                            tracing::debug!("no request head within the header-read timeout: connection closed");
+                            return;
+                        }
+                        None
+                    }
+                };
+                let ended = match ended {
+                    Some(ended) => ended,
+                    None => connection.await,
+                };
+                if let Err(error) = ended {
                     tracing::debug!(%error, "connection ended with an error");
                 }
             });

@@ -39,6 +39,7 @@ pub mod demo;
 mod dispatch;
 mod duration;
 mod ending;
+mod first_head;
 mod gateway;
 mod idle;
 mod inflight;

@@ -209,6 +209,11 @@ pub(crate) fn rewrite(
         uri.authority = base.authority().cloned();
         uri.path_and_query = Some(path_and_query);
         parts.uri = Uri::from_parts(uri)?;
+        // The client's protocol is not the upstream's: an HTTP/2 request
+        // sent as such on an HTTP/1 connection is refused by the client
+        // before it leaves. HTTP/1.1 goes on either (an upstream that
+        // offers HTTP/2 by ALPN gets it).
+        parts.version = http::Version::HTTP_11;
         parts.headers.remove(header::HOST);
         parts.headers.remove(header::CONTENT_LENGTH);
         strip_unforwarded(&mut parts.headers);

@@ -4,6 +4,7 @@
 
 mod support;
 
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use llm_retry_mock::{Reply, Route};
 use std::time::Duration;
 use support::{gateway, no_env, one_target, post, rate_limited, send, target, two_targets, PROMPT};
@@ -433,6 +434,55 @@ async fn a_client_that_never_finishes_its_request_head_is_disconnected() {
         String::from_utf8_lossy(&got).starts_with("HTTP/1.1 200"),
         "{got:?}"
     );
+}
+
+/// Before a connection's first request, whatever protocol it begins
+/// (nothing yet, one byte of it, HTTP/2's whole preface), the client has
+/// the header-read timeout to send a request's head: a connection that
+/// sends none would hold a file descriptor and a task for good.
+#[tokio::test(start_paused = true)]
+async fn a_connection_that_sends_no_request_head_is_closed_at_the_header_read_timeout() {
+    let upstream = target(Route::always(Reply::anthropic_ok("hi"))).await;
+    let toml = one_target(&upstream.url(""), "header_read_timeout = \"5s\"", "");
+    let gw = gateway(&toml, no_env).await;
+    for head in [
+        &b""[..],
+        &b"P"[..],
+        &b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"[..],
+    ] {
+        let (_, took) = send_and_wait_for_close(gw.addr, head).await;
+        assert!(
+            took >= Duration::from_secs(5) && took < Duration::from_secs(6),
+            "{head:?} closed after {took:?}"
+        );
+    }
+    assert_eq!(upstream.request_count(), 0);
+}
+
+/// An HTTP/2 client (prior knowledge) is served: its requests go on to an
+/// HTTP/1 upstream as HTTP/1.1. Once its first request came, its one
+/// connection stays open past the header-read timeout. (The real clock:
+/// under the paused one, the auto-advance outruns HTTP/2's body frames.)
+#[tokio::test]
+async fn an_http2_client_is_served_past_the_header_read_timeout() {
+    let upstream = target(Route::always(Reply::anthropic_ok("hi"))).await;
+    let toml = one_target(&upstream.url(""), "header_read_timeout = \"1s\"", "");
+    let gw = gateway(&toml, no_env).await;
+    let tcp = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    let (mut h2, connection) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+            .await
+            .unwrap();
+    tokio::spawn(connection);
+    for _ in 0..2 {
+        let mut request = post(&gw.url("/v1/messages"), PROMPT);
+        *request.version_mut() = http::Version::HTTP_2;
+        let response = h2.send_request(request).await.unwrap();
+        assert_eq!(response.status(), 200);
+        // Past the timeout: the connection is still the one it was.
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+    }
+    assert_eq!(upstream.request_count(), 2);
 }
 
 /// A log sink for one test (the subscriber is the thread's, and a
