@@ -461,8 +461,9 @@ async fn a_connection_that_sends_no_request_head_is_closed_at_the_header_read_ti
 
 /// An HTTP/2 client (prior knowledge) is served: its requests go on to an
 /// HTTP/1 upstream as HTTP/1.1. Once its first request came, its one
-/// connection stays open past the header-read timeout. (The real clock:
-/// under the paused one, the auto-advance outruns HTTP/2's body frames.)
+/// connection stays open past the header-read timeout. (On the real
+/// clock: on the paused one the gateway's read of an HTTP/2 request body
+/// hit its timeout, 408, which the real clock did not show.)
 #[tokio::test]
 async fn an_http2_client_is_served_past_the_header_read_timeout() {
     let upstream = target(Route::always(Reply::anthropic_ok("hi"))).await;
