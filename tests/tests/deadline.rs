@@ -6,7 +6,7 @@ mod support;
 
 use http::HeaderMap;
 use llm_retry::policy::RefreshCredentials;
-use llm_retry::{BoxError, RetryError, RetryLayer, StopReason};
+use llm_retry::{BoxError, RetryError, RetryLayer, RetryReport, StopReason};
 use llm_retry_mock::{Reply, Route};
 use std::future::Future;
 use std::pin::Pin;
@@ -44,23 +44,25 @@ async fn a_credential_refresh_that_never_completes_ends_at_the_deadline() {
     let call = RetryLayer::new(policy)
         .layer(client())
         .oneshot(messages_request(&mock.url("/v1/messages")));
-    // Far past the deadline: the call must have ended by itself.
-    let error = tokio::time::timeout(Duration::from_secs(3_600), call)
+    // Far past the deadline: the call must have ended by itself, with the
+    // 401 that asked for credentials as its answer.
+    let response = tokio::time::timeout(Duration::from_secs(3_600), call)
         .await
         .expect("the refresh is bounded by the deadline")
-        .unwrap_err();
+        .unwrap();
     let elapsed = start.elapsed();
     assert!(
         elapsed >= deadline && elapsed < deadline + Duration::from_secs(1),
         "{elapsed:?}"
     );
-    let error = error.downcast_ref::<RetryError>().unwrap();
+    assert_eq!(response.status(), 401);
+    let report = response.extensions().get::<RetryReport>().unwrap();
     assert!(
         matches!(
-            &error.report().stop,
+            &report.stop,
             StopReason::RecoveryFailed { reason, .. } if reason.contains("deadline")
         ),
-        "{error}"
+        "{report}"
     );
     assert_eq!(mock.request_count(), 1);
 }

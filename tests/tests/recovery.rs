@@ -329,6 +329,84 @@ async fn a_second_401_is_final_and_no_hook_means_the_first_is() {
     assert_eq!(mock.request_count(), 1);
 }
 
+/// A credential hook whose token service is down.
+struct VaultDown;
+
+impl RefreshCredentials for VaultDown {
+    fn refresh(&self) -> Pin<Box<dyn Future<Output = Result<HeaderMap, BoxError>> + Send>> {
+        Box::pin(async { Err::<HeaderMap, BoxError>("vault down".into()) })
+    }
+}
+
+/// Which hooks fired, in order.
+#[derive(Clone, Default)]
+struct Fired(Arc<std::sync::Mutex<Vec<&'static str>>>);
+
+impl llm_retry::RetryHooks for Fired {
+    fn on_recover(&self, _: &llm_retry::RecoveryEvent) {
+        self.0.lock().unwrap().push("recover");
+    }
+    fn on_recovered(&self, _: &RetryReport) {
+        self.0.lock().unwrap().push("recovered");
+    }
+    fn on_give_up(&self, _: &RetryReport) {
+        self.0.lock().unwrap().push("give up");
+    }
+}
+
+#[tokio::test]
+async fn a_refresh_is_reported_and_announced_once_its_credentials_are_on_the_resend() {
+    let mock = mock(Route::sequence([unauthorized(), Reply::anthropic_ok("ok")])).await;
+    let fired = Fired::default();
+    let policy = fast_policy()
+        .refresh_credentials(Refresher::default())
+        .build()
+        .unwrap()
+        .with_hooks(fired.clone());
+    let res = call(policy, &mock, &anthropic_body()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let report = res.extensions().get::<RetryReport>().unwrap();
+    assert_eq!(
+        report.recoveries,
+        [llm_retry::policy::RecoveryAction::RefreshCredentials]
+    );
+    assert_eq!(*fired.0.lock().unwrap(), ["recover", "recovered"]);
+}
+
+/// The 401 is a response: when no credentials come, it is the answer, with
+/// the reason in its report, and nothing is reported as recovered.
+#[tokio::test]
+async fn a_401_whose_refresh_fails_is_the_answer_with_the_reason() {
+    let mock = mock(Route::always(unauthorized())).await;
+    let fired = Fired::default();
+    let policy = fast_policy()
+        .refresh_credentials(VaultDown)
+        .build()
+        .unwrap()
+        .with_hooks(fired.clone());
+    let res = call(policy, &mock, &anthropic_body()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(mock.request_count(), 1);
+    let report = res.extensions().get::<RetryReport>().unwrap().clone();
+    assert!(
+        matches!(
+            &report.stop,
+            StopReason::RecoveryFailed { reason, .. } if reason == "vault down"
+        ),
+        "{report}"
+    );
+    assert!(report.recoveries.is_empty(), "{:?}", report.recoveries);
+    assert_eq!(*fired.0.lock().unwrap(), ["give up"]);
+    let body = http_body_util::BodyExt::collect(res.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    assert!(
+        String::from_utf8_lossy(&body).contains("authentication_error"),
+        "the 401's own body: {body:?}"
+    );
+}
+
 #[tokio::test]
 async fn behind_a_gateway_only_an_explicit_yes_is_retried() {
     let plain = mock(Route::sequence([

@@ -34,8 +34,9 @@ pub(crate) enum Step {
     /// Sleep (holding the budget's wait permit, if any), then send the
     /// next request.
     Wait(Duration, Option<WaitPermit>),
-    /// Await new credentials, then send the next request.
-    Refresh(CredentialsFuture),
+    /// Await new credentials, then send the next request; the reason is
+    /// announced once they are applied.
+    Refresh(CredentialsFuture, String),
     /// Hand the response to the caller as it is: accepted at its first
     /// attempt, with nothing waited, so there is nothing to report.
     Served,
@@ -348,18 +349,18 @@ impl Account {
         status: Option<StatusCode>,
         resend: &mut impl Resend<B>,
     ) -> Step {
-        self.state.record_recovery(&recovery);
         let reason = match status {
             Some(status) => format!("{class:?} on status {}", status.as_u16()),
             None => format!("{class:?}"),
         };
-        let (edit, action) = match recovery {
+        let (edit, action) = match &recovery {
             Recovery::CutMaxTokens { to } => {
-                (BodyEdit::MaxTokens(to), RecoveryAction::CutMaxTokens)
+                (BodyEdit::MaxTokens(*to), RecoveryAction::CutMaxTokens)
             }
-            Recovery::FallbackModel { model } => {
-                (BodyEdit::Model(model), RecoveryAction::FallbackModel)
-            }
+            Recovery::FallbackModel { model } => (
+                BodyEdit::Model(model.clone()),
+                RecoveryAction::FallbackModel,
+            ),
             Recovery::RefreshCredentials => {
                 let Some(hook) = self.policy.credentials().cloned() else {
                     return self
@@ -370,17 +371,13 @@ impl Account {
                 if let Err(stop) = resend.prepare() {
                     return Step::Finish(self.finish(stop));
                 }
-                self.announce(RecoveryEvent {
-                    action: RecoveryAction::RefreshCredentials,
-                    reason,
-                    old: None,
-                    new: None,
-                });
                 if let Err(stop) = self.policy.spend_budget(Duration::ZERO) {
                     return Step::Finish(self.finish(stop));
                 }
                 hook.clear_token_cache();
-                return Step::Refresh(hook.refresh());
+                // Recorded and announced once its credentials are applied:
+                // a refresh that fails changed nothing.
+                return Step::Refresh(hook.refresh(), reason);
             }
         };
         // Rewrite the request body for every later attempt and resend at once.
@@ -396,6 +393,7 @@ impl Account {
         self.know_body(Some(rewritten.clone()));
         let replaced = resend.body().replaced_with(rewritten);
         resend.set_body(replaced);
+        self.state.record_recovery(&recovery);
         // The length changed; the client derives the new one from the body.
         resend.headers_mut().remove(header::CONTENT_LENGTH);
         self.announce(RecoveryEvent {
@@ -414,10 +412,12 @@ impl Account {
         Step::Wait(Duration::ZERO, None)
     }
 
-    /// Puts fresh credentials on every later attempt.
+    /// Puts fresh credentials on every later attempt, and records and
+    /// announces the refresh (asked for `reason`).
     pub(crate) fn apply_credentials<B>(
         &mut self,
         fresh: HeaderMap,
+        reason: String,
         resend: &mut impl Resend<B>,
     ) -> Result<(), StopReason> {
         let headers = resend.headers_mut();
@@ -430,6 +430,13 @@ impl Account {
             headers.append(name.clone(), value);
         }
         tracing::info!(headers = fresh.len(), "llm-retry: credentials refreshed");
+        self.state.record_recovery(&Recovery::RefreshCredentials);
+        self.announce(RecoveryEvent {
+            action: RecoveryAction::RefreshCredentials,
+            reason,
+            old: None,
+            new: None,
+        });
         resend.prepare()
     }
 

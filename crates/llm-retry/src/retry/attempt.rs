@@ -284,8 +284,13 @@ impl<B> AttemptCtx<B> {
     }
 
     /// Puts fresh credentials on every later attempt.
-    pub(super) fn apply_credentials(&mut self, fresh: HeaderMap) -> Result<(), StopReason> {
-        self.account.apply_credentials(fresh, &mut self.template)
+    pub(super) fn apply_credentials(
+        &mut self,
+        fresh: HeaderMap,
+        reason: String,
+    ) -> Result<(), StopReason> {
+        self.account
+            .apply_credentials(fresh, reason, &mut self.template)
     }
 
     pub(super) fn finish(&self, stop: StopReason) -> RetryReport {

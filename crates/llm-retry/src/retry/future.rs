@@ -61,7 +61,9 @@ pin_project! {
         // The permit holds a place among the budget's waiting retries
         // until the wait ends or the future is dropped.
         Waiting { sleep: Pin<Box<Sleep>>, permit: Option<WaitPermit> },
-        Refreshing { credentials: CredentialsFuture },
+        // Boxed with the answer that asked for them: rare, and the future
+        // stays small.
+        Refreshing { credentials: CredentialsFuture, asked: Box<Asked<Res>> },
         Readying,
         Done,
     }
@@ -121,20 +123,52 @@ struct Peek<Res> {
     timer: Pin<Box<Sleep>>,
 }
 
-/// Moves the state machine on after a judged outcome; `Some` is the answer.
+/// What asked for fresh credentials: its reason, and the response (a 401)
+/// that is the answer should none come. An attempt that failed with no
+/// response leaves none: its answer is then an error.
+struct Asked<ResBody> {
+    reason: String,
+    response: Option<Res<ResBody>>,
+}
+
+/// As [`advance`], for a response: one that asks for fresh credentials is
+/// kept, to be the answer should none come.
 #[inline]
-fn advance<F, ResBody, T>(
+fn advance_with<F, ResBody>(
     step: Step,
     mut state: Pin<&mut State<F, ResBody>>,
-    finish: impl FnOnce(Option<RetryReport>) -> Result<T, BoxError>,
-) -> Option<Result<T, BoxError>> {
+    head: response::Parts,
+    body: RetryBody<ResBody>,
+) -> Option<Result<Res<ResBody>, BoxError>> {
+    if let Step::Refresh(credentials, reason) = step {
+        let response = Some(Response::from_parts(head, body));
+        let asked = Box::new(Asked { reason, response });
+        state.set(State::Refreshing { credentials, asked });
+        return None;
+    }
+    advance(step, state, |report| respond(head, body, report))
+}
+
+/// Moves the state machine on after a judged outcome; `Some` is the answer.
+#[inline]
+fn advance<F, ResBody>(
+    step: Step,
+    mut state: Pin<&mut State<F, ResBody>>,
+    finish: impl FnOnce(Option<RetryReport>) -> Result<Res<ResBody>, BoxError>,
+) -> Option<Result<Res<ResBody>, BoxError>> {
     match step {
         Step::Wait(delay, _) if delay.is_zero() => state.set(State::Readying),
         Step::Wait(delay, permit) => state.set(State::Waiting {
             permit,
             sleep: Box::pin(tokio::time::sleep(delay)),
         }),
-        Step::Refresh(credentials) => state.set(State::Refreshing { credentials }),
+        Step::Refresh(credentials, reason) => {
+            let asked = Box::new(Asked {
+                reason,
+                response: None,
+            });
+            state.set(State::Refreshing { credentials, asked });
+        }
         Step::Served => {
             state.as_mut().set(State::Done);
             return Some(finish(None));
@@ -148,11 +182,11 @@ fn advance<F, ResBody, T>(
 }
 
 /// Judges an attempt that failed with `error` (its own, or its bound's).
-fn failed<B, F, ResBody, T>(
+fn failed<B, F, ResBody>(
     ctx: &mut AttemptCtx<B>,
     state: Pin<&mut State<F, ResBody>>,
     error: BoxError,
-) -> Option<Result<T, BoxError>> {
+) -> Option<Result<Res<ResBody>, BoxError>> {
     let step = ctx.judge(Outcome::Error(&*error));
     advance(step, state, |report| Err(ctx.error(report, Some(error))))
 }
@@ -200,9 +234,12 @@ where
                             body: None,
                         };
                         let step = ctx.judge(outcome);
-                        advance(step, this.state.as_mut(), |report| {
-                            respond(head, RetryBody::passthrough(body), report)
-                        })
+                        advance_with(
+                            step,
+                            this.state.as_mut(),
+                            head,
+                            RetryBody::passthrough(body),
+                        )
                     }
                     Poll::Ready(Ok(response)) => {
                         let (head, body) = response.into_parts();
@@ -272,9 +309,8 @@ where
                             let step = ctx.judge(outcome);
                             let prefix = std::mem::take(&mut peeked.bytes).freeze();
                             let trailers = peeked.trailers.take();
-                            advance(step, this.state.as_mut(), |report| {
-                                respond(head, RetryBody::peeked(prefix, trailers, rest), report)
-                            })
+                            let body = RetryBody::peeked(prefix, trailers, rest);
+                            advance_with(step, this.state.as_mut(), head, body)
                         }
                     }
                 }
@@ -283,7 +319,7 @@ where
                     this.state.set(State::Readying);
                     None
                 }
-                StateProj::Refreshing { credentials } => {
+                StateProj::Refreshing { credentials, asked } => {
                     let fresh = ready!(poll_bounded(
                         credentials.as_mut().poll(cx),
                         [(&mut *this.deadline, ctx.deadline())],
@@ -291,7 +327,9 @@ where
                         || "no credentials before the request's deadline".into(),
                     ));
                     let prepared = match fresh {
-                        Ok(headers) => ctx.apply_credentials(headers),
+                        Ok(headers) => {
+                            ctx.apply_credentials(headers, std::mem::take(&mut asked.reason))
+                        }
                         Err(error) => Err(StopReason::RecoveryFailed {
                             action: RecoveryAction::RefreshCredentials,
                             reason: error.to_string(),
@@ -304,8 +342,17 @@ where
                         }
                         Err(stop) => {
                             let report = ctx.finish(stop);
+                            let response = asked.response.take();
                             this.state.set(State::Done);
-                            Some(Err(ctx.error(Some(report), None)))
+                            // The response that asked is the answer, as
+                            // any other final one: with its report.
+                            Some(match response {
+                                Some(response) => {
+                                    let (head, body) = response.into_parts();
+                                    respond(head, body, Some(report))
+                                }
+                                None => Err(ctx.error(Some(report), None)),
+                            })
                         }
                     }
                 }

@@ -175,14 +175,14 @@ fn settle<B>(
     outcome: Outcome<'_>,
     req: &mut Request<ReplayBody<B>>,
 ) -> Settled {
-    let credentials = match account.judge(outcome, req, &mut None) {
+    let (credentials, reason) = match account.judge(outcome, req, &mut None) {
         Step::Wait(delay, permit) => return Settled::Wait(delay, permit),
         Step::Served => return Settled::Finish(None),
         Step::Finish(report) => return Settled::Finish(Some(report)),
-        Step::Refresh(credentials) => credentials,
+        Step::Refresh(credentials, reason) => (credentials, reason),
     };
     let stop = match answered_at_once(credentials) {
-        Some(Ok(fresh)) => match account.apply_credentials(fresh, req) {
+        Some(Ok(fresh)) => match account.apply_credentials(fresh, reason, req) {
             Ok(()) => return Settled::Wait(std::time::Duration::ZERO, None),
             Err(stop) => stop,
         },
