@@ -10,7 +10,7 @@ use crate::idle::Idle;
 use crate::inflight::Counted;
 use crate::route::StateBound;
 use crate::timed::UpstreamTime;
-use crate::upstream::strip_unforwarded;
+use crate::upstream::{foreign_transfer_coding, strip_unforwarded};
 use axum::body::Body;
 use axum::response::Response;
 use bytes::Bytes;
@@ -254,6 +254,16 @@ where
             let exhausted = failover.is_some_and(|r| r.stop == FailoverStop::Exhausted);
             if let (false, Some(report)) = (exhausted, head.extensions.get::<RetryReport>()) {
                 mark_give_up(report, &mut head.headers);
+            }
+            if foreign_transfer_coding(&head.headers) {
+                // Dropped with its in-flight slot.
+                drop((body, guard));
+                let why = "the upstream used a transfer coding the gateway cannot decode";
+                return (
+                    Arc::clone(&route.counts),
+                    error(&uri, StatusCode::BAD_GATEWAY, why).map(Either::Right),
+                    target,
+                );
             }
             strip_unforwarded(&mut head.headers);
             let idle = shared.stream_idle_timeout;

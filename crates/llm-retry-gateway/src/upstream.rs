@@ -58,13 +58,36 @@ const NOT_FORWARDED: [HeaderName; 11] = [
     header::SET_COOKIE,
 ];
 
+/// Whether `headers` name a transfer coding other than `chunked`: a body
+/// the client side reads as it came (hyper decodes `chunked` only), which
+/// forwarded without its `transfer-encoding` would pass as plain bytes.
+pub(crate) fn foreign_transfer_coding(headers: &http::HeaderMap) -> bool {
+    headers
+        .get_all(header::TRANSFER_ENCODING)
+        .iter()
+        .any(|value| {
+            value.to_str().map_or(true, |value| {
+                value
+                    .split(',')
+                    .any(|coding| !coding.trim().eq_ignore_ascii_case("chunked"))
+            })
+        })
+}
+
 /// Removes the headers that must not cross the gateway: hop-by-hop ones,
-/// those the `Connection` header names, and cookies.
+/// those the `Connection` header names, cookies, and a `content-length`
+/// that `transfer-encoding` overrides.
 pub(crate) fn strip_unforwarded(headers: &mut http::HeaderMap) {
     // Most messages carry none of them: one pass over the names present
     // (a `Connection` header among them) instead of a lookup for each.
     if !headers.keys().any(|name| NOT_FORWARDED.contains(name)) {
         return;
+    }
+    // A message framed by `transfer-encoding` was read by it; a
+    // `content-length` beside it is not its body's length (RFC 9112, 6.3),
+    // and forwarded it would cut the body short and look whole.
+    if headers.contains_key(header::TRANSFER_ENCODING) {
+        headers.remove(header::CONTENT_LENGTH);
     }
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
