@@ -131,25 +131,43 @@ struct Asked<ResBody> {
     response: Option<Res<ResBody>>,
 }
 
-/// As [`advance`], for a response: one that asks for fresh credentials is
-/// kept, to be the answer should none come.
-#[inline]
+/// Moves the state machine on after a judged response; `Some` is the
+/// answer. A response that asks for fresh credentials is kept, to be the
+/// answer should none come.
+// Always inlined, the response handed straight to where it goes: built
+// into a closure for `advance` instead, it was copied on every success
+// (measured: about 100 instructions a call; with `respond` always
+// inlined too, 45 fewer than before the refresh kept its response).
+#[inline(always)]
 fn advance_with<F, ResBody>(
     step: Step,
     mut state: Pin<&mut State<F, ResBody>>,
     head: response::Parts,
     body: RetryBody<ResBody>,
 ) -> Option<Result<Res<ResBody>, BoxError>> {
-    if let Step::Refresh(credentials, reason) = step {
-        let response = Some(Response::from_parts(head, body));
-        let asked = Box::new(Asked { reason, response });
-        state.set(State::Refreshing { credentials, asked });
-        return None;
+    match step {
+        Step::Served => {
+            state.set(State::Done);
+            Some(respond(head, body, None))
+        }
+        Step::Finish(report) => {
+            state.set(State::Done);
+            Some(respond(head, body, Some(report)))
+        }
+        Step::Refresh(credentials, reason) => {
+            let response = Some(Response::from_parts(head, body));
+            ask(state, credentials, reason, response);
+            None
+        }
+        Step::Wait(delay, permit) => {
+            wait(state, delay, permit);
+            None
+        }
     }
-    advance(step, state, |report| respond(head, body, report))
 }
 
-/// Moves the state machine on after a judged outcome; `Some` is the answer.
+/// Moves the state machine on after a judged outcome that is no response;
+/// `Some` is the answer.
 #[inline]
 fn advance<F, ResBody>(
     step: Step,
@@ -157,18 +175,8 @@ fn advance<F, ResBody>(
     finish: impl FnOnce(Option<RetryReport>) -> Result<Res<ResBody>, BoxError>,
 ) -> Option<Result<Res<ResBody>, BoxError>> {
     match step {
-        Step::Wait(delay, _) if delay.is_zero() => state.set(State::Readying),
-        Step::Wait(delay, permit) => state.set(State::Waiting {
-            permit,
-            sleep: Box::pin(tokio::time::sleep(delay)),
-        }),
-        Step::Refresh(credentials, reason) => {
-            let asked = Box::new(Asked {
-                reason,
-                response: None,
-            });
-            state.set(State::Refreshing { credentials, asked });
-        }
+        Step::Wait(delay, permit) => wait(state, delay, permit),
+        Step::Refresh(credentials, reason) => ask(state, credentials, reason, None),
         Step::Served => {
             state.as_mut().set(State::Done);
             return Some(finish(None));
@@ -179,6 +187,37 @@ fn advance<F, ResBody>(
         }
     }
     None
+}
+
+/// Sleeps `delay` (holding the budget's wait permit, if any) before the
+/// next send; none at all goes at once.
+#[inline]
+fn wait<F, ResBody>(
+    mut state: Pin<&mut State<F, ResBody>>,
+    delay: Duration,
+    permit: Option<WaitPermit>,
+) {
+    if delay.is_zero() {
+        state.set(State::Readying);
+    } else {
+        state.set(State::Waiting {
+            permit,
+            sleep: Box::pin(tokio::time::sleep(delay)),
+        });
+    }
+}
+
+/// Awaits fresh credentials, keeping the response that asked for them
+/// (none for an attempt that failed without one).
+#[cold]
+fn ask<F, ResBody>(
+    mut state: Pin<&mut State<F, ResBody>>,
+    credentials: CredentialsFuture,
+    reason: String,
+    response: Option<Res<ResBody>>,
+) {
+    let asked = Box::new(Asked { reason, response });
+    state.set(State::Refreshing { credentials, asked });
 }
 
 /// Judges an attempt that failed with `error` (its own, or its bound's).
@@ -430,7 +469,7 @@ fn bound_passed<const N: usize>(
 
 /// The final response with its report (none for a first-try success),
 /// unless the stop must be an error.
-#[inline]
+#[inline(always)]
 fn respond<ResBody>(
     head: response::Parts,
     body: RetryBody<ResBody>,
