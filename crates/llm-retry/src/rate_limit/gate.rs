@@ -203,6 +203,8 @@ pub(super) struct Booking {
     /// Whether the send may go already: its ticket was released (or it
     /// has none) when it was queued.
     pub(super) released: bool,
+    /// It took a send's room under the stated request quota.
+    room: bool,
     cost: u64,
     pub(super) bounds: Bounds,
 }
@@ -441,6 +443,7 @@ impl Gate {
             place,
             stated,
             released: false,
+            room: in_room,
             cost,
             bounds,
         };
@@ -541,10 +544,11 @@ impl Gate {
     /// waited for its turn, or past its turn while it waited for a slot in
     /// flight (`released`). What it took is given up: its ticket and its
     /// configured tokens while it was queued, and in either case its window
-    /// share and the stated tokens it booked.
+    /// share or probe turn, the stated tokens it booked, and the room it
+    /// took under a stated request quota.
     pub(super) fn abandon(&self, key: u64, booking: &Booking, now: Instant) {
-        let took_share = matches!(booking.place, Place::Took(_));
-        if booking.released && booking.stated.is_none() && !took_share {
+        let took_share = matches!(booking.place, Place::Took(_) | Place::Probe { .. });
+        if booking.released && booking.stated.is_none() && !took_share && !booking.room {
             return;
         }
         let mut keys = lock(&self.keys);
@@ -558,6 +562,9 @@ impl Gate {
             state
                 .quotas
                 .refund_stated(booking.mark.cost, booking.released, now);
+        }
+        if booking.room {
+            state.quotas.stated_room = state.quotas.stated_room.saturating_add(1);
         }
         if booking.released {
             // Let through and counted, never sent: its share goes back.

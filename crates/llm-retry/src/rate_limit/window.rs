@@ -154,7 +154,12 @@ impl Ledger {
     /// (`gives_back`) never will, and its share returns to the window.
     pub(super) fn leave(&mut self, place: Place, gives_back: bool) {
         match place {
-            Place::Probe { .. } => self.probing = self.probing.saturating_sub(1),
+            Place::Probe { .. } => {
+                self.probing = self.probing.saturating_sub(1);
+                if gives_back {
+                    self.give_back(place);
+                }
+            }
             Place::Took(_) => {
                 self.queued_shares = self.queued_shares.saturating_sub(1);
                 if gives_back {
@@ -168,8 +173,16 @@ impl Ledger {
     /// A send let through and counted never went: its share goes back, if
     /// its window still stands.
     pub(super) fn give_back(&mut self, place: Place) {
-        if let (Some(w), Place::Took(epoch)) = (&mut self.window, place) {
-            w.give_back(epoch);
+        match (&mut self.window, place) {
+            (Some(w), Place::Took(epoch)) => w.give_back(epoch),
+            // The last probe turn handed out, never used: the next send
+            // takes it.
+            (Some(w), Place::Probe { at, epoch })
+                if w.epoch == epoch && w.next_probe == at + PROBE_EVERY =>
+            {
+                w.next_probe = at;
+            }
+            _ => {}
         }
     }
 
