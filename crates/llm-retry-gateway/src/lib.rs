@@ -40,6 +40,7 @@ mod dispatch;
 mod duration;
 mod ending;
 mod first_head;
+mod flush_first;
 mod gateway;
 mod idle;
 mod inflight;

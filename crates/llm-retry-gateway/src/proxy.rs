@@ -5,6 +5,7 @@
 use crate::answer::{final_error as error, retry_soon};
 use crate::counts::RequestCounts;
 use crate::ending::{Ended, Ending, EndingBody};
+use crate::flush_first::FlushFirst;
 use crate::gateway::Shared;
 use crate::idle::Idle;
 use crate::inflight::Counted;
@@ -81,7 +82,9 @@ where
         status: Some(answer.status()),
         target,
     };
-    answer.map(|body| Body::new(EndingBody::new(body, ended, is_stream)))
+    // The body's error after the last data waits a poll: the server writes
+    // what it has first (`flush_first`).
+    answer.map(|body| Body::new(FlushFirst::new(EndingBody::new(body, ended, is_stream))))
 }
 
 /// `took` in milliseconds with three decimals (`0.042`), written without
