@@ -40,6 +40,17 @@ async fn raw_upstream(answer: &'static [u8]) -> String {
     url
 }
 
+/// A request through a gateway whose one target is `url`, never retried;
+/// the answer, and the gateway (running while it is held).
+async fn through_a_gateway(url: &str) -> (http::Response<hyper::body::Incoming>, support::Running) {
+    let gw = gateway(&one_target(url, "", "max_retries = 0"), no_env).await;
+    let response = support::client()
+        .request(post(&gw.url("/v1/messages"), PROMPT))
+        .await
+        .unwrap();
+    (response, gw)
+}
+
 /// An upstream that sends `Transfer-Encoding: chunked` with a
 /// `Content-Length` that disagrees (RFC 9112 §6.3: the chunked coding
 /// wins, and an intermediary must drop the received Content-Length). The
@@ -52,11 +63,7 @@ async fn a_chunked_answer_with_a_stray_content_length_is_not_cut_to_it() {
         b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\ncontent-length: 5\r\n\r\n1a\r\nabcdefghijklmnopqrstuvwxyz\r\n0\r\n\r\n",
     )
     .await;
-    let gw = gateway(&one_target(&url, "", "max_retries = 0"), no_env).await;
-    let response = support::client()
-        .request(post(&gw.url("/v1/messages"), PROMPT))
-        .await
-        .unwrap();
+    let (response, _gw) = through_a_gateway(&url).await;
     assert_eq!(response.status(), 200);
     let declared = response.headers().get("content-length").cloned();
     match response.into_body().collect().await {
@@ -81,11 +88,7 @@ async fn a_body_under_a_transfer_coding_the_gateway_cannot_decode_is_a_502() {
         b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: gzip\r\n\r\n\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03\xabVJT\xb22\xac\x05\x00\xe8\x8f\x1b\x94\x07\x00\x00\x00",
     )
     .await;
-    let gw = gateway(&one_target(&url, "", "max_retries = 0"), no_env).await;
-    let response = support::client()
-        .request(post(&gw.url("/v1/messages"), PROMPT))
-        .await
-        .unwrap();
+    let (response, gw) = through_a_gateway(&url).await;
     let (head, body) = response.into_parts();
     let body = body.collect().await.unwrap().to_bytes();
     assert_eq!(head.status, 502, "{body:?}");

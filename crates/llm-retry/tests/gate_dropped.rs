@@ -15,14 +15,6 @@ use tower::{Layer, ServiceExt};
 
 const LONG: Duration = Duration::from_secs(60);
 
-/// An answer stating `remaining` requests left in the window, and no reset.
-fn window(remaining: u64) -> http::Response<http_body_util::Full<bytes::Bytes>> {
-    answer(
-        200,
-        &[("x-ratelimit-remaining-requests", remaining.to_string())],
-    )
-}
-
 /// Past a spent window of unknown reset, `/probe` goes and stays in flight
 /// (no news). `/dropped` queues for the next probe turn and (if `drop_it`)
 /// is dropped 500 ms in, before its turn. When `/next`, arriving at 600 ms,

@@ -18,14 +18,6 @@ use tower::{Layer, ServiceExt};
 
 const LONG: Duration = Duration::from_secs(60);
 
-/// An answer stating `remaining` requests left in the window, and no reset.
-fn window(remaining: u64) -> http::Response<http_body_util::Full<bytes::Bytes>> {
-    answer(
-        200,
-        &[("x-ratelimit-remaining-requests", remaining.to_string())],
-    )
-}
-
 /// An answer stating `remaining` requests left until a reset `reset` away.
 fn window_resetting(
     remaining: u64,

@@ -281,3 +281,11 @@ impl<S: tower::Service<R>, R> tower::Service<R> for Valve<S> {
         self.inner.call(request)
     }
 }
+
+/// An answer stating `remaining` requests left in the window, and no reset.
+pub(crate) fn window(remaining: u64) -> http::Response<http_body_util::Full<bytes::Bytes>> {
+    answer(
+        200,
+        &[("x-ratelimit-remaining-requests", remaining.to_string())],
+    )
+}
