@@ -210,9 +210,12 @@ where
         }
     };
     let path = parts.uri.path();
+    // The API's own path, under any base path a provider puts before it
+    // (Azure's `/openai/v1/…`): what state-bound paths are read from.
+    let api_path = path.find("/v1/").map_or(path, |at| &path[at..]);
     // The body is read for a model only when a route matches on one, and
     // for provider state only on the Responses API.
-    let peek: Peek = if shared.routes_by_model || path.starts_with("/v1/responses") {
+    let peek: Peek = if shared.routes_by_model || api_path.starts_with("/v1/responses") {
         serde_json::from_slice(&body).unwrap_or_default()
     } else {
         Peek::default()
@@ -235,7 +238,9 @@ where
         .is_some_and(|name| parts.headers.contains_key(name));
     let bound_by_body = peek.previous_response_id.is_some_and(|v| !v.is_null())
         || peek.conversation.is_some_and(|v| !v.is_null());
-    let bound_by_path = STATE_PATHS.iter().any(|prefix| path.starts_with(prefix));
+    let bound_by_path = STATE_PATHS
+        .iter()
+        .any(|prefix| api_path.starts_with(prefix));
     if bound_by_header || bound_by_body || bound_by_path {
         parts.extensions.insert(StateBound);
     }

@@ -371,29 +371,34 @@ async fn a_stream_that_stalls_after_its_first_content_is_ended() {
     );
 }
 
+/// Also under a base path a provider puts before the API's own (Azure's
+/// `/openai/v1/responses`).
 #[tokio::test]
 async fn a_responses_request_continuing_stored_state_stays_on_its_first_target() {
-    let a = llm_retry_mock::MockServer::start(
-        llm_retry_mock::Script::new().route("/v1/responses", Route::always(rate_limited("1"))),
-    )
-    .await
-    .unwrap();
-    let b = llm_retry_mock::MockServer::start(
-        llm_retry_mock::Script::new().route("/v1/responses", Route::always(Reply::openai_ok("b"))),
-    )
-    .await
-    .unwrap();
-    let gw = gateway(&two_targets(&a, &b, ""), no_env).await;
-    let continuing = r#"{"model":"gpt-4o","previous_response_id":"resp_1","input":"and then?"}"#;
-    let (head, _) = send(post(&gw.url("/v1/responses"), continuing)).await;
-    assert_eq!(
-        head.status, 429,
-        "bound to a's stored response: not failed over"
-    );
-    assert_eq!(b.request_count(), 0);
-    let fresh = r#"{"model":"gpt-4o","input":"hello"}"#;
-    let (head, _) = send(post(&gw.url("/v1/responses"), fresh)).await;
-    assert_eq!(head.status, 200, "an unbound request fails over");
+    for path in ["/v1/responses", "/openai/v1/responses"] {
+        let a = llm_retry_mock::MockServer::start(
+            llm_retry_mock::Script::new().route(path, Route::always(rate_limited("1"))),
+        )
+        .await
+        .unwrap();
+        let b = llm_retry_mock::MockServer::start(
+            llm_retry_mock::Script::new().route(path, Route::always(Reply::openai_ok("b"))),
+        )
+        .await
+        .unwrap();
+        let gw = gateway(&two_targets(&a, &b, ""), no_env).await;
+        let continuing =
+            r#"{"model":"gpt-4o","previous_response_id":"resp_1","input":"and then?"}"#;
+        let (head, _) = send(post(&gw.url(path), continuing)).await;
+        assert_eq!(
+            head.status, 429,
+            "{path}: bound to a's stored response, not failed over"
+        );
+        assert_eq!(b.request_count(), 0, "{path}");
+        let fresh = r#"{"model":"gpt-4o","input":"hello"}"#;
+        let (head, _) = send(post(&gw.url(path), fresh)).await;
+        assert_eq!(head.status, 200, "{path}: an unbound request fails over");
+    }
 }
 
 /// Sends `head` on a new connection and reads until the gateway closes it;

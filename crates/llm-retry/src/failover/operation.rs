@@ -429,7 +429,10 @@ impl<S> Operation<S> {
     /// Whether the target is inside a wait its provider named: for this
     /// request (learned in an earlier round) or for every request.
     fn cooling(&self, index: usize, target: &Target<S>, now: Instant) -> bool {
-        let own = self.report.rounds > 1 && self.ready[index].is_some_and(|r| r.at > now);
+        // The default pause after a rejection naming no wait only spaces
+        // the rounds: such a target is asked again in the next one.
+        let own =
+            self.report.rounds > 1 && self.ready[index].is_some_and(|r| r.named && r.at > now);
         own || target.cooldown_state(self.model, now).is_some()
     }
 
@@ -456,24 +459,26 @@ impl<S> Operation<S> {
     /// As [`soonest_ready`](Self::soonest_ready), with whether a rate limit
     /// named that wait.
     fn soonest_cause(&self, now: Instant, named: bool) -> Option<(Instant, bool)> {
-        let own = self
-            .ready
-            .iter()
-            .flatten()
-            .filter(|r| !named || r.named)
-            .map(|r| (r.at, r.rate_limited));
-        let shared = self
+        // A target takes requests again once every wait on it has passed:
+        // its wait named to this request (not cut to the cooldown's
+        // minute), its cooldown, and (unnamed by any provider) its time
+        // down for its failures.
+        let per_target = self
             .targets
             .iter()
-            .filter_map(|t| t.cooldown_state(self.model, now));
-        // A target down for its failures comes back unnamed by any provider.
-        let down = self
-            .targets
-            .iter()
-            .filter(|_| !named)
-            .filter_map(|t| Some((t.down_until(now)?, false)));
-        let shared = shared.chain(down);
-        own.chain(shared)
+            .zip(&self.ready)
+            .filter_map(|(t, ready)| {
+                let own = ready
+                    .filter(|r| !named || r.named)
+                    .map(|r| (r.at, r.rate_limited));
+                let shared = t.cooldown_state(self.model, now);
+                let down = t.down_until(now).filter(|_| !named).map(|at| (at, false));
+                [own, shared, down]
+                    .into_iter()
+                    .flatten()
+                    .max_by_key(|(at, _)| *at)
+            });
+        per_target
             .filter(|(at, _)| !named || *at > now)
             .min_by_key(|(at, _)| *at)
     }

@@ -1398,3 +1398,89 @@ async fn a_wait_named_to_a_request_naming_no_model_holds_every_model() {
     );
     assert_eq!(a.request_count(), 1);
 }
+
+/// mod.rs: "one more round may begin — again from the first target,
+/// skipping those still inside the wait their provider named".
+/// b's provider named no wait: b must be asked again in round 2.
+#[tokio::test(start_paused = true)]
+async fn a_target_whose_provider_named_no_wait_is_asked_again_in_a_further_round() {
+    // a names 100 ms; b is overloaded (529) naming no wait, then serves.
+    let a = upstream(Route::always(
+        Reply::anthropic_error(429, "rate_limit_error", "Rate limited")
+            .header("retry-after-ms", "100"),
+    ))
+    .await;
+    let b = upstream(Route::sequence_then(
+        [Reply::overloaded()],
+        Reply::anthropic_ok("b"),
+    ))
+    .await;
+    let failover = with_round(vec![target("a", &a), target("b", &b)])
+        .build()
+        .unwrap();
+    let response = failover.oneshot(request()).await.unwrap();
+    let report = report(&response);
+    let trail: Vec<(String, u32, String)> = outcomes(&report)
+        .into_iter()
+        .map(|(t, r, o)| (t.to_owned(), r, o))
+        .collect();
+    assert_eq!(
+        (response.status().as_u16(), b.request_count()),
+        (200, 2),
+        "round 2 must ask b again (no wait was named for it); trail: {trail:?}"
+    );
+}
+
+/// config.rs ExhaustionRetry::max_wait: "The longest provider-named wait a
+/// further round waits out (up to 60 s): when the soonest one is longer,
+/// no round begins." mod.rs: "the wait fits in `max_wait`".
+#[tokio::test(start_paused = true)]
+async fn a_named_wait_beyond_max_wait_begins_no_round_on_a_target_with_cooldown() {
+    let a = upstream(Route::always(rate_limited("3600"))).await;
+    let failover = Failover::builder(vec![target("a", &a).cooldown()])
+        .exhaustion_retry(ExhaustionRetry::new(1, Duration::from_secs(60)))
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let response = failover.oneshot(request()).await.unwrap();
+    let report = report(&response);
+    let trail: Vec<(String, u32, String)> = outcomes(&report)
+        .into_iter()
+        .map(|(t, r, o)| (t.to_owned(), r, o))
+        .collect();
+    assert_eq!(response.status(), 429);
+    assert_eq!(
+        (report.rounds, started.elapsed(), report.suppressed),
+        (
+            1,
+            Duration::ZERO,
+            Some(Suppression::WaitTooLong {
+                asked: Duration::from_secs(3600),
+                limit: Duration::from_secs(60)
+            })
+        ),
+        "a 3600 s wait is longer than max_wait: no round, no wait; trail: {trail:?}, waited {:?}",
+        report.waited
+    );
+}
+
+/// Same, with a smaller max_wait: the suppression must name the wait the
+/// provider asked for (Suppression::WaitTooLong { asked } = "The wait that
+/// was named").
+#[tokio::test(start_paused = true)]
+async fn the_wait_too_long_suppression_names_the_wait_the_provider_named() {
+    let a = upstream(Route::always(rate_limited("3600"))).await;
+    let failover = Failover::builder(vec![target("a", &a).cooldown()])
+        .exhaustion_retry(ExhaustionRetry::new(1, Duration::from_secs(2)))
+        .build()
+        .unwrap();
+    let response = failover.oneshot(request()).await.unwrap();
+    let report = report(&response);
+    assert_eq!(
+        report.suppressed,
+        Some(Suppression::WaitTooLong {
+            asked: Duration::from_secs(3600),
+            limit: Duration::from_secs(2)
+        })
+    );
+}

@@ -111,7 +111,8 @@ impl<S> Target<S> {
 
     /// Skips this target, for every request through the failover that
     /// names the same model, until a wait its provider named has passed (at
-    /// most a minute): after a rate limit or overload naming a wait, or an
+    /// most a minute): after a rate limit (`429`) or overload (`529`) naming
+    /// a wait (a `502`-`504` moves on without cooling the target), or an
     /// answer whose rate-limit headers say no request is left before the
     /// window resets. Providers limit each model apart, so requests for
     /// another model (the body's top-level `model`) still go to it. A wait
