@@ -90,9 +90,11 @@ fn redact(url: &str) -> String {
     let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
     // Everything before the last `@` is taken for the user and password: a
     // password may hold a `/`, `?` or `#` (a base64 key holds `/`), and
-    // such a URL, refused for it, is the one a refusal prints. An `@` in a
-    // query hides the host too, which leaks nothing.
+    // such a URL, refused for it, is the one a refusal prints.
     let (user, rest) = match rest.rfind('@') {
+        // An `@` after a `?` or `#` may be the query's: what follows it may
+        // be the query's too, so nothing is shown.
+        Some(at) if rest[..at].contains(['?', '#']) => return format!("{scheme}://***"),
         Some(at) => ("***@", &rest[at + 1..]),
         None => ("", rest),
     };
@@ -137,9 +139,9 @@ mod tests {
             ),
             ("redis://me:p@ss@redis/1", "redis://***@redis/1"),
             ("redis://:a/hunter2==@redis:6379", "redis://***@redis:6379"),
-            ("redis://:hunter2?x@redis", "redis://***@redis"),
-            ("redis://:hunter2#x@redis/2", "redis://***@redis/2"),
-            ("redis://redis/0?user=a@b", "redis://***@b"),
+            ("redis://:hunter2?x@redis", "redis://***"),
+            ("redis://:hunter2#x@redis/2", "redis://***"),
+            ("redis://redis/0?password=x@hunter2", "redis://***"),
         ];
         for (url, shown) in cases {
             assert_eq!(RedisUrl(url.to_owned()).to_string(), shown, "{url}");

@@ -14,7 +14,9 @@ pub(crate) fn error_text(text: &str) -> String {
         // IPv6 host's `]`, a `)` or `'` in a query. Ending the URL at the
         // first of them would print the rest of its query as plain text;
         // only the ones it ends with are taken back from it.
+        // Another URL starts another token, space or none between them.
         let end = url_on.find(char::is_whitespace).unwrap_or(url_on.len());
+        let end = find_scheme(&url_on[1..end]).map_or(end, |next| next + 1);
         let (token, after) = url_on.split_at(end);
         let url = token.trim_end_matches(CLOSING);
         out.push_str(&redact_url(url));
@@ -76,6 +78,11 @@ mod tests {
             ("'https://g.test/c?q='a'&key=SECRET'", "'https://g.test/c?…'"),
             ("\"https://u:SECRET@g.test\",\"next\"", "\"https://…@g.test\",\"next\""),
             ("[http://[::1]]", "[http://[::1]]"),
+            (
+                "(\"http://a.test/v1\",\"https://u:SECRET@b.test/v1?k=SECRET\")",
+                "(\"http://a.test/v1\",\"https://…@b.test/v1?…\")",
+            ),
+            ("'https://a.test','https://u:SECRET@b.test'", "'https://a.test','https://…@b.test'"),
             ("http://", "http://"),
             ("é https://ü.test/é?k=SECRET é", "é https://ü.test/é?… é"),
         ];
