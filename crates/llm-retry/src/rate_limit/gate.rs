@@ -203,8 +203,9 @@ pub(super) struct Booking {
     /// Whether the send may go already: its ticket was released (or it
     /// has none) when it was queued.
     pub(super) released: bool,
-    /// It took a send's room under the stated request quota.
-    room: bool,
+    /// It took a send's room under the stated request quota (stated
+    /// this time).
+    room: Option<u64>,
     cost: u64,
     pub(super) bounds: Bounds,
 }
@@ -419,7 +420,8 @@ impl Gate {
         };
         // Room the provider stated, or a send past a hold, skips a learned
         // pace.
-        let in_room = base <= now && state.quotas.take_room();
+        let room = (base <= now).then(|| state.quotas.take_room()).flatten();
+        let in_room = room.is_some();
         let ticketed = self.paced_even_if(in_room || past_hold);
         let pace = state.quotas.pace.filter(|_| ticketed);
         let ticket = pace.map(|pace| state.quotas.pacer.take(now, base, pace));
@@ -443,7 +445,7 @@ impl Gate {
             place,
             stated,
             released: false,
-            room: in_room,
+            room,
             cost,
             bounds,
         };
@@ -463,7 +465,7 @@ impl Gate {
         if let Some(pace) = &self.paces.tokens {
             state.quotas.tokens.book(pace, token_slot, cost);
         }
-        state.ledger.enter(place, deadline);
+        booking.place = state.ledger.enter(place, deadline);
         if let Some(l) = &mut state.learned {
             l.rate.on_send(now);
         }
@@ -506,7 +508,7 @@ impl Gate {
             if state.ledger.moved_on(epoch) {
                 state.ledger.leave(booking.place, false);
                 booking.place = state.ledger.place(now);
-                state.ledger.enter(booking.place, booking.bounds.deadline);
+                booking.place = state.ledger.enter(booking.place, booking.bounds.deadline);
             }
         }
         let bounds = booking.bounds;
@@ -548,7 +550,7 @@ impl Gate {
     /// took under a stated request quota.
     pub(super) fn abandon(&self, key: u64, booking: &Booking, now: Instant) {
         let took_share = matches!(booking.place, Place::Took(_) | Place::Probe { .. });
-        if booking.released && booking.stated.is_none() && !took_share && !booking.room {
+        if booking.released && booking.stated.is_none() && !took_share && booking.room.is_none() {
             return;
         }
         let mut keys = lock(&self.keys);
@@ -563,8 +565,8 @@ impl Gate {
                 .quotas
                 .refund_stated(booking.mark.cost, booking.released, now);
         }
-        if booking.room {
-            state.quotas.stated_room = state.quotas.stated_room.saturating_add(1);
+        if let Some(epoch) = booking.room {
+            state.quotas.give_back_room(epoch);
         }
         if booking.released {
             // Let through and counted, never sent: its share goes back.
@@ -689,7 +691,7 @@ impl Gate {
             return;
         };
         // The room a stated quota had is spent.
-        state.quotas.stated_room = 0;
+        state.quotas.set_room(0);
         self.learn_in(state, now, |rate, bounds| {
             let did = rate.on_refusal(bounds, sent, now, named_wait, final_answer);
             if did == Throttle::StoodDown {
@@ -749,7 +751,7 @@ impl Gate {
         if let (Some(per_minute), Some(_)) = (window.per_minute, &self.adaptive) {
             // A quota with room left: that many go at once, and only the
             // sends beyond them are paced at the quota.
-            state.quotas.stated_room = remaining;
+            state.quotas.set_room(remaining);
             let per_sec = per_minute as f64 / 60.0;
             self.learn_in(state, now, |rate, _| {
                 rate.on_stated(per_sec, now);

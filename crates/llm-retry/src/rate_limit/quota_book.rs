@@ -50,6 +50,9 @@ pub(super) struct QuotaBook {
     /// through since: they go at once, unpaced (`0`: none stated, or a
     /// refusal spent it).
     pub(super) stated_room: u64,
+    /// Counts each time the room is stated anew (or spent by a refusal):
+    /// room given back counts only within the statement it was taken from.
+    room_epoch: u64,
 }
 
 impl QuotaBook {
@@ -63,6 +66,7 @@ impl QuotaBook {
             stated_gone: 0,
             stated_synced: None,
             stated_room: 0,
+            room_epoch: 0,
         }
     }
 
@@ -73,10 +77,25 @@ impl QuotaBook {
 
     /// Takes one send's room under the stated request quota, if any is
     /// left: that send goes unpaced.
-    pub(super) fn take_room(&mut self) -> bool {
+    /// The statement it was taken from, if any.
+    pub(super) fn take_room(&mut self) -> Option<u64> {
         let room = self.stated_room > 0;
         self.stated_room = self.stated_room.saturating_sub(1);
-        room
+        room.then_some(self.room_epoch)
+    }
+
+    /// States the room anew: `room` sends go at once, unpaced.
+    pub(super) fn set_room(&mut self, room: u64) {
+        self.stated_room = room;
+        self.room_epoch = self.room_epoch.wrapping_add(1);
+    }
+
+    /// A send that took room under the statement `epoch` never went: its
+    /// room comes back, unless the room was stated anew (or spent) since.
+    pub(super) fn give_back_room(&mut self, epoch: u64) {
+        if epoch == self.room_epoch {
+            self.stated_room = self.stated_room.saturating_add(1);
+        }
     }
 
     /// When the stated token quota has `cost` tokens, no sooner than
@@ -245,14 +264,24 @@ mod tests {
     #[test]
     fn stated_room_lets_that_many_sends_through_and_no_more() {
         let mut book = QuotaBook::new(Instant::now(), None);
-        assert!(!book.take_room(), "nothing stated: no room");
-        book.stated_room = 2;
+        assert!(book.take_room().is_none(), "nothing stated: no room");
+        book.set_room(2);
         assert_eq!(book.stated_room, 2);
-        assert!(book.take_room());
+        let first = book.take_room();
+        assert!(first.is_some());
         assert_eq!(book.stated_room, 1);
-        assert!(book.take_room());
-        assert!(!book.take_room(), "spent");
+        assert!(book.take_room().is_some());
+        assert!(book.take_room().is_none(), "spent");
         assert_eq!(book.stated_room, 0);
+        book.give_back_room(first.unwrap());
+        assert_eq!(book.stated_room, 1, "room not used comes back");
+        let taken = book.take_room().unwrap();
+        book.set_room(0);
+        book.give_back_room(taken);
+        assert_eq!(
+            book.stated_room, 0,
+            "not into a room stated (or spent) since"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -38,8 +38,9 @@ pub(super) enum Place {
     /// Exhausted: the send waits for its reset.
     AfterReset(Instant),
     /// Exhausted, reset unknown: the send probes then, unless the window
-    /// (this epoch) changes first, when it is placed anew.
-    Probe { at: Instant, epoch: u64 },
+    /// (this epoch) changes first, when it is placed anew. `turn`: it took
+    /// that turn as it entered (none past its deadline).
+    Probe { at: Instant, epoch: u64, turn: bool },
 }
 
 impl Window {
@@ -76,6 +77,7 @@ impl Window {
             None => Place::Probe {
                 at: self.next_probe.max(now),
                 epoch: self.epoch,
+                turn: false,
             },
         }
     }
@@ -134,20 +136,25 @@ impl Ledger {
     /// A send not yet gone enters the window at `place` (from
     /// [`Ledger::place`], under the same lock): it takes a share, or a
     /// probe's turn (none past its `deadline`, which it will not see), or
-    /// waits for the reset. Counted until it leaves.
-    pub(super) fn enter(&mut self, place: Place, deadline: Option<Instant>) {
+    /// waits for the reset. Counted until it leaves. The place as entered:
+    /// a probe's says whether it took its turn.
+    pub(super) fn enter(&mut self, mut place: Place, deadline: Option<Instant>) -> Place {
         let turn_in_time = match place {
             Place::Probe { at, .. } => deadline.is_none_or(|d| at <= d),
             _ => true,
         };
         if let (Some(w), true) = (&mut self.window, turn_in_time) {
             w.commit(place);
+            if let Place::Probe { turn, .. } = &mut place {
+                *turn = true;
+            }
         }
         match place {
             Place::Probe { .. } => self.probing += 1,
             Place::Took(_) => self.queued_shares += 1,
             _ => {}
         }
+        place
     }
 
     /// A send placed at `place` leaves the queue: it goes, or
@@ -175,11 +182,16 @@ impl Ledger {
     pub(super) fn give_back(&mut self, place: Place) {
         match (&mut self.window, place) {
             (Some(w), Place::Took(epoch)) => w.give_back(epoch),
-            // The last probe turn handed out, never used: the next send
-            // takes it.
-            (Some(w), Place::Probe { at, epoch })
-                if w.epoch == epoch && w.next_probe == at + PROBE_EVERY =>
-            {
+            // The last probe turn handed out, taken by this send and never
+            // used: the next send takes it.
+            (
+                Some(w),
+                Place::Probe {
+                    at,
+                    epoch,
+                    turn: true,
+                },
+            ) if w.epoch == epoch && w.next_probe == at + PROBE_EVERY => {
                 w.next_probe = at;
             }
             _ => {}
@@ -265,6 +277,7 @@ mod tests {
         let at = |secs| Place::Probe {
             at: now + Duration::from_secs(secs),
             epoch: 7,
+            turn: false,
         };
         assert_eq!(probes, [at(0), at(1), at(2)]);
         assert!(window.stands(now + Duration::from_secs(3_600)));
@@ -338,14 +351,22 @@ mod tests {
         ledger.restate(Some((None, 0)), now);
         assert!(ledger.reset_unknown());
         let first = ledger.place(now);
-        assert_eq!(first, Place::Probe { at: now, epoch: 1 });
+        assert_eq!(
+            first,
+            Place::Probe {
+                at: now,
+                epoch: 1,
+                turn: false
+            }
+        );
         ledger.enter(first, Some(now));
         let second = ledger.place(now);
         assert_eq!(
             second,
             Place::Probe {
                 at: secs(1),
-                epoch: 1
+                epoch: 1,
+                turn: false,
             },
             "a deadline at the turn takes it"
         );
@@ -360,11 +381,43 @@ mod tests {
             ledger.place(now),
             Place::Probe {
                 at: secs(2),
-                epoch: 1
+                epoch: 1,
+                turn: false,
             }
         );
         ledger.restate(Some((Some(secs(60)), 0)), now);
         assert!(!ledger.reset_unknown(), "an answer stated the reset");
+    }
+
+    /// A send whose deadline came before its turn took none: given up, it
+    /// gives back nothing, and the turn the next send took stays taken.
+    #[tokio::test(start_paused = true)]
+    async fn a_probe_that_took_no_turn_gives_none_back() {
+        let now = Instant::now();
+        let secs = |n| now + Duration::from_secs(n);
+        let probe = |n, turn| Place::Probe {
+            at: secs(n),
+            epoch: 1,
+            turn,
+        };
+        let mut ledger = Ledger::default();
+        ledger.restate(Some((None, 0)), now);
+        let place = ledger.place(now);
+        assert_eq!(ledger.enter(place, None), probe(0, true));
+        let place = ledger.place(now);
+        let late = ledger.enter(place, Some(now + Duration::from_millis(500)));
+        assert_eq!(late, probe(1, false), "its deadline comes before its turn");
+        let place = ledger.place(now);
+        let next = ledger.enter(place, None);
+        assert_eq!(next, probe(1, true));
+        ledger.leave(late, true);
+        assert_eq!(ledger.place(now), probe(2, false), "the turn stays taken");
+        ledger.leave(next, true);
+        assert_eq!(
+            ledger.place(now),
+            probe(1, false),
+            "the last turn comes back"
+        );
     }
 
     #[tokio::test(start_paused = true)]
