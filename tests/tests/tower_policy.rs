@@ -141,3 +141,58 @@ async fn the_tower_path_books_its_resends_at_their_estimated_token_cost() {
         "{waited:?}"
     );
 }
+
+/// A credential hook whose token service is down.
+struct VaultDown;
+
+impl llm_retry::policy::RefreshCredentials for VaultDown {
+    fn refresh(
+        &self,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<http::HeaderMap, BoxError>> + Send>,
+    > {
+        Box::pin(async { Err::<http::HeaderMap, BoxError>("vault down".into()) })
+    }
+}
+
+/// As through `RetryLayer`: the 401 is the answer, with the reason, and a
+/// refresh that failed is neither recorded nor announced as a recovery.
+#[tokio::test]
+async fn under_tower_a_401_whose_refresh_fails_is_the_answer_and_no_recovery() {
+    let mock = mock(Route::always(Reply::anthropic_error(
+        401,
+        "authentication_error",
+        "invalid x-api-key",
+    )))
+    .await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let policy = fast_policy()
+        .refresh_credentials(VaultDown)
+        .build()
+        .unwrap()
+        .with_hooks(support::Recorder(tx));
+    let svc = ServiceBuilder::new()
+        .layer(tower::retry::RetryLayer::new(policy))
+        .map_err(BoxError::from)
+        .service(client::<Full<Bytes>>());
+    let body = ReplayBody::new(Full::new(Bytes::from_static(PROMPT.as_bytes())), 1 << 20);
+    let req = http::Request::post(mock.url("/v1/messages"))
+        .body(body)
+        .unwrap();
+    let res = svc.oneshot(req).await.unwrap();
+    assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(mock.request_count(), 1);
+    let report = res.extensions().get::<llm_retry::RetryReport>().unwrap();
+    assert!(report.recoveries.is_empty(), "{report:?}");
+    assert!(report.stop.is_recovery_failed(), "{report:?}");
+    let lines = support::drain(&mut rx);
+    assert!(
+        lines.iter().all(|l| !l.starts_with("recover ")),
+        "{lines:#?}"
+    );
+    assert_eq!(
+        lines.iter().filter(|l| l.starts_with("give up")).count(),
+        1,
+        "{lines:#?}"
+    );
+}

@@ -4,7 +4,9 @@
 //! upstream cut soon after its content began then reached the client as
 //! no answer at all, though the gateway had taken bytes to forward. Given
 //! `Pending` first (with a wake), the server flushes them, and the client
-//! gets every byte before the cut, then the error.
+//! gets every byte before the cut, then the error: whenever the socket
+//! takes that flush at once (it is one chance; a client whose socket
+//! buffer is full may still miss the last bytes).
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};

@@ -54,9 +54,9 @@ async fn through_a_gateway(url: &str) -> (http::Response<hyper::body::Incoming>,
 /// An upstream that sends `Transfer-Encoding: chunked` with a
 /// `Content-Length` that disagrees (RFC 9112 §6.3: the chunked coding
 /// wins, and an intermediary must drop the received Content-Length). The
-/// gateway reads the 26 chunked bytes, but hands the client the upstream's
-/// `content-length: 5`: hyper cuts the body to 5 bytes and the client reads
-/// a complete, well-framed 200 whose body is a prefix of the answer.
+/// client reads all 26 chunked bytes. (Had the gateway handed on the
+/// upstream's `content-length: 5`, hyper would cut the body to 5 bytes and
+/// the client would read a complete, well-framed 200 of a prefix.)
 #[tokio::test]
 async fn a_chunked_answer_with_a_stray_content_length_is_not_cut_to_it() {
     let url = raw_upstream(

@@ -1,6 +1,7 @@
-//! A request dropped before it went leaves the gate (and the budget) as
-//! if it never came: each scenario runs with and without the dropped
-//! request, and the request after it is sent at the same instant.
+//! A request dropped before it went leaves the gate as if it never came:
+//! each gate scenario runs with and without the dropped request, and the
+//! request after it is sent at the same instant. One more test checks the
+//! retry budget's waiting place the same way, by its count.
 #![allow(clippy::unwrap_used)]
 
 mod gate_support;
