@@ -412,10 +412,18 @@ mod tests {
         assert_eq!(next, probe(1, true));
         ledger.leave(late, true);
         assert_eq!(ledger.place(now), probe(2, false), "the turn stays taken");
+        let place = ledger.place(now);
+        let last = ledger.enter(place, None);
         ledger.leave(next, true);
         assert_eq!(
             ledger.place(now),
-            probe(1, false),
+            probe(3, false),
+            "a turn in the middle keeps its place"
+        );
+        ledger.leave(last, true);
+        assert_eq!(
+            ledger.place(now),
+            probe(2, false),
             "the last turn comes back"
         );
     }
