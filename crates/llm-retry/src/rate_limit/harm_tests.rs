@@ -477,3 +477,46 @@ async fn a_hold_later_answers_contradict_lets_the_sends_queued_behind_it_go() {
         assert_eq!(call.await.unwrap().unwrap().status(), StatusCode::OK);
     }
 }
+
+/// Standing down is told: the `llm_retry_rate_limit_stood_down_total`
+/// counter (`signal="rate"`) counts the key whose refusals did not follow
+/// its rate (the workload above).
+#[cfg(feature = "metrics")]
+#[test]
+fn the_gate_standing_down_is_observed_as_a_metric() {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    fn answer(nth: u64, _: &str, _: Duration) -> Response<Full<Bytes>> {
+        if picked(nth, 70) {
+            status(429, &[])
+        } else {
+            ok()
+        }
+    }
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::with_local_recorder(&recorder, || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        runtime.block_on(gated_and_alone(answer, Duration::from_millis(20), 60, 5));
+    });
+    let stood_down: u64 = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter(|(key, ..)| {
+            let key = key.key();
+            key.name() == "llm_retry_rate_limit_stood_down_total"
+                && key
+                    .labels()
+                    .any(|l| l.key() == "signal" && l.value() == "rate")
+        })
+        .map(|(.., value)| match value {
+            DebugValue::Counter(n) => n,
+            _ => 0,
+        })
+        .sum();
+    assert!(stood_down >= 1, "counted {stood_down}");
+}
