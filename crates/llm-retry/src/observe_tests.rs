@@ -8,7 +8,9 @@ use tower::{Layer, ServiceExt};
 
 /// Every metric recorded while `run` runs on a paused current-thread
 /// runtime, as `(name, labels, value)`.
-fn recorded(run: impl std::future::Future<Output = ()>) -> Vec<(String, Vec<String>, DebugValue)> {
+pub(crate) fn recorded(
+    run: impl std::future::Future<Output = ()>,
+) -> Vec<(String, Vec<String>, DebugValue)> {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     metrics::with_local_recorder(&recorder, || {

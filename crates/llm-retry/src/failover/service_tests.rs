@@ -1420,10 +1420,7 @@ async fn a_target_whose_provider_named_no_wait_is_asked_again_in_a_further_round
         .unwrap();
     let response = failover.oneshot(request()).await.unwrap();
     let report = report(&response);
-    let trail: Vec<(String, u32, String)> = outcomes(&report)
-        .into_iter()
-        .map(|(t, r, o)| (t.to_owned(), r, o))
-        .collect();
+    let trail = outcomes(&report);
     assert_eq!(
         (response.status().as_u16(), b.request_count()),
         (200, 2),
@@ -1444,10 +1441,7 @@ async fn a_named_wait_beyond_max_wait_begins_no_round_on_a_target_with_cooldown(
     let started = Instant::now();
     let response = failover.oneshot(request()).await.unwrap();
     let report = report(&response);
-    let trail: Vec<(String, u32, String)> = outcomes(&report)
-        .into_iter()
-        .map(|(t, r, o)| (t.to_owned(), r, o))
-        .collect();
+    let trail = outcomes(&report);
     assert_eq!(response.status(), 429);
     assert_eq!(
         (report.rounds, started.elapsed(), report.suppressed),

@@ -484,7 +484,7 @@ async fn a_hold_later_answers_contradict_lets_the_sends_queued_behind_it_go() {
 #[cfg(feature = "metrics")]
 #[test]
 fn the_gate_standing_down_is_observed_as_a_metric() {
-    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    use metrics_util::debugging::DebugValue;
     fn answer(nth: u64, _: &str, _: Duration) -> Response<Full<Bytes>> {
         if picked(nth, 70) {
             status(429, &[])
@@ -492,29 +492,17 @@ fn the_gate_standing_down_is_observed_as_a_metric() {
             ok()
         }
     }
-    let recorder = DebuggingRecorder::new();
-    let snapshotter = recorder.snapshotter();
-    metrics::with_local_recorder(&recorder, || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .start_paused(true)
-            .build()
-            .unwrap();
-        runtime.block_on(gated_and_alone(answer, Duration::from_millis(20), 60, 5));
+    let metrics = crate::observe_tests::recorded(async {
+        gated_and_alone(answer, Duration::from_millis(20), 60, 5).await;
     });
-    let stood_down: u64 = snapshotter
-        .snapshot()
-        .into_vec()
-        .into_iter()
-        .filter(|(key, ..)| {
-            let key = key.key();
-            key.name() == "llm_retry_rate_limit_stood_down_total"
-                && key
-                    .labels()
-                    .any(|l| l.key() == "signal" && l.value() == "rate")
+    let stood_down: u64 = metrics
+        .iter()
+        .filter(|(name, labels, _)| {
+            name == "llm_retry_rate_limit_stood_down_total"
+                && labels.iter().any(|l| l == "signal=rate")
         })
         .map(|(.., value)| match value {
-            DebugValue::Counter(n) => n,
+            DebugValue::Counter(n) => *n,
             _ => 0,
         })
         .sum();
