@@ -15,18 +15,32 @@ use tower::{ServiceBuilder, ServiceExt};
 /// returns the final status and how many sends the upstream saw.
 async fn through_tower_retry(route: Route) -> (StatusCode, usize) {
     let mock = mock(route).await;
-    let svc = ServiceBuilder::new()
-        .layer(tower::retry::RetryLayer::new(
-            fast_policy().build().unwrap(),
-        ))
-        .map_err(BoxError::from)
-        .service(client::<Full<Bytes>>());
-    let body = ReplayBody::new(Full::new(Bytes::from_static(PROMPT.as_bytes())), 1 << 20);
-    let req = http::Request::post(mock.url("/v1/messages"))
-        .body(body)
-        .unwrap();
-    let res = svc.oneshot(req).await.unwrap();
+    let res = through_tower(fast_policy().build().unwrap(), &mock).await;
     (res.status(), mock.request_count())
+}
+
+/// The prompt, posted to `mock`'s messages route, its body replayable as
+/// tower's loop needs it.
+fn prompt_request(mock: &llm_retry_mock::MockServer) -> http::Request<ReplayBody<Full<Bytes>>> {
+    let body = ReplayBody::new(Full::new(Bytes::from_static(PROMPT.as_bytes())), 1 << 20);
+    http::Request::post(mock.url("/v1/messages"))
+        .header("content-type", "application/json")
+        .body(body)
+        .unwrap()
+}
+
+/// One request to `mock` through `tower::retry::RetryLayer` with `policy`.
+async fn through_tower(
+    policy: llm_retry::RetryPolicy,
+    mock: &llm_retry_mock::MockServer,
+) -> http::Response<hyper::body::Incoming> {
+    ServiceBuilder::new()
+        .layer(tower::retry::RetryLayer::new(policy))
+        .map_err(BoxError::from)
+        .service(client::<Full<Bytes>>())
+        .oneshot(prompt_request(mock))
+        .await
+        .unwrap()
 }
 
 #[tokio::test]
@@ -65,16 +79,7 @@ async fn the_tower_path_reports_fires_hooks_and_falls_back_like_retry_layer() {
         .build()
         .unwrap()
         .with_hooks(support::Recorder(tx));
-    let svc = ServiceBuilder::new()
-        .layer(tower::retry::RetryLayer::new(policy))
-        .map_err(BoxError::from)
-        .service(client::<Full<Bytes>>());
-    let body = ReplayBody::new(Full::new(Bytes::from_static(PROMPT.as_bytes())), 1 << 20);
-    let req = http::Request::post(mock.url("/v1/messages"))
-        .header("content-type", "application/json")
-        .body(body)
-        .unwrap();
-    let res = svc.oneshot(req).await.unwrap();
+    let res = through_tower(policy, &mock).await;
     assert_eq!(res.status(), StatusCode::OK);
     let report = res.extensions().get::<llm_retry::RetryReport>().unwrap();
     assert_eq!(report.attempts, 4);
@@ -128,12 +133,8 @@ async fn the_tower_path_books_its_resends_at_their_estimated_token_cost() {
         .map_err(BoxError::from)
         .layer(llm_retry::rate_limit::RateLimitLayer::new(quotas).unwrap())
         .service(client::<Full<Bytes>>());
-    let body = ReplayBody::new(Full::new(Bytes::from_static(PROMPT.as_bytes())), 1 << 20);
-    let req = http::Request::post(mock.url("/v1/messages"))
-        .body(body)
-        .unwrap();
     let start = tokio::time::Instant::now();
-    let res = svc.oneshot(req).await.unwrap();
+    let res = svc.oneshot(prompt_request(&mock)).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     let waited = start.elapsed();
     assert!(
@@ -171,15 +172,7 @@ async fn under_tower_a_401_whose_refresh_fails_is_the_answer_and_no_recovery() {
         .build()
         .unwrap()
         .with_hooks(support::Recorder(tx));
-    let svc = ServiceBuilder::new()
-        .layer(tower::retry::RetryLayer::new(policy))
-        .map_err(BoxError::from)
-        .service(client::<Full<Bytes>>());
-    let body = ReplayBody::new(Full::new(Bytes::from_static(PROMPT.as_bytes())), 1 << 20);
-    let req = http::Request::post(mock.url("/v1/messages"))
-        .body(body)
-        .unwrap();
-    let res = svc.oneshot(req).await.unwrap();
+    let res = through_tower(policy, &mock).await;
     assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
     assert_eq!(mock.request_count(), 1);
     let report = res.extensions().get::<llm_retry::RetryReport>().unwrap();
